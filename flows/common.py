@@ -1,0 +1,61 @@
+"""What every stage flow shares: run the stage function as a task, publish its report."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from prefect import get_run_logger, task
+from prefect.artifacts import (
+    create_markdown_artifact,
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
+from prefect.cache_policies import NO_CACHE
+
+from stages.core import progress
+from stages.core.report import StageReport
+
+
+def _artifact_key(stage: str, name: str) -> str:
+    # Prefect artifact keys: lowercase letters, digits and dashes only.
+    return "-".join("".join(c if c.isalnum() else " " for c in f"{stage} {name}".lower()).split())
+
+
+def publish_report(report: StageReport) -> None:
+    """Publish a stage's tables, metrics and markdown as Prefect artifacts."""
+    for name, table in report.tables.items():
+        records = table.astype(object).where(table.notna(), None).to_dict(orient="records")
+        key = _artifact_key(report.stage, name)
+        create_table_artifact(table=records, key=key, description=f"{report.stage}: {name}")
+    if report.metrics:
+        rows = [{"metric": k, "value": v} for k, v in sorted(report.metrics.items())]
+        key = _artifact_key(report.stage, "metrics")
+        create_table_artifact(table=rows, key=key, description=f"{report.stage} metrics")
+    if report.markdown:
+        create_markdown_artifact(markdown=report.markdown, key=_artifact_key(report.stage, "report"))
+
+
+def run_stage(stage: str, fn: Callable[..., StageReport], *args: Any, **kwargs: Any) -> StageReport:
+    """Run `fn(*args, **kwargs)` as a Prefect task with a progress artifact, then publish its report.
+
+    Task caching stays off: DVC is the only cache of stage results.
+    """
+    logger = get_run_logger()
+    artifact_id = create_progress_artifact(progress=0.0, description=f"{stage} progress")
+
+    def on_progress(desc: str, done: int, total: int) -> None:
+        if total:
+            update_progress_artifact(artifact_id=artifact_id, progress=100.0 * done / total)
+
+    stage_task = task(fn, name=stage, cache_policy=NO_CACHE, persist_result=False)
+    progress.add_listener(on_progress)
+    try:
+        report = stage_task(*args, **kwargs)
+    finally:
+        progress.remove_listener(on_progress)
+    update_progress_artifact(artifact_id=artifact_id, progress=100.0)
+    publish_report(report)
+    logger.info("%s done: %s", stage, report.metrics)
+    return report

@@ -1,0 +1,1 @@
+"""pandera DataFrameModels, one per table crossing a stage boundary; answer / ground-truth JSON schemas."""

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Set up (if needed) and run the whole pipeline on the embedded synthetic default.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+source .venv/bin/activate
+dvc repro "$@"

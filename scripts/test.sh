@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Set up (if needed) and run the default test suite (slow and gpu tests excluded; see pyproject.toml).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+source .venv/bin/activate
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+ruff check .
+python -m pytest "$@"

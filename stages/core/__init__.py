@@ -1,0 +1,1 @@
+"""Shared pieces every stage uses: params, ReVOS I/O, RLE geometry, lineage, reports."""

@@ -1,0 +1,95 @@
+"""The one place params.yaml is read: frozen, typed params classes, one per params.yaml block.
+
+Each block class mirrors a block of params.yaml (same names, same order); defaults are the
+embedded synthetic default, and params.yaml documents every value. Stage functions receive these
+objects, never raw dicts. An unknown key or a wrongly typed value is a `ParamsError` naming the key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import yaml
+
+from stages.core.typed_config import ParamsError, build
+
+__all__ = ["ParamsError", "Params", "load_params"]
+
+
+@dataclass(frozen=True)
+class DataParams:
+    root: str = "data/raw/synth"  # ReVOS-layout root that ingest reads (the synthetic one by default)
+    index_dir: str = "data/index"
+
+
+@dataclass(frozen=True)
+class SynthScale:
+    n_videos_train: int = 8
+    n_videos_valid: int = 4
+    min_frames: int = 8
+    max_frames: int = 14
+    height: int = 120
+    width: int = 160
+    min_objects: int = 2
+    max_objects: int = 4
+    frame_gap_prob: float = 0.25  # probability that a frame number is skipped (ReVOS has gaps)
+    jpeg_quality: int = 90
+
+
+@dataclass(frozen=True)
+class SynthParams:
+    seed: int = 0
+    size: Literal["default", "large"] = "default"
+    out_dir: str = "data/raw/synth"
+    source: str = "SYNTH"  # first component of the video keys (SYNTH/train/v0003)
+    default: SynthScale = field(default_factory=SynthScale)
+    large: SynthScale = field(
+        default_factory=lambda: SynthScale(
+            n_videos_train=300, n_videos_valid=60, min_frames=40, max_frames=80, height=720, width=1280
+        )
+    )
+
+    @property
+    def scale(self) -> SynthScale:
+        """The size preset selected by `size`."""
+        return self.large if self.size == "large" else self.default
+
+
+@dataclass(frozen=True)
+class IngestParams:
+    strict: bool = True  # false: bad items go to the quarantine table and the rest proceeds
+    check_jpeg: Literal["header", "decode"] = "decode"  # how deeply frames are checked
+    foreground_tolerance: float = 0.0  # allowed fraction of pixels where foreground != union of masks
+
+
+# -- later stages add their block classes above this line --
+
+
+@dataclass(frozen=True)
+class Params:
+    """All of params.yaml. Blocks for later stages are added as their stages arrive."""
+
+    seed: int = 0  # global seed; every stage derives its own (seed, stage, sample id) seeds from it
+    data: DataParams = field(default_factory=DataParams)
+    synth: SynthParams = field(default_factory=SynthParams)
+    ingest: IngestParams = field(default_factory=IngestParams)
+    # -- later stages add their block field above this line (one line each) --
+
+
+def load_params(path: str | Path = "params.yaml") -> Params:
+    """Read and validate params.yaml.
+
+    Raises:
+        ParamsError: unknown key, wrong type, or malformed YAML (the message names the file and key).
+    """
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ParamsError(f"{path}: malformed YAML: {err}") from err
+    try:
+        return build(Params, raw)
+    except ParamsError as err:
+        raise ParamsError(f"{path}: {err}") from err
