@@ -45,7 +45,13 @@ def build(cls: type[T], mapping: Any, where: str = "") -> T:
     for name, field in fields.items():
         key = _join(where, name)
         if name in mapping:
-            values[name] = _convert(hints[name], mapping[name], key)
+            value = mapping[name]
+            default = _default_of(field)
+            if dataclasses.is_dataclass(hints[name]) and default is not None and isinstance(value, Mapping):
+                # A partly given block keeps the rest of its *field's* default (e.g. a preset's own
+                # values), not the bare class defaults.
+                value = _deep_merge(to_dict(default), value)
+            values[name] = _convert(hints[name], value, key)
         elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
             raise ParamsError(f"{key}: missing required key")
     return cls(**values)
@@ -60,6 +66,24 @@ def to_dict(obj: Any) -> Any:
     if isinstance(obj, Mapping):
         return {k: to_dict(v) for k, v in obj.items()}
     return obj
+
+
+def _default_of(field: dataclasses.Field) -> Any:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return None
+
+
+def _deep_merge(base: Mapping, override: Mapping) -> dict:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
 
 
 def _join(where: str, name: str) -> str:

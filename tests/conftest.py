@@ -1,0 +1,48 @@
+"""Shared test set-up: offline model libraries, a temporary PREFECT_HOME and ONE Prefect server
+for the whole session (flows run in-process and in `dvc repro` subprocesses all report to it)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+# Before prefect or transformers are imported anywhere: no hub, no telemetry, an isolated home.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="vrsflow-prefect-home-")
+os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+os.environ["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "60"
+os.environ["DO_NOT_TRACK"] = "1"
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def prefect_api() -> Iterator[str]:
+    """A temporary Prefect server for the session; its API URL is exported for subprocesses too."""
+    from prefect.settings import PREFECT_API_URL
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=60):
+        url = PREFECT_API_URL.value()
+        previous = os.environ.get("PREFECT_API_URL")
+        os.environ["PREFECT_API_URL"] = url
+        try:
+            yield url
+        finally:
+            if previous is None:
+                os.environ.pop("PREFECT_API_URL", None)
+            else:
+                os.environ["PREFECT_API_URL"] = previous
+
+
+@pytest.fixture(scope="session")
+def project_root() -> Path:
+    """The checkout the tests run from."""
+    return PROJECT_ROOT
