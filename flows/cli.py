@@ -1,6 +1,9 @@
 """The `vrsflow` command line.
 
     vrsflow stage NAME [--params params.yaml]   run one stage's Prefect flow (what dvc.yaml calls)
+    vrsflow lineage PATH                        print the chain from an output back to the raw data
+    vrsflow serve [--project DIR]               serve the pipeline deployment for Prefect UI runs
+    vrsflow remote [--params params.yaml]       set the DVC remote from params / environment
 """
 
 from __future__ import annotations
@@ -17,6 +20,44 @@ def _stage(args: argparse.Namespace) -> int:
     return 0
 
 
+def _lineage(args: argparse.Namespace) -> int:
+    import json
+
+    from stages.core.model_card import LineageNotFound, find_lineage, format_chain
+
+    try:
+        path = find_lineage(args.path)
+    except LineageNotFound as err:
+        sys.stderr.write(f"{err}\n")
+        return 1
+    record = json.loads(path.read_text())
+    sys.stdout.write((json.dumps(record, indent=1, sort_keys=True) if args.json else format_chain(record)) + "\n")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from flows.pipeline import serve
+
+    serve(project_dir=args.project, name=args.name)
+    return 0
+
+
+def _remote(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from stages.core import dvc_cli
+    from stages.core.params import load_params
+
+    params = load_params(args.params)
+    url = dvc_cli.remote_url(params.remote.url, params.remote.url_env)
+    if not url:
+        sys.stderr.write(f"no remote: set remote.url in {args.params} or ${params.remote.url_env}\n")
+        return 1
+    dvc_cli.configure_remote(Path(args.params).resolve().parent, params.remote.name, url)
+    sys.stdout.write(f"DVC remote '{params.remote.name}' -> {url}\n")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (sub-commands register here)."""
     parser = argparse.ArgumentParser(
@@ -28,6 +69,20 @@ def build_parser() -> argparse.ArgumentParser:
     stage.add_argument("name", help="stage name, e.g. synth, ingest")
     stage.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
     stage.set_defaults(func=_stage)
+
+    lineage = sub.add_parser("lineage", help="print the lineage chain of an output (file or folder)")
+    lineage.add_argument("path", help="any stage output, e.g. models/grpo or data/index/tracks.parquet")
+    lineage.add_argument("--json", action="store_true", help="print the raw lineage.json record")
+    lineage.set_defaults(func=_lineage)
+
+    serve = sub.add_parser("serve", help="serve the pipeline deployment (start runs from the Prefect UI)")
+    serve.add_argument("--project", default=".", help="the vrsflow checkout runs execute in")
+    serve.add_argument("--name", default="vrsflow", help="deployment name")
+    serve.set_defaults(func=_serve)
+
+    remote = sub.add_parser("remote", help="configure the DVC remote from params.yaml / environment")
+    remote.add_argument("--params", default="params.yaml")
+    remote.set_defaults(func=_remote)
     return parser
 
 

@@ -64,6 +64,13 @@ class IngestParams:
     foreground_tolerance: float = 0.0  # allowed fraction of pixels where foreground != union of masks
 
 
+@dataclass(frozen=True)
+class RemoteParams:
+    name: str = "storage"  # DVC remote name
+    url: str = ""  # s3://bucket/path, gs://…, ssh://host/path or a local folder; empty = no remote
+    url_env: str = "VRSFLOW_DVC_REMOTE"  # environment variable that, when set, overrides `url`
+
+
 # -- later stages add their block classes above this line --
 
 
@@ -75,6 +82,7 @@ class Params:
     data: DataParams = field(default_factory=DataParams)
     synth: SynthParams = field(default_factory=SynthParams)
     ingest: IngestParams = field(default_factory=IngestParams)
+    remote: RemoteParams = field(default_factory=RemoteParams)
     # -- later stages add their block field above this line (one line each) --
 
 
