@@ -1,0 +1,68 @@
+"""Throwaway copies of the project as fresh git + DVC repositories, for end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+PROJECT_FILES = ["params.yaml", "dvc.yaml", ".dvcignore", "pyproject.toml"]
+PROJECT_DIRS = ["stages", "flows", "schemas", "prompts"]
+
+
+def env_with_venv() -> dict[str, str]:
+    """The environment for subprocesses: this venv's bin first (dvc, vrsflow), offline model libs."""
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    env.setdefault("GIT_AUTHOR_NAME", "vrsflow-tests")
+    env.setdefault("GIT_AUTHOR_EMAIL", "tests@vrsflow.invalid")
+    env.setdefault("GIT_COMMITTER_NAME", "vrsflow-tests")
+    env.setdefault("GIT_COMMITTER_EMAIL", "tests@vrsflow.invalid")
+    return env
+
+
+def sh(args: list[str], cwd: Path, timeout: int = 900) -> str:
+    """Run a command, return stdout+stderr; fail loudly with its output."""
+    proc = subprocess.run(args, cwd=cwd, env=env_with_venv(), capture_output=True, text=True, timeout=timeout)
+    output = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        raise AssertionError(f"{' '.join(args)} failed ({proc.returncode}):\n{output[-6000:]}")
+    return output
+
+
+def make_repo(project_root: Path, dest: Path, params_overrides: dict[str, object] | None = None) -> Path:
+    """Copy the project's pipeline files into `dest`, `git init` + `dvc init`, commit; return `dest`."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in PROJECT_FILES:
+        if (project_root / name).exists():
+            shutil.copy2(project_root / name, dest / name)
+    for name in PROJECT_DIRS:
+        if (project_root / name).is_dir():
+            shutil.copytree(project_root / name, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    if params_overrides:
+        import yaml
+
+        params = yaml.safe_load((dest / "params.yaml").read_text())
+        for dotted, value in params_overrides.items():
+            node = params
+            *parents, last = dotted.split(".")
+            for key in parents:
+                node = node[key]
+            node[last] = value
+        (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    (dest / ".gitignore").write_text("/data/\n/models/\n__pycache__/\n")
+    sh(["git", "init", "-q", "-b", "main"], dest)
+    sh([sys.executable, "-m", "dvc", "init", "-q"], dest)
+    sh([sys.executable, "-m", "dvc", "config", "core.analytics", "false"], dest)
+    sh(["git", "add", "-A"], dest)
+    sh(["git", "commit", "-qm", "pipeline copy"], dest)
+    return dest
+
+
+def dvc(dest: Path, *args: str, timeout: int = 900) -> str:
+    """Run `dvc <args>` in `dest` with this venv's tools on PATH."""
+    return sh([sys.executable, "-m", "dvc", *args], dest, timeout=timeout)
