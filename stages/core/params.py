@@ -13,6 +13,7 @@ from typing import Literal
 
 import yaml
 
+from stages.core.runner import RunnerParams
 from stages.core.typed_config import ParamsError, build
 
 __all__ = ["ParamsError", "Params", "load_params"]
@@ -82,6 +83,7 @@ class Params:
     data: DataParams = field(default_factory=DataParams)
     synth: SynthParams = field(default_factory=SynthParams)
     ingest: IngestParams = field(default_factory=IngestParams)
+    runner: RunnerParams = field(default_factory=RunnerParams)
     remote: RemoteParams = field(default_factory=RemoteParams)
     # -- later stages add their block field above this line (one line each) --
 
