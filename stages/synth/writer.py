@@ -1,0 +1,163 @@
+"""Write simulated videos in the ReVOS layout (JPEGImages/, mask_dict*.json, meta_expressions_*_.json)."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from PIL import Image
+from pycocotools import mask as mask_utils
+
+from stages.core.io import derive_seed, write_json
+from stages.core.lineage import write_lineage
+from stages.core.params import SynthParams, SynthScale
+from stages.core.report import StageReport
+from stages.core.runner import RunnerParams, map_ordered
+from stages.synth.expressions import Facts, generate_expressions
+from stages.synth.render import background, render_frame
+from stages.synth.scene import simulate_video
+
+log = logging.getLogger(__name__)
+SPLITS = ("train", "valid")
+TYPE_NAMES = {0: "referring", 1: "reasoning", 2: "no_target"}
+
+
+def encode_rle(mask: np.ndarray) -> dict | None:
+    """COCO compressed RLE with `counts` as str; None for an empty mask (ReVOS: object absent)."""
+    if not mask.any():
+        return None
+    rle = mask_utils.encode(np.asfortranarray(mask, dtype=np.uint8))
+    return {"size": [int(v) for v in rle["size"]], "counts": rle["counts"].decode("ascii")}
+
+
+def frame_names(rng: np.random.Generator, n_frames: int, gap_prob: float) -> list[str]:
+    """Sorted 5-digit names with gaps: numbers skip ahead with probability `gap_prob` (ReVOS does)."""
+    number = int(rng.integers(0, 4))
+    names = []
+    for _ in range(n_frames):
+        names.append(f"{number:05d}")
+        number += 1 + (int(rng.integers(1, 6)) if rng.random() < gap_prob else 0)
+    return names
+
+
+def _write_video(out_dir: Path, key: str, seed: int, scale: SynthScale, anno_start: int) -> tuple[dict, dict, dict]:
+    """Simulate, render and write one video; return its meta entry, mask_dict items and foreground entry."""
+    rng = np.random.default_rng(seed)
+    video = simulate_video(rng, scale)
+    names = frame_names(rng, video.n_frames, scale.frame_gap_prob)
+    bg = background(video)
+    folder = out_dir / "JPEGImages" / key
+    folder.mkdir(parents=True, exist_ok=True)
+    n_obj = len(video.objects)
+    visible_area = np.zeros((video.n_frames, n_obj), dtype=np.int64)
+    rles: list[list[dict | None]] = [[] for _ in range(n_obj)]
+    for t, name in enumerate(names):
+        image, visible = render_frame(video, bg, t)
+        buffer = io.BytesIO()
+        Image.fromarray(image).save(buffer, format="JPEG", quality=scale.jpeg_quality)
+        (folder / f"{name}.jpg").write_bytes(buffer.getvalue())
+        for obj_id, m in visible.items():
+            visible_area[t, obj_id] = int(m.sum())
+            rles[obj_id].append(encode_rle(m))
+    expressions = generate_expressions(video, Facts(visible_area), rng)
+    anno_of = {obj.obj_id: anno_start + obj.obj_id for obj in video.objects}
+    meta_exprs = {
+        str(i): {"exp": e.text, "obj_id": list(e.obj_ids), "anno_id": [anno_of[o] for o in e.obj_ids],
+                 "type_id": e.type_id}
+        for i, e in enumerate(expressions)
+    }
+    meta = {"vid_id": key.rsplit("/", 1)[-1], "height": video.height, "width": video.width, "frames": names,
+            "expressions": meta_exprs}
+    mask_items = {str(anno_of[obj_id]): rles[obj_id] for obj_id in range(n_obj)}
+    used = sorted({o for e in expressions for o in e.obj_ids})
+    fg_rles, fg_ratio = [], []
+    for t in range(video.n_frames):
+        frame_rles = [rles[o][t] for o in used if rles[o][t] is not None]
+        if frame_rles:
+            merged = mask_utils.merge([_bytes_rle(r) for r in frame_rles], intersect=False)
+            area = float(mask_utils.area(merged))
+            fg_rles.append({"size": [int(v) for v in merged["size"]], "counts": merged["counts"].decode("ascii")})
+        else:
+            empty = mask_utils.encode(np.zeros((video.height, video.width), dtype=np.uint8, order="F"))
+            area = 0.0
+            fg_rles.append({"size": [int(v) for v in empty["size"]], "counts": empty["counts"].decode("ascii")})
+        fg_ratio.append(round(area / (video.height * video.width), 6))
+    return meta, mask_items, {"masks_rle": fg_rles, "foreground_ratio": fg_ratio}
+
+
+def _write_video_task(task: tuple) -> tuple[dict, dict, dict]:
+    return _write_video(*task)
+
+
+def _bytes_rle(rle: dict) -> dict:
+    return {"size": rle["size"], "counts": rle["counts"].encode("ascii")}
+
+
+def generate_synthetic(params: SynthParams, out_dir: Path, runner: RunnerParams | None = None) -> StageReport:
+    """Generate the synthetic dataset into `out_dir` (rewritten whole) and return its counts.
+
+    Args:
+        params: the `synth` params block (seed, size preset, source name).
+        out_dir: the dataset root to write, in the ReVOS layout.
+        runner: where the per-video work runs (default: in-process). Output bytes do not depend on it:
+            each video's seed and anno_id range come from its key and position, not from run order.
+    """
+    out_dir = Path(out_dir)
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    out_dir.mkdir(parents=True)
+    scale = params.scale
+    meta: dict[str, dict] = {split: {} for split in SPLITS}
+    mask_dict: dict[str, list] = {}
+    foreground: dict[str, dict] = {}
+    jobs = [(split, i) for split in SPLITS
+            for i in range(scale.n_videos_train if split == "train" else scale.n_videos_valid)]
+    keys = [f"{params.source}/{split}/v{i:04d}" for split, i in jobs]
+    # anno_ids: a fixed block of max_objects ids per video, so ids do not depend on processing order
+    tasks = [(out_dir, key, derive_seed(params.seed, "synth", key), scale, 1 + n * scale.max_objects)
+             for n, key in enumerate(keys)]
+    results = map_ordered(_write_video_task, tasks, runner or RunnerParams(kind="serial"), desc="synth videos")
+    for (split, _), key, (entry, masks, fg) in zip(jobs, keys, results, strict=True):
+        meta[split][key] = entry
+        mask_dict.update(masks)
+        foreground[key] = fg
+    for split in SPLITS:
+        write_json(out_dir / f"meta_expressions_{split}_.json", {"videos": meta[split]})
+    _write_compact_json(out_dir / "mask_dict.json", mask_dict)
+    _write_compact_json(out_dir / "mask_dict_foreground.json", foreground)
+    counts = _counts(meta)
+    write_lineage(out_dir, "synth", params, seed=params.seed, counts=counts, code_modules=["stages.synth"])
+    table = pd.DataFrame(
+        [{"split": split, "type": TYPE_NAMES[e["type_id"]], "instances": _instances(e)}
+         for split in SPLITS for v in meta[split].values() for e in v["expressions"].values()]
+    ).value_counts().rename("expressions").reset_index().sort_values(["split", "type", "instances"])
+    log.info("synth: %s", counts)
+    return StageReport("synth", metrics=counts, tables={"expressions per split, type and instances": table})
+
+
+def _instances(expression: dict) -> str:
+    n = len(expression["anno_id"])
+    return "none" if n == 0 else "single" if n == 1 else "multi"
+
+
+def _counts(meta: dict[str, dict]) -> dict[str, int]:
+    counts: Counter[str] = Counter()
+    for split, videos in meta.items():
+        counts[f"{split}.videos"] += len(videos)
+        for video in videos.values():
+            counts[f"{split}.frames"] += len(video["frames"])
+            for e in video["expressions"].values():
+                counts[f"{split}.expressions"] += 1
+                counts[f"{split}.{TYPE_NAMES[e['type_id']]}.{_instances(e)}"] += 1
+    return dict(sorted(counts.items()))
+
+
+def _write_compact_json(path: Path, obj: dict) -> None:
+    # mask_dict files are large: no indentation, but sorted keys so the bytes are deterministic
+    path.write_text(json.dumps(obj, sort_keys=True, separators=(",", ":")))
