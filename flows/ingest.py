@@ -1,0 +1,24 @@
+"""Flow `dvc-ingest`: validate and index a ReVOS-layout root."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import flow
+
+from flows.common import run_stage
+from stages.core.params import load_params
+from stages.ingest import ingest
+
+
+@flow(name="dvc-ingest")
+def ingest_flow(params_path: str = "params.yaml") -> dict:
+    """Index `data.root` into `data.index_dir` and write metrics/ingest.json."""
+    params = load_params(params_path)
+    report = run_stage("ingest", ingest, params.ingest, Path(params.data.root), Path(params.data.index_dir),
+                       params.runner)
+    report.write_metrics(Path("metrics/ingest.json"))
+    return report.metrics
+
+
+run = ingest_flow

@@ -1,0 +1,104 @@
+"""Validation of ReVOS items; each problem names the file, the item and what is wrong.
+
+`Problems` either raises at the first problem (`ingest.strict: true`) or collects quarantine rows and
+lets the rest of the data proceed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from PIL import Image, UnidentifiedImageError
+
+
+class IngestError(ValueError):
+    """Bad input in strict mode: the message names the file / video / expression / frame and the problem."""
+
+
+@dataclass
+class Problems:
+    """Problem sink: raise (strict) or record for the quarantine table."""
+
+    strict: bool
+    rows: list[dict[str, str]] = field(default_factory=list)
+
+    def add(self, kind: str, item: str, file: Path | str, reason: str) -> None:
+        """Report one bad item. Raises IngestError in strict mode."""
+        if self.strict:
+            raise IngestError(f"{file}: {kind} {item!r}: {reason}")
+        self.rows.append({"stage": "ingest", "kind": kind, "item": item, "file": str(file), "reason": reason})
+
+
+def check_frame_names(frames: Any) -> str | None:
+    """The reason a video's `frames` list is unusable, or None."""
+    if not isinstance(frames, list) or not frames:
+        return "frames must be a non-empty list of frame names"
+    if not all(isinstance(f, str) for f in frames):
+        return "frame names must be strings"
+    if len(set(frames)) != len(frames):
+        dup = sorted({f for f in frames if frames.count(f) > 1})[:3]
+        return f"duplicate frame names {dup}"
+    if frames != sorted(frames):
+        first = next(i for i in range(1, len(frames)) if frames[i] < frames[i - 1])
+        return f"frame names not sorted ({frames[first - 1]!r} before {frames[first]!r})"
+    return None
+
+
+def check_size(video: dict) -> str | None:
+    """The reason height/width are unusable, or None."""
+    for key in ("height", "width"):
+        value = video.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            return f"{key} must be a positive integer, got {value!r}"
+    return None
+
+
+def check_expression(expression: Any) -> str | None:
+    """The reason an expression entry is unusable (text, type_id, obj_id/anno_id), or None."""
+    if not isinstance(expression, dict):
+        return "expression entry is not an object"
+    text = expression.get("exp")
+    if not isinstance(text, str):
+        return f"expression text must be a string, got {type(text).__name__}"
+    if not text.strip():
+        return "empty expression text"
+    type_id = expression.get("type_id")
+    if isinstance(type_id, bool) or type_id not in (0, 1, 2):
+        return f"type_id must be 0, 1 or 2, got {type_id!r}"
+    obj_ids, anno_ids = expression.get("obj_id"), expression.get("anno_id")
+    for name, ids in (("obj_id", obj_ids), ("anno_id", anno_ids)):
+        if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            return f"{name} must be a list of integers, got {ids!r}"
+    if len(obj_ids) != len(anno_ids):
+        return f"obj_id has {len(obj_ids)} entries but anno_id has {len(anno_ids)}"
+    if type_id == 2 and anno_ids:
+        return "no-target expression (type_id 2) with target ids"
+    if type_id != 2 and not anno_ids:
+        return f"type_id {type_id} expression without target ids"
+    if len(set(anno_ids)) != len(anno_ids):
+        return f"repeated anno_id in {anno_ids}"
+    return None
+
+
+def check_jpeg(path: Path, height: int, width: int, mode: str) -> str | None:
+    """The reason a frame file is unusable (missing, unreadable, truncated, wrong size), or None.
+
+    mode "header" reads only the header (fast); "decode" decodes the whole image, which catches
+    truncated files.
+    """
+    if not path.is_file():
+        return "frame file missing"
+    try:
+        with Image.open(path) as img:
+            size = img.size
+            if mode == "decode":
+                img.load()
+            else:
+                img.verify()
+    except (UnidentifiedImageError, OSError, SyntaxError) as err:
+        return f"unreadable or truncated JPEG: {err}"
+    if size != (width, height):
+        return f"JPEG is {size[0]}x{size[1]} but the video is {width}x{height}"
+    return None
