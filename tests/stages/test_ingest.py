@@ -58,7 +58,8 @@ def test_deterministic(root: Path, tmp_path: Path) -> None:
     for a, b in zip(first, second, strict=True):
         pd.testing.assert_frame_equal(a, b)
     for table in ("videos", "expressions", "tracks"):
-        assert (tmp_path / "one" / f"{table}.parquet").read_bytes() == (tmp_path / "two" / f"{table}.parquet").read_bytes()
+        name = f"{table}.parquet"
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
 
 
 def _meta(root: Path, split: str = "train") -> Path:
