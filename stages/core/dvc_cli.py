@@ -74,7 +74,8 @@ def exp_run(project_dir: Path, overrides: Mapping[str, object], targets: Sequenc
 def metrics_show(project_dir: Path) -> dict:
     """`dvc metrics show --json` for the workspace, as {file: {metric: value}}."""
     raw = json.loads(run_dvc(["metrics", "show", "--json"], project_dir, capture=True) or "{}")
-    workspace = raw.get("workspace", raw) if isinstance(raw, dict) else {}
+    # DVC 3 keys the workspace as "" (older releases: "workspace")
+    workspace = raw.get("", raw.get("workspace", {})) if isinstance(raw, dict) else {}
     data = workspace.get("data", {}) if isinstance(workspace, dict) else {}
     return {path: entry.get("data", {}) for path, entry in data.items() if isinstance(entry, dict)}
 
