@@ -72,6 +72,28 @@ class RemoteParams:
     url_env: str = "VRSFLOW_DVC_REMOTE"  # environment variable that, when set, overrides `url`
 
 
+@dataclass(frozen=True)
+class SampleParams:
+    sft_first_k: int = 5  # SFT candidates: the first k expressions of each training video (Veason-R1: 10)
+    sft_size: int = 0  # SFT pool size after the first-k rule; 0 = all (ReVOS: ~5.8K)
+    grpo_size: int = 24  # GRPO pool size (paper: 10K)
+    eval_size: int = 0  # evaluation pool size from the valid split; 0 = all
+    disjoint: bool = True  # no expression in two pools
+    include_no_target_train: bool = False  # Veason-R1 skips type 2 in training
+    include_no_target_eval: bool = True  # kept for evaluation (excluded from J&F aggregates there)
+    motion_strata: bool = False  # add a motion-heavy / static split to the strata
+    motion_threshold: float = 0.25  # target box-centre travel ÷ frame diagonal that counts as motion-heavy
+    difficulty_table: str = ""  # a difficulty scores parquet to stratify by level too; "" = off
+
+
+@dataclass(frozen=True)
+class KeyframesParams:
+    n_frames: int = 6  # N frames shown to the model (Veason-R1: 6)
+    top_k: int = 5  # keyframe drawn among the top-k frames by target area (Veason-R1: 5)
+    mode: Literal["topk_random", "max_area"] = "topk_random"  # max_area: RCoT-Seg's largest-area frame
+    train_size: int = 112  # frames resized to train_size² for training (paper: 560; small on CPU)
+
+
 # -- later stages add their block classes above this line --
 
 
@@ -85,6 +107,8 @@ class Params:
     ingest: IngestParams = field(default_factory=IngestParams)
     runner: RunnerParams = field(default_factory=RunnerParams)
     remote: RemoteParams = field(default_factory=RemoteParams)
+    sample: SampleParams = field(default_factory=SampleParams)
+    keyframes: KeyframesParams = field(default_factory=KeyframesParams)
     # -- later stages add their block field above this line (one line each) --
 
 

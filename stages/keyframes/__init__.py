@@ -1,0 +1,174 @@
+"""`keyframes` stage: per sample, the keyframe, N sampled frames and geometry at train resolution.
+
+Areas and boxes come from ingest's tracks table (computed on RLEs, no decoding). The union area of a
+multi-object target and the union masks need the RLEs of the sampled targets, read in one streaming
+pass over mask_dict.json (only the anno_ids of sampled expressions are kept). Only the keyframe mask of
+each object is ever decoded, for its KTG point. A target empty in every frame is quarantined.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from pycocotools import mask as mask_utils
+
+from schemas.index import QuarantineSchema, TracksSchema, VideosSchema
+from schemas.sample import POOLS, KeyframesSchema, SampleSchema
+from stages.core import revos, rle
+from stages.core.io import derive_seed, read_table, write_table
+from stages.core.lineage import write_lineage
+from stages.core.params import KeyframesParams
+from stages.core.report import StageReport
+from stages.core.runner import RunnerParams, map_ordered
+from stages.keyframes.frames import choose_keyframe, inscribed_circle_centre, sample_frames, scale_box
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Job:
+    sample: dict
+    video: dict
+    areas: np.ndarray  # (K, T) per-object areas
+    boxes: np.ndarray  # (K, T, 4) per-object boxes, NaN when absent
+    rles: list[list[dict | None]]  # K × T
+    params: KeyframesParams
+    seed: int
+
+
+def select_keyframes(params: KeyframesParams, seed: int, data_root: Path, index_dir: Path, sample_dir: Path,
+                     out_dir: Path, runner: RunnerParams | None = None) -> StageReport:
+    """Write `out_dir/{sft,grpo,eval}.parquet` (KeyframesSchema), `quarantine.parquet` and lineage.
+
+    Args:
+        params: the `keyframes` block.
+        seed: global seed; each sample's draws use derive_seed(seed, "keyframes", sample_id).
+        data_root: the ReVOS-layout root (for mask_dict.json).
+        index_dir: ingest's tables (videos, tracks).
+        sample_dir: the sample stage's pools.
+        out_dir: `data/keyframes`.
+        runner: where per-sample work runs.
+    """
+    data_root, index_dir, sample_dir, out_dir = map(Path, (data_root, index_dir, sample_dir, out_dir))
+    pools = {p: read_table(sample_dir / f"{p}.parquet", SampleSchema) for p in POOLS}
+    videos = read_table(index_dir / "videos.parquet", VideosSchema).set_index("video")
+    tracks = read_table(index_dir / "tracks.parquet", TracksSchema)
+    wanted = {int(a) for pool in pools.values() for ids in pool["anno_ids"] for a in ids}
+    rles = _read_rles(data_root, wanted)
+    geometry = _geometry(tracks[tracks["anno_id"].isin(wanted)], videos)
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    quarantine: list[dict] = []
+    counts: dict[str, int] = {}
+    for pool_name, pool in pools.items():
+        jobs = [_job(row, videos, geometry, rles, params, seed) for row in pool.to_dict("records")]
+        results = map_ordered(_process, jobs, runner or RunnerParams(kind="serial"), desc=f"keyframes {pool_name}")
+        rows = [r for r in results if "reason" not in r]
+        source = str(sample_dir / f"{pool_name}.parquet")
+        quarantine += [{"stage": "keyframes", "kind": "sample", "item": r["sample_id"], "file": source,
+                        "reason": r["reason"]} for r in results if "reason" in r]
+        table = pd.DataFrame(rows, columns=list(KeyframesSchema.to_schema().columns))
+        write_table(table, KeyframesSchema, out_dir / f"{pool_name}.parquet")
+        counts[pool_name] = len(table)
+    write_table(pd.DataFrame(quarantine, columns=list(QuarantineSchema.to_schema().columns)), QuarantineSchema,
+                out_dir / "quarantine.parquet")
+    counts["quarantined"] = len(quarantine)
+    write_lineage(out_dir, "keyframes", params, inputs={"index": index_dir, "sample": sample_dir}, seed=seed,
+                  counts=counts, code_modules=["stages.keyframes", "schemas.sample"])
+    reasons = pd.DataFrame(quarantine, columns=["item", "reason"]) if quarantine else pd.DataFrame(
+        columns=["item", "reason"])
+    return StageReport("keyframes", metrics=dict(sorted(counts.items())),
+                       tables={"quarantined samples": reasons[["item", "reason"]]})
+
+
+def _read_rles(root: Path, wanted: set[int]) -> dict[int, list[dict | None]]:
+    """RLEs of the wanted anno_ids, streamed from mask_dict.json (the rest is skipped)."""
+    found = {}
+    for key, masks in revos.iter_json_object(Path(root) / revos.MASK_DICT):
+        if key.isdigit() and int(key) in wanted:
+            found[int(key)] = masks
+    missing = wanted - set(found)
+    if missing:
+        raise ValueError(f"{root / revos.MASK_DICT}: anno_ids {sorted(missing)[:10]} missing (re-run ingest?)")
+    return found
+
+
+def _geometry(tracks: pd.DataFrame, videos: pd.DataFrame) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """anno_id → (areas (T,), boxes (T, 4)) from the tracks table."""
+    out = {}
+    for anno, rows in tracks.sort_values(["anno_id", "frame_idx"]).groupby("anno_id"):
+        out[int(anno)] = (rows["area"].to_numpy(), rows[["x1", "y1", "x2", "y2"]].to_numpy(dtype=float))
+    return out
+
+
+def _job(row: dict, videos: pd.DataFrame, geometry: dict, rles: dict, params: KeyframesParams, seed: int) -> _Job:
+    video = videos.loc[row["video"]].to_dict()
+    video["video"] = row["video"]
+    annos = [int(a) for a in row["anno_ids"]]
+    T = int(video["n_frames"])
+    areas = np.stack([geometry[a][0] for a in annos]) if annos else np.zeros((0, T))
+    boxes = np.stack([geometry[a][1] for a in annos]) if annos else np.zeros((0, T, 4))
+    row_seed = derive_seed(seed, "keyframes", row["sample_id"])
+    return _Job(row, video, areas, boxes, [rles[a] for a in annos], params, row_seed)
+
+
+def _process(job: _Job) -> dict:
+    """One sample → one KeyframesSchema row, or {"sample_id", "reason"} when it must be quarantined."""
+    sample, video, params = job.sample, job.video, job.params
+    H, W, T, S = int(video["height"]), int(video["width"]), int(video["n_frames"]), params.train_size
+    if not job.rles:
+        return {"sample_id": sample["sample_id"], "reason": "no target object (no-target expression)"} \
+            if sample["pool"] != "eval" else _no_target_row(job)
+    unions = [rle.union([obj[t] for obj in job.rles], H, W) for t in range(T)]
+    union_areas = np.asarray(mask_utils.area(unions), dtype=float).reshape(-1)
+    rng = np.random.default_rng(job.seed)
+    try:
+        key_idx, topk = choose_keyframe(union_areas, params.top_k, params.mode, rng)
+    except ValueError as err:
+        return {"sample_id": sample["sample_id"], "reason": str(err)}
+    indices = sample_frames(T, params.n_frames, key_idx)
+    area_scale = (S * S) / (H * W)
+    boxes = [[scale_box(job.boxes[k, t], W, H, S) for k in range(len(job.rles))] for t in indices]
+    areas = [[float(job.areas[k, t]) * area_scale for k in range(len(job.rles))] for t in indices]
+    points = []
+    for obj in job.rles:
+        centre = inscribed_circle_centre(rle.decode(obj[key_idx], H, W))
+        points.append(None if centre is None else [centre[0] * S / W, centre[1] * S / H])
+    zero = [int(t) for t in range(T) if union_areas[t] == 0]
+    option = "B" if zero and rng.random() < 0.5 else "A"  # AKS: valid vs zero-area keyframe, 1:1
+    aks_frame = int(rng.choice(zero)) if option == "B" else int(rng.choice(topk))
+    return {
+        **{k: sample[k] for k in SampleSchema.to_schema().columns},
+        "height": H, "width": W, "n_video_frames": T,
+        "frame_indices": indices, "frame_names": [video["frames"][t] for t in indices], "timestamps": indices,
+        "keyframe_pos": indices.index(key_idx), "keyframe_idx": key_idx, "keyframe_timestamp": key_idx,
+        "keyframe_mode": params.mode, "topk_indices": topk,
+        "boxes": boxes, "areas": areas, "union_areas": [float(union_areas[t]) * area_scale for t in indices],
+        "union_masks": [json.dumps(rle.to_json(unions[t]), sort_keys=True) for t in indices],
+        "ktg_points": points, "aks_valid": topk, "aks_invalid": zero, "aks_option": option,
+        "aks_frame_idx": aks_frame, "train_size": S, "seed": job.seed,
+    }
+
+
+def _no_target_row(job: _Job) -> dict:
+    """Evaluation keeps no-target expressions: frames sampled around the middle, no geometry."""
+    sample, video, params = job.sample, job.video, job.params
+    T, H, W = int(video["n_frames"]), int(video["height"]), int(video["width"])
+    key_idx = T // 2
+    indices = sample_frames(T, params.n_frames, key_idx)
+    empty = json.dumps(rle.to_json(rle.union([], H, W)), sort_keys=True)
+    return {
+        **{k: sample[k] for k in SampleSchema.to_schema().columns},
+        "height": H, "width": W, "n_video_frames": T,
+        "frame_indices": indices, "frame_names": [video["frames"][t] for t in indices], "timestamps": indices,
+        "keyframe_pos": indices.index(key_idx), "keyframe_idx": key_idx, "keyframe_timestamp": key_idx,
+        "keyframe_mode": params.mode, "topk_indices": [], "boxes": [[] for _ in indices],
+        "areas": [[] for _ in indices], "union_areas": [0.0 for _ in indices], "union_masks": [empty] * len(indices),
+        "ktg_points": [], "aks_valid": [], "aks_invalid": list(range(T)), "aks_option": "B",
+        "aks_frame_idx": key_idx, "train_size": params.train_size, "seed": job.seed,
+    }

@@ -1,0 +1,152 @@
+"""`sample` stage: the SFT-CoT, GRPO and evaluation pools, stratified and seeded.
+
+Strata: type (referring / reasoning [/ no_target]) × instances (single / multi [/ none]), optionally
+× motion (motion-heavy or not) and × difficulty level. Pools keep the source proportions with exact
+sizes (`stages.sample.stratify`). SFT follows Veason-R1: the first k expressions of every training
+video, then stratified down to `sft_size` if asked. GRPO draws from the rest of the training split
+(pools are disjoint unless `disjoint: false`). Evaluation is the valid split. No-target expressions
+stay out of the training pools by default and in evaluation.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from schemas.index import ExpressionsSchema, TracksSchema, VideosSchema  # noqa: E402
+from schemas.sample import DistributionSchema, SampleSchema  # noqa: E402
+from stages.core.ids import sample_id  # noqa: E402
+from stages.core.io import read_table, write_table  # noqa: E402
+from stages.core.lineage import write_lineage  # noqa: E402
+from stages.core.params import SampleParams  # noqa: E402
+from stages.core.report import StageReport  # noqa: E402
+from stages.sample.stratify import allocate, draw  # noqa: E402
+
+log = logging.getLogger(__name__)
+COLUMNS = list(SampleSchema.to_schema().columns)
+
+
+def sample_pools(params: SampleParams, seed: int, index_dir: Path, out_dir: Path) -> StageReport:
+    """Write `out_dir/{sft,grpo,eval}.parquet`, the distribution table and chart, and lineage.
+
+    Args:
+        params: the `sample` block.
+        seed: the global seed (the draw is ranked by a hash of seed, pool and expression id).
+        index_dir: ingest's tables.
+        out_dir: `data/sample`.
+    """
+    index_dir, out_dir = Path(index_dir), Path(out_dir)
+    expressions = read_table(index_dir / "expressions.parquet", ExpressionsSchema)
+    tracks = read_table(index_dir / "tracks.parquet", TracksSchema)
+    videos = read_table(index_dir / "videos.parquet", VideosSchema)
+    candidates = _annotate(expressions, tracks, videos, params)
+
+    train = candidates[candidates["split"] == "train"]
+    if not params.include_no_target_train:
+        train = train[train["type"] != "no_target"]
+    source_train = train["stratum"].value_counts().to_dict()
+
+    first_k = train[train["order_in_video"] < params.sft_first_k] if params.sft_first_k > 0 else train
+    sft = _stratified(first_k, params.sft_size, source_train, seed, "sft")
+    rest = train[~train["expression_id"].isin(sft["expression_id"])] if params.disjoint else train
+    grpo = _stratified(rest, params.grpo_size, source_train, seed, "grpo")
+
+    valid = candidates[candidates["split"] == "valid"]
+    if not params.include_no_target_eval:
+        valid = valid[valid["type"] != "no_target"]
+    eval_pool = _stratified(valid, params.eval_size, valid["stratum"].value_counts().to_dict(), seed, "eval")
+
+    pools = {"sft": sft, "grpo": grpo, "eval": eval_pool}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, pool in pools.items():
+        table = pool.assign(pool=name, sample_id=pool["expression_id"].map(sample_id))[COLUMNS]
+        write_table(table.sort_values("sample_id"), SampleSchema, out_dir / f"{name}.parquet")
+    distribution = _distribution(candidates, pools)
+    write_table(distribution, DistributionSchema, out_dir / "distribution.parquet")
+    _plot(distribution, out_dir / "distribution.png")
+    counts = {name: len(pool) for name, pool in pools.items()}
+    write_lineage(out_dir, "sample", params, inputs={"index": index_dir}, seed=seed, counts=counts,
+                  code_modules=["stages.sample", "schemas.sample"])
+    metrics: dict[str, float | int] = {f"{name}.total": n for name, n in counts.items()}
+    for row in distribution.itertuples(index=False):
+        metrics[f"{row.group}.{row.stratum}"] = int(row.count)
+    asked = {"sft": params.sft_size, "grpo": params.grpo_size, "eval": params.eval_size}
+    for name, n in counts.items():
+        if asked[name] > n:
+            log.warning("pool %s: asked for %d, only %d candidates", name, asked[name], n)
+            metrics[f"{name}.shortfall"] = asked[name] - n
+    return StageReport("sample", metrics=dict(sorted(metrics.items())), tables={"sampling distribution": distribution},
+                       markdown=f"Sampling distribution chart: `{(out_dir / 'distribution.png').as_posix()}`")
+
+
+def _annotate(expressions: pd.DataFrame, tracks: pd.DataFrame, videos: pd.DataFrame,
+              params: SampleParams) -> pd.DataFrame:
+    """Add order_in_video, motion, level and stratum columns."""
+    df = expressions.copy()
+    # ingest writes expressions in (video, natural exp_id) order: position = the Veason-R1 "first k"
+    df["order_in_video"] = df.groupby("video").cumcount()
+    df["motion"] = _motion(df, tracks, videos)
+    instances = np.select([df["n_instances"] == 0, df["n_instances"] == 1], ["none", "single"], "multi")
+    df["stratum"] = df["type"] + "/" + instances
+    if params.motion_strata:
+        df["stratum"] += np.where(df["motion"] >= params.motion_threshold, "/motion", "/static")
+    df["level"] = None
+    if params.difficulty_table:
+        levels = pd.read_parquet(params.difficulty_table, columns=["expression_id", "level"])
+        df = df.drop(columns="level").merge(levels, on="expression_id", how="left")
+        df["stratum"] += "/" + df["level"].fillna("unscored")
+    return df
+
+
+def _motion(expressions: pd.DataFrame, tracks: pd.DataFrame, videos: pd.DataFrame) -> pd.Series:
+    """Per expression: the largest travel of a target's box centre from its first visible position,
+    divided by the frame diagonal (0 for no-target)."""
+    present = tracks[tracks["area"] > 0].sort_values(["anno_id", "frame_idx"])
+    cx = (present["x1"] + present["x2"]) / 2
+    cy = (present["y1"] + present["y2"]) / 2
+    first_x = cx.groupby(present["anno_id"]).transform("first")
+    first_y = cy.groupby(present["anno_id"]).transform("first")
+    travel = np.hypot(cx - first_x, cy - first_y).groupby(present["anno_id"]).max()
+    diagonal = videos.set_index("video").eval("(height ** 2 + width ** 2) ** 0.5")
+    anno_video = present.groupby("anno_id")["video"].first()
+    per_anno = (travel / anno_video.map(diagonal)).to_dict()
+    return expressions["anno_ids"].map(lambda ids: max((per_anno.get(int(a), 0.0) for a in ids), default=0.0))
+
+
+def _stratified(candidates: pd.DataFrame, size: int, source: dict[str, int], seed: int, pool: str) -> pd.DataFrame:
+    """`size` rows (0 = all) keeping the source proportions; see stages.sample.stratify."""
+    if size <= 0 or size >= len(candidates):
+        return candidates
+    available = candidates["stratum"].value_counts().to_dict()
+    counts = allocate(size, source, available)
+    chosen = draw(list(candidates["expression_id"]), list(candidates["stratum"]), counts, seed, pool)
+    return candidates[candidates["expression_id"].isin(set(chosen))]
+
+
+def _distribution(candidates: pd.DataFrame, pools: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    groups = {f"source:{split}": candidates[candidates["split"] == split] for split in ("train", "valid")}
+    groups.update(pools)
+    rows = []
+    for group, df in groups.items():
+        total = max(len(df), 1)
+        for stratum, count in sorted(df["stratum"].value_counts().items()):
+            rows.append({"group": group, "stratum": stratum, "count": int(count), "fraction": count / total})
+    return pd.DataFrame(rows, columns=["group", "stratum", "count", "fraction"])
+
+
+def _plot(distribution: pd.DataFrame, path: Path) -> None:
+    pivot = distribution.pivot_table(index="stratum", columns="group", values="fraction", fill_value=0.0)
+    fig, ax = plt.subplots(figsize=(8, 4))
+    pivot.plot.bar(ax=ax)
+    ax.set_ylabel("fraction of group")
+    ax.set_title("Expressions per stratum: source splits and pools")
+    fig.tight_layout()
+    fig.savefig(path, dpi=80, metadata={"Software": None})  # no version/timestamp → stable bytes
+    plt.close(fig)
