@@ -53,7 +53,8 @@ def sample_pools(params: SampleParams, seed: int, index_dir: Path, out_dir: Path
         train = train[train["type"] != "no_target"]
     source_train = train["stratum"].value_counts().to_dict()
 
-    first_k = train[train["order_in_video"] < params.sft_first_k] if params.sft_first_k > 0 else train
+    # the first k *usable* expressions of each video (after excluding no-target ones)
+    first_k = train[train.groupby("video").cumcount() < params.sft_first_k] if params.sft_first_k > 0 else train
     sft = _stratified(first_k, params.sft_size, source_train, seed, "sft")
     rest = train[~train["expression_id"].isin(sft["expression_id"])] if params.disjoint else train
     grpo = _stratified(rest, params.grpo_size, source_train, seed, "grpo")
@@ -88,10 +89,8 @@ def sample_pools(params: SampleParams, seed: int, index_dir: Path, out_dir: Path
 
 def _annotate(expressions: pd.DataFrame, tracks: pd.DataFrame, videos: pd.DataFrame,
               params: SampleParams) -> pd.DataFrame:
-    """Add order_in_video, motion, level and stratum columns."""
-    df = expressions.copy()
-    # ingest writes expressions in (video, natural exp_id) order: position = the Veason-R1 "first k"
-    df["order_in_video"] = df.groupby("video").cumcount()
+    """Add motion, level and stratum columns."""
+    df = expressions.copy()  # ingest writes them in (video, natural exp_id) order, as "first k" needs
     df["motion"] = _motion(df, tracks, videos)
     instances = np.select([df["n_instances"] == 0, df["n_instances"] == 1], ["none", "single"], "multi")
     df["stratum"] = df["type"] + "/" + instances

@@ -167,4 +167,6 @@ def generate_expressions(video: SimVideo, facts: Facts, rng: np.random.Generator
                 seen.add(expression.text)
                 out.append(expression)
     out.extend(no_target(video, facts, rng))
-    return out
+    # ReVOS lists a video's expressions in no particular order; a fixed generator order would make the
+    # "first k per video" SFT rule pick one kind of expression only
+    return [out[i] for i in rng.permutation(len(out))]
