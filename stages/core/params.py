@@ -94,6 +94,53 @@ class KeyframesParams:
     train_size: int = 112  # frames resized to train_size² for training (paper: 560; small on CPU)
 
 
+@dataclass(frozen=True)
+class TeacherParams:
+    backend: Literal["template", "openai"] = "template"  # template: offline, from annotations
+    base_url: str = "https://ark.cn-beijing.volces.com/api/v3"  # any OpenAI-compatible endpoint
+    model: str = "doubao-1-5-thinking-vision-pro-250428"  # Seed1.5-VL on Volcengine Ark
+    api_key_env: str = "VRSFLOW_TEACHER_API_KEY"  # NAME of the env var holding the key (never the key)
+    api_key_required: bool = True  # false for local servers without auth
+    temperature: float = 0.7
+    max_tokens: int = 1024
+    concurrency: int = 32  # requests in flight
+    timeout_s: float = 120.0  # per request
+    max_retries: int = 5  # on 429, 5xx, timeouts, connection errors, malformed bodies
+    backoff_base_s: float = 1.0  # exponential backoff base (full jitter)
+    backoff_max_s: float = 60.0
+    rpm: int = 0  # requests per minute limit; 0 = none
+    price_in_per_m: float = 0.0  # USD per 1M prompt tokens, for the cost estimate
+    price_out_per_m: float = 0.0  # USD per 1M completion tokens
+    image_size: int = 448  # longest side of frames sent to the teacher, pixels
+
+
+@dataclass(frozen=True)
+class CotParams:
+    pools: tuple[str, ...] = ("sft",)  # pools that get reasoning traces
+    template_set: Literal["veason", "rcot_description", "rcot_aks", "rcot_ktg"] = "veason"
+    traces_per_sample: int = 1  # teacher calls per sample (different template draws / seeds)
+    cache_dir: str = "data/cot/cache"  # persistent response cache (DVC persist: true)
+
+
+@dataclass(frozen=True)
+class FilterParams:
+    min_chars: int = 120  # length bounds of a trace
+    max_chars: int = 4000
+    near_duplicate_ratio: float = 0.9  # difflib ratio at/above which a second trace of a sample is dropped
+    check_faithfulness: bool = True  # step-3 location words must agree with the ground-truth box
+
+
+@dataclass(frozen=True)
+class DifficultyParams:
+    backend: Literal["heuristic", "mllm"] = "heuristic"  # mllm: the teacher client rates (JSON output)
+    easy_below: float = 4.0  # D < easy_below → easy (VideoSeg-R1 uses two thresholds)
+    hard_from: float = 6.5  # D ≥ hard_from → hard
+    min_budget: int = 128  # reasoning-token budget L(D) at D = 1
+    max_budget: int = 768  # L(D) at D = 10 (linear in between, multiples of 16)
+    json_retries: int = 2  # extra MLLM calls when the rating JSON does not validate
+    cache_dir: str = "data/difficulty/cache"
+
+
 # -- later stages add their block classes above this line --
 
 
@@ -109,6 +156,10 @@ class Params:
     remote: RemoteParams = field(default_factory=RemoteParams)
     sample: SampleParams = field(default_factory=SampleParams)
     keyframes: KeyframesParams = field(default_factory=KeyframesParams)
+    teacher: TeacherParams = field(default_factory=TeacherParams)
+    cot: CotParams = field(default_factory=CotParams)
+    filter: FilterParams = field(default_factory=FilterParams)
+    difficulty: DifficultyParams = field(default_factory=DifficultyParams)
     # -- later stages add their block field above this line (one line each) --
 
 

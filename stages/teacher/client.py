@@ -1,0 +1,219 @@
+"""One client for every teacher / rater: OpenAI-compatible chat completions, or the offline template backend.
+
+- `openai` backend: any chat-completions endpoint through the `openai` package (Seed1.5-VL on
+  Volcengine Ark, OpenAI, a local vLLM or SGLang server). The API key is read from the environment
+  variable *named* in params and never logged or stored.
+- `template` backend: writes the answer from the annotations carried by the request (offline default);
+  it goes through the same cache and records, and is labelled as such.
+
+Engineering: bounded concurrency (asyncio semaphore), a requests-per-minute limit, a per-request
+timeout, retries with exponential backoff and full jitter on 429, 5xx, timeouts, connection errors and
+malformed bodies (honouring Retry-After), and the persistent response cache. A request that still
+fails is returned as a record with its error; it never raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import openai
+
+from stages.core.params import TeacherParams
+from stages.teacher.cache import ResponseCache
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """What to send. `key` identifies the answer (cache key); `context` feeds the template backend."""
+
+    key: str
+    messages: list[dict[str, Any]]
+    context: dict[str, Any] = field(default_factory=dict)
+    response_format: dict[str, Any] | None = None
+
+
+@dataclass
+class ChatResult:
+    """One request's outcome, as stored in the generations table."""
+
+    key: str
+    text: str = ""
+    finish_reason: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = 0.0
+    attempts: int = 0
+    error: str = ""
+    from_cache: bool = False
+
+    def record(self) -> dict[str, Any]:
+        """The JSON stored in the cache (everything but `from_cache`)."""
+        return {k: v for k, v in self.__dict__.items() if k != "from_cache"}
+
+
+class RetryableError(Exception):
+    """A failure worth retrying; `retry_after` in seconds when the server said so."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class RateLimiter:
+    """At most `rpm` request starts per minute (evenly spaced); rpm ≤ 0 = unlimited."""
+
+    def __init__(self, rpm: int) -> None:
+        self.interval = 60.0 / rpm if rpm > 0 else 0.0
+        self._next = 0.0
+        self._lock = asyncio.Lock()
+
+    async def wait(self) -> None:
+        if not self.interval:
+            return
+        async with self._lock:
+            now = time.monotonic()
+            delay = self._next - now
+            self._next = max(now, self._next) + self.interval
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+
+Sender = Callable[[ChatRequest], Awaitable[ChatResult]]
+
+
+class TeacherClient:
+    """Sends requests with caching, concurrency, rate limit and retries (see module docstring)."""
+
+    def __init__(self, params: TeacherParams, cache: ResponseCache,
+                 template_writer: Callable[[ChatRequest], str] | None = None) -> None:
+        self.params = params
+        self.cache = cache
+        self.template_writer = template_writer
+        self.sent = 0  # requests actually sent to the endpoint (not cache hits), retries included
+        self._openai: openai.AsyncOpenAI | None = None
+
+    def _client(self) -> openai.AsyncOpenAI:
+        if self._openai is None:
+            key = os.environ.get(self.params.api_key_env, "")
+            if not key and self.params.api_key_required:
+                raise RuntimeError(f"environment variable {self.params.api_key_env} (the API key) is not set")
+            # max_retries=0: our own policy below (jitter, Retry-After, garbage bodies) is the only retry
+            self._openai = openai.AsyncOpenAI(base_url=self.params.base_url, api_key=key or "EMPTY",
+                                              max_retries=0, timeout=self.params.timeout_s)
+        return self._openai
+
+    async def run_all(self, requests: Sequence[ChatRequest],
+                      on_done: Callable[[ChatResult], None] | None = None) -> list[ChatResult]:
+        """Complete every request (input order kept); cached answers are not sent again."""
+        semaphore = asyncio.Semaphore(max(1, self.params.concurrency))
+        limiter = RateLimiter(self.params.rpm)
+
+        async def one(request: ChatRequest) -> ChatResult:
+            cached = self.cache.get(request.key)
+            if cached is not None:
+                result = ChatResult(**cached, from_cache=True)
+            else:
+                async with semaphore:
+                    result = await self._with_retries(request, limiter)
+                if result.finish_reason:  # an answer arrived (even empty or truncated): paid for, keep it
+                    self.cache.put(request.key, result.record())
+            if on_done is not None:
+                on_done(result)
+            return result
+
+        try:
+            return list(await asyncio.gather(*(one(r) for r in requests)))
+        finally:
+            if self._openai is not None:
+                await self._openai.close()
+                self._openai = None
+
+    async def _with_retries(self, request: ChatRequest, limiter: RateLimiter) -> ChatResult:
+        p = self.params
+        start = time.monotonic()
+        error = ""
+        for attempt in range(1, p.max_retries + 2):
+            await limiter.wait()
+            try:
+                result = await self._send(request)
+                result.attempts = attempt
+                result.latency_s = round(time.monotonic() - start, 4)
+                return result
+            except RetryableError as err:
+                error = str(err)
+                if attempt > p.max_retries:
+                    break
+                backoff = min(p.backoff_max_s, p.backoff_base_s * 2 ** (attempt - 1))
+                delay = random.uniform(0, backoff)  # full jitter
+                if err.retry_after is not None:
+                    delay = max(delay, err.retry_after)
+                log.debug("request %s attempt %d failed (%s); retrying in %.2fs", request.key[:12], attempt, err, delay)
+                await asyncio.sleep(delay)
+        return ChatResult(key=request.key, attempts=p.max_retries + 1, error=error,
+                          latency_s=round(time.monotonic() - start, 4))
+
+    async def _send(self, request: ChatRequest) -> ChatResult:
+        if self.params.backend == "template":
+            if self.template_writer is None:
+                raise RuntimeError("template backend needs a template writer")
+            text = self.template_writer(request)
+            return ChatResult(key=request.key, text=text, finish_reason="stop",
+                              completion_tokens=len(text.split()))
+        self.sent += 1
+        kwargs: dict[str, Any] = {"model": self.params.model, "messages": request.messages,
+                                  "temperature": self.params.temperature, "max_tokens": self.params.max_tokens}
+        if request.response_format is not None:
+            kwargs["response_format"] = request.response_format
+        try:
+            response = await self._client().chat.completions.create(**kwargs)
+        except openai.RateLimitError as err:
+            raise RetryableError("429 rate limited", _retry_after(err)) from err
+        except openai.APIStatusError as err:
+            if err.status_code >= 500 or err.status_code == 408:
+                raise RetryableError(f"{err.status_code} server error", _retry_after(err)) from err
+            return ChatResult(key=request.key, error=f"{err.status_code}: {_short(err)}")
+        except openai.APITimeoutError as err:
+            raise RetryableError("timeout") from err
+        except openai.APIConnectionError as err:
+            raise RetryableError(f"connection error: {_short(err)}") from err
+        except (openai.APIResponseValidationError, ValueError) as err:
+            raise RetryableError(f"malformed response body: {_short(err)}") from err
+        return _parse(request.key, response)
+
+
+def _parse(key: str, response: Any) -> ChatResult:
+    choices = getattr(response, "choices", None)
+    if not choices:
+        raise RetryableError("malformed response body: no choices")
+    choice = choices[0]
+    text = (choice.message.content if choice.message is not None else None) or ""
+    usage = getattr(response, "usage", None)
+    result = ChatResult(key=key, text=text, finish_reason=choice.finish_reason or "",
+                        prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+                        completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0))
+    if not text.strip():
+        result.error = "empty response"
+    elif result.finish_reason == "length":
+        result.error = "truncated response (finish_reason=length)"
+    return result
+
+
+def _retry_after(err: openai.APIStatusError) -> float | None:
+    value = err.response.headers.get("retry-after") if err.response is not None else None
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _short(err: Exception) -> str:
+    return str(err).splitlines()[0][:200] if str(err) else type(err).__name__
