@@ -41,3 +41,24 @@ def track(items: Iterable[T], total: int | None = None, desc: str = "") -> Itera
             if _listeners and (done % step == 0 or done == total):
                 for listener in list(_listeners):
                     listener(desc, done, total)
+
+
+class ProgressReporter:
+    """Manual progress (for callbacks, e.g. async completions): `advance()` once per finished item."""
+
+    def __init__(self, total: int, desc: str = "") -> None:
+        self.total, self.desc, self.done = total, desc, 0
+        self._step = max(1, total // 50)
+        self._bar = tqdm(total=total or None, desc=desc, leave=False, mininterval=1.0)
+
+    def advance(self, n: int = 1) -> None:
+        """Record n more finished items."""
+        self.done += n
+        self._bar.update(n)
+        if _listeners and (self.done % self._step == 0 or self.done == self.total):
+            for listener in list(_listeners):
+                listener(self.desc, self.done, self.total)
+
+    def close(self) -> None:
+        """Close the terminal bar."""
+        self._bar.close()

@@ -1,0 +1,68 @@
+"""Tables of the `cot`, `filter` and `difficulty` stages."""
+
+from __future__ import annotations
+
+import pandera.pandas as pa
+from pandera.typing import Series
+
+from schemas.sample import POOLS
+
+LEVELS = ("easy", "medium", "hard")
+
+
+class GenerationsSchema(pa.DataFrameModel):
+    """One row per teacher request (`data/cot/generations.parquet`)."""
+
+    request_key: Series[str] = pa.Field(unique=True, str_length={"min_value": 64, "max_value": 64})
+    sample_id: Series[str]
+    pool: Series[str] = pa.Field(isin=POOLS)
+    trace_index: Series[int] = pa.Field(ge=0)
+    template_set: Series[str]
+    template_id: Series[str]
+    teacher: Series[str] = pa.Field(description="model name, or template-teacher-v1 for the offline backend")
+    backend: Series[str] = pa.Field(isin=["template", "openai"])
+    keyframe_timestamp: Series[int] = pa.Field(ge=0)
+    text: Series[str]
+    finish_reason: Series[str]
+    prompt_tokens: Series[int] = pa.Field(ge=0)
+    completion_tokens: Series[int] = pa.Field(ge=0)
+    latency_s: Series[float] = pa.Field(ge=0)
+    attempts: Series[int] = pa.Field(ge=0)
+    error: Series[str]
+
+    class Config:
+        strict = True
+        coerce = True
+
+
+class AcceptedSchema(GenerationsSchema):
+    """A trace that passed every filter rule, with the training response built from it."""
+
+    response: Series[str] = pa.Field(str_startswith="<think>")
+
+
+class RejectedSchema(GenerationsSchema):
+    """A trace that failed a filter rule (the first that failed)."""
+
+    reason: Series[str] = pa.Field(str_length={"min_value": 1})
+
+
+class DifficultySchema(pa.DataFrameModel):
+    """VideoSeg-R1's five ratings, their mean D, the level and the reasoning-token budget L(D)."""
+
+    sample_id: Series[str] = pa.Field(unique=True)
+    pool: Series[str] = pa.Field(isin=POOLS)
+    expression_id: Series[str]
+    scene_complexity: Series[int] = pa.Field(ge=1, le=10)
+    segmentation_challenge: Series[int] = pa.Field(ge=1, le=10)
+    temporal_ambiguity: Series[int] = pa.Field(ge=1, le=10)
+    motion_complexity: Series[int] = pa.Field(ge=1, le=10)
+    linguistic_ambiguity: Series[int] = pa.Field(ge=1, le=10)
+    difficulty: Series[float] = pa.Field(ge=1, le=10)
+    level: Series[str] = pa.Field(isin=LEVELS)
+    token_budget: Series[int] = pa.Field(gt=0)
+    backend: Series[str] = pa.Field(isin=["heuristic", "mllm"])
+
+    class Config:
+        strict = True
+        coerce = True

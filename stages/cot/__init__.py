@@ -1,0 +1,169 @@
+"""`cot` stage: the teacher writes three-step reasoning for every sample of the CoT pools.
+
+Per sample (and trace index) one of the set's three templates is drawn with a seed derived from the
+sample id, and recorded. The request carries the sampled frames (resized for the teacher, targets
+marked with red rectangles) with their timestamps, the expression and the chosen keyframe timestamp.
+Every answer is cached by a key hashing everything that determines it, so reruns and resumed runs send
+nothing twice; a failed request is recorded with its error and the stage goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import io
+import logging
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from PIL import Image, ImageDraw
+
+from schemas.cot import GenerationsSchema
+from schemas.sample import KeyframesSchema
+from stages.core import revos
+from stages.core.io import derive_seed, read_table, write_table
+from stages.core.lineage import write_lineage
+from stages.core.params import CotParams, TeacherParams
+from stages.core.progress import ProgressReporter
+from stages.core.report import StageReport
+from stages.teacher.cache import ResponseCache, request_key
+from stages.teacher.client import ChatRequest, ChatResult, TeacherClient
+from stages.teacher.prompts import cot_template_ids, render_cot_prompt, timestamp_tag
+from stages.teacher.template_teacher import TEACHER_NAME, template_writer
+
+log = logging.getLogger(__name__)
+
+
+def generate_cot(teacher: TeacherParams, params: CotParams, seed: int, data_root: Path, keyframes_dir: Path,
+                 out_dir: Path) -> StageReport:
+    """Write `out_dir/generations.parquet` (one row per request) and lineage; responses live in the cache.
+
+    Args:
+        teacher: client settings (backend, endpoint, model, key env var name, limits).
+        params: the `cot` block (pools, template set, traces per sample, cache folder).
+        seed: global seed (template draws use derive_seed(seed, "cot", sample_id, trace_index)).
+        data_root: ReVOS-layout root holding the JPEG frames.
+        keyframes_dir: the keyframes stage's tables.
+        out_dir: `data/cot`.
+    """
+    samples = pd.concat([read_table(Path(keyframes_dir) / f"{pool}.parquet", KeyframesSchema) for pool in params.pools],
+                        ignore_index=True)
+    template_ids = cot_template_ids(params.template_set)
+    teacher_name = TEACHER_NAME if teacher.backend == "template" else teacher.model
+    requests, rows = [], []
+    for sample in samples.to_dict("records"):
+        for trace_index in range(params.traces_per_sample):
+            rng = np.random.default_rng(derive_seed(seed, "cot", sample["sample_id"], trace_index))
+            template_id = template_ids[int(rng.integers(len(template_ids)))]
+            request = build_request(sample, template_id, trace_index, teacher, Path(data_root), rng)
+            requests.append(request)
+            rows.append({"request_key": request.key, "sample_id": sample["sample_id"], "pool": sample["pool"],
+                         "trace_index": trace_index, "template_set": params.template_set, "template_id": template_id,
+                         "teacher": teacher_name, "backend": teacher.backend,
+                         "keyframe_timestamp": int(sample["keyframe_timestamp"])})
+    cache = ResponseCache(Path(params.cache_dir))
+    client = TeacherClient(teacher, cache, template_writer)
+    progress = ProgressReporter(len(requests), desc="cot requests")
+    try:
+        results = asyncio.run(client.run_all(requests, on_done=lambda _: progress.advance()))
+    finally:
+        progress.close()
+    table = pd.DataFrame([{**row, **_result_columns(result)} for row, result in zip(rows, results, strict=True)],
+                         columns=list(GenerationsSchema.to_schema().columns))
+    write_table(table, GenerationsSchema, Path(out_dir) / "generations.parquet")
+    report = _report(table, results, client.sent, teacher)
+    write_lineage(Path(out_dir), "cot", {"teacher": _public(teacher), "cot": params}, seed=seed,
+                  inputs={"keyframes": Path(keyframes_dir)}, counts={"requests": len(table)},
+                  code_modules=["stages.cot", "stages.teacher"],
+                  extra={"teacher": teacher_name, "template_counts": dict(Counter(table["template_id"]))})
+    return report
+
+
+def _public(teacher: TeacherParams) -> dict:
+    """Teacher params for lineage: the key's env var NAME is fine to record, never its value."""
+    from stages.core.typed_config import to_dict
+
+    return to_dict(teacher)
+
+
+def build_request(sample: dict, template_id: str, trace_index: int, teacher: TeacherParams, data_root: Path,
+                  rng: np.random.Generator) -> ChatRequest:
+    """The chat request of one sample: interleaved timestamp + marked frame, then the instruction."""
+    timestamps = [int(t) for t in sample["timestamps"]]
+    instruction = render_cot_prompt(template_id, expression=sample["text"], n_frames=len(timestamps),
+                                    keyframe_timestamp=int(sample["keyframe_timestamp"]),
+                                    candidate_timestamp=int(sample["aks_frame_idx"]))
+    context = {"expression": sample["text"], "timestamps": timestamps,
+               "keyframe_timestamp": int(sample["keyframe_timestamp"]), "train_size": int(sample["train_size"]),
+               "boxes": _lists(sample["boxes"]), "union_areas": [float(a) for a in sample["union_areas"]],
+               "n_instances": int(sample["n_instances"])}
+    identity: dict[str, Any] = {"backend": teacher.backend, "template_id": template_id, "instruction": instruction,
+                                "trace_index": trace_index}
+    if teacher.backend == "template":
+        identity.update(teacher=TEACHER_NAME, context=context)
+        messages = [{"role": "user", "content": instruction}]
+    else:
+        content: list[dict] = []
+        digests = []
+        for t, name, boxes in zip(timestamps, sample["frame_names"], sample["boxes"], strict=True):
+            jpeg = marked_frame(revos.frame_path(data_root, sample["video"], name), _lists(boxes),
+                                int(sample["train_size"]), teacher.image_size)
+            digests.append(hashlib.sha256(jpeg).hexdigest())
+            url = "data:image/jpeg;base64," + base64.b64encode(jpeg).decode("ascii")
+            content += [{"type": "text", "text": timestamp_tag(t)}, {"type": "image_url", "image_url": {"url": url}}]
+        content.append({"type": "text", "text": instruction})
+        messages = [{"role": "user", "content": content}]
+        identity.update(model=teacher.model, temperature=teacher.temperature, max_tokens=teacher.max_tokens,
+                        images=digests)
+    return ChatRequest(key=request_key(identity), messages=messages, context=context)
+
+
+def marked_frame(path: Path, boxes: list, train_size: int, image_size: int) -> bytes:
+    """The frame resized so its longest side is `image_size`, targets in red rectangles, as JPEG bytes."""
+    with Image.open(path) as img:
+        img = img.convert("RGB")
+        scale = image_size / max(img.size)
+        size = (max(1, round(img.width * scale)), max(1, round(img.height * scale)))
+        img = img.resize(size)
+    draw = ImageDraw.Draw(img)
+    sx, sy = img.width / train_size, img.height / train_size
+    for box in boxes:
+        if box is not None:
+            draw.rectangle([box[0] * sx, box[1] * sy, box[2] * sx - 1, box[3] * sy - 1], outline=(255, 0, 0),
+                           width=max(2, img.width // 150))
+    buffer = io.BytesIO()
+    img.save(buffer, format="JPEG", quality=90)
+    return buffer.getvalue()
+
+
+def _lists(value: Any) -> Any:
+    """Nested numpy arrays from parquet → plain lists (None kept)."""
+    if value is None:
+        return None
+    if isinstance(value, np.ndarray | list | tuple):
+        return [_lists(v) for v in value]
+    return float(value) if isinstance(value, np.floating | float) else value
+
+
+def _result_columns(result: ChatResult) -> dict:
+    return {"text": result.text, "finish_reason": result.finish_reason, "prompt_tokens": result.prompt_tokens,
+            "completion_tokens": result.completion_tokens, "latency_s": result.latency_s,
+            "attempts": result.attempts, "error": result.error}
+
+
+def _report(table: pd.DataFrame, results: list[ChatResult], sent: int, teacher: TeacherParams) -> StageReport:
+    prompt_tokens = int(table["prompt_tokens"].sum())
+    completion_tokens = int(table["completion_tokens"].sum())
+    cost = prompt_tokens / 1e6 * teacher.price_in_per_m + completion_tokens / 1e6 * teacher.price_out_per_m
+    metrics = {"requests": len(table), "errors": int((table["error"] != "").sum()),
+               "from_cache": sum(r.from_cache for r in results), "sent": sent,
+               "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+               "estimated_cost_usd": round(cost, 4)}
+    templates = table.groupby("template_id").size().rename("requests").reset_index()
+    errors = table[table["error"] != ""].groupby("error").size().rename("requests").reset_index()
+    log.info("cot: %s", metrics)
+    return StageReport("cot", metrics=metrics, tables={"template choices": templates, "errors": errors})

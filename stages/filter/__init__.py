@@ -1,0 +1,112 @@
+"""`filter` stage: keep only good reasoning traces, with a reason for every rejection.
+
+Rules are applied in a fixed order and the first failing rule is the recorded reason
+(`stages.filter.rules`). An accepted trace becomes the training response
+`<think>trace</think><answer>{"keyframe_timestamp": t, "bbox_2d_list": [[x1, y1, x2, y2], …]}</answer>`
+with the ground-truth boxes at the keyframe (train resolution, integers; objects absent at the
+keyframe are left out).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pandas as pd
+
+from schemas.cot import AcceptedSchema, GenerationsSchema, RejectedSchema
+from schemas.sample import KeyframesSchema
+from stages.core.io import read_table, write_table
+from stages.core.lineage import write_lineage
+from stages.core.params import FilterParams
+from stages.core.report import StageReport
+from stages.filter import rules
+
+log = logging.getLogger(__name__)
+
+
+def answer_json(keyframe_timestamp: int, boxes: list) -> str:
+    """The answer JSON of the training response (boxes rounded to integer pixels)."""
+    present = [[int(round(v)) for v in box] for box in boxes if box is not None]
+    return json.dumps({"keyframe_timestamp": int(keyframe_timestamp), "bbox_2d_list": present})
+
+
+def build_response(trace: str, keyframe_timestamp: int, boxes: list) -> str:
+    """`<think>…</think><answer>{…}</answer>`."""
+    return f"<think>{trace.strip()}</think><answer>{answer_json(keyframe_timestamp, boxes)}</answer>"
+
+
+def judge(row: dict, sample: dict, accepted_texts: list[str], params: FilterParams) -> str | None:
+    """The first rule the trace fails, or None when it passes all of them."""
+    text = row["text"]
+    if row["error"]:
+        return f"request_error: {row['error'][:80]}"
+    aks = row["template_set"] == "rcot_aks"
+    checks = [
+        lambda: rules.length_within(text, params.min_chars, params.max_chars),
+        lambda: rules.no_refusal(text),
+        lambda: rules.three_steps(text),
+        lambda: None if aks else rules.keyframe_named(text, int(sample["keyframe_timestamp"]),
+                                                      [int(t) for t in sample["timestamps"]]),
+        lambda: rules.no_markings(text),
+        lambda: rules.aks_option_matches(text, sample["aks_option"]) if aks else None,
+        lambda: rules.location_faithful(text, _key_boxes(sample), float(sample["train_size"]))
+        if params.check_faithfulness and not aks else None,
+        lambda: rules.not_near_duplicate(text, accepted_texts, params.near_duplicate_ratio),
+    ]
+    for check in checks:
+        reason = check()
+        if reason:
+            return reason
+    return None
+
+
+def _key_boxes(sample: dict) -> list:
+    position = int(sample["keyframe_pos"])
+    return [None if b is None else [float(v) for v in b] for b in sample["boxes"][position]]
+
+
+def filter_traces(params: FilterParams, cot_dir: Path, keyframes_dir: Path, out_dir: Path) -> StageReport:
+    """Split `cot_dir/generations.parquet` into `out_dir/{accepted,rejected}.parquet`.
+
+    Args:
+        params: the `filter` block.
+        cot_dir: the cot stage's folder.
+        keyframes_dir: keyframes tables (ground truth: keyframe, timestamps, boxes, AKS option).
+        out_dir: where accepted/rejected tables and lineage go (`data/filter`).
+    """
+    generations = read_table(Path(cot_dir) / "generations.parquet", GenerationsSchema)
+    pools = sorted(set(generations["pool"]))
+    samples = pd.concat([read_table(Path(keyframes_dir) / f"{p}.parquet", KeyframesSchema) for p in pools])
+    by_id = {row["sample_id"]: row for row in samples.to_dict("records")}
+    accepted, rejected = [], []
+    kept_texts: dict[str, list[str]] = {}
+    for row in generations.sort_values(["sample_id", "trace_index"]).to_dict("records"):
+        sample = by_id[row["sample_id"]]
+        reason = judge(row, sample, kept_texts.get(row["sample_id"], []), params)
+        if reason:
+            rejected.append({**row, "reason": reason})
+            continue
+        kept_texts.setdefault(row["sample_id"], []).append(row["text"])
+        accepted.append({**row, "response": build_response(row["text"], int(sample["keyframe_timestamp"]),
+                                                           _key_boxes(sample))})
+    out_dir = Path(out_dir)
+    accepted_df = pd.DataFrame(accepted, columns=list(AcceptedSchema.to_schema().columns))
+    rejected_df = pd.DataFrame(rejected, columns=list(RejectedSchema.to_schema().columns))
+    write_table(accepted_df, AcceptedSchema, out_dir / "accepted.parquet")
+    write_table(rejected_df, RejectedSchema, out_dir / "rejected.parquet")
+    reasons = (rejected_df.assign(rule=rejected_df["reason"].str.split(":").str[0]).groupby("rule").size()
+               .rename("traces").reset_index()) if len(rejected_df) else pd.DataFrame(columns=["rule", "traces"])
+    metrics: dict[str, float | int] = {"accepted": len(accepted_df), "rejected": len(rejected_df),
+                                       "acceptance_rate": round(len(accepted_df) / max(len(generations), 1), 4)}
+    metrics.update({f"rejected.{r.rule}": int(r.traces) for r in reasons.itertuples(index=False)})
+    write_lineage(out_dir, "filter", params, inputs={"cot": Path(cot_dir), "keyframes": Path(keyframes_dir)},
+                  counts={"accepted": len(accepted_df), "rejected": len(rejected_df)},
+                  code_modules=["stages.filter"],
+                  extra={"accepted_per_template": dict(accepted_df["template_id"].value_counts().sort_index())})
+    log.info("filter: %s", metrics)
+    return StageReport("filter", metrics=dict(sorted(metrics.items())), tables={"rejections per rule": reasons})
+
+
+__all__ = ["answer_json", "build_response", "filter_traces", "judge"]
