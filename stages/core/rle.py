@@ -7,6 +7,7 @@ right/bottom edges: `x2 = x + w` of `toBbox`'s [x, y, w, h]).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -58,11 +59,23 @@ def areas_and_boxes(rles: Sequence[dict | None]) -> tuple[np.ndarray, np.ndarray
     return areas, boxes
 
 
+@functools.lru_cache(maxsize=64)
+def _empty(height: int, width: int) -> tuple[tuple[int, int], bytes]:
+    rle = mask_utils.encode(np.zeros((height, width), dtype=np.uint8, order="F"))
+    return (int(rle["size"][0]), int(rle["size"][1])), rle["counts"]
+
+
+def empty(height: int, width: int) -> dict:
+    """The RLE of an all-empty mask (encoded once per size)."""
+    size, counts = _empty(height, width)
+    return {"size": list(size), "counts": counts}
+
+
 def union(rles: Sequence[dict | None], height: int, width: int) -> dict:
     """The union of RLEs (None skipped) as a pycocotools RLE; an empty RLE when none is present."""
     present = [to_coco(r) for r in rles if r is not None]
     if not present:
-        return mask_utils.encode(np.zeros((height, width), dtype=np.uint8, order="F"))
+        return empty(height, width)
     if len(present) == 1:
         return present[0]
     return mask_utils.merge(present, intersect=False)

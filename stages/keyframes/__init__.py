@@ -56,7 +56,7 @@ def select_keyframes(params: KeyframesParams, seed: int, data_root: Path, index_
     """
     data_root, index_dir, sample_dir, out_dir = map(Path, (data_root, index_dir, sample_dir, out_dir))
     pools = {p: read_table(sample_dir / f"{p}.parquet", SampleSchema) for p in POOLS}
-    videos = read_table(index_dir / "videos.parquet", VideosSchema).set_index("video")
+    videos = read_table(index_dir / "videos.parquet", VideosSchema).set_index("video", drop=False).to_dict("index")
     tracks = read_table(index_dir / "tracks.parquet", TracksSchema)
     wanted = {int(a) for pool in pools.values() for ids in pool["anno_ids"] for a in ids}
     rles = _read_rles(data_root, wanted)
@@ -106,9 +106,8 @@ def _geometry(tracks: pd.DataFrame, videos: pd.DataFrame) -> dict[int, tuple[np.
     return out
 
 
-def _job(row: dict, videos: pd.DataFrame, geometry: dict, rles: dict, params: KeyframesParams, seed: int) -> _Job:
-    video = videos.loc[row["video"]].to_dict()
-    video["video"] = row["video"]
+def _job(row: dict, videos: dict, geometry: dict, rles: dict, params: KeyframesParams, seed: int) -> _Job:
+    video = videos[row["video"]]
     annos = [int(a) for a in row["anno_ids"]]
     T = int(video["n_frames"])
     areas = np.stack([geometry[a][0] for a in annos]) if annos else np.zeros((0, T))
@@ -124,14 +123,18 @@ def _process(job: _Job) -> dict:
     if not job.rles:
         return {"sample_id": sample["sample_id"], "reason": "no target object (no-target expression)"} \
             if sample["pool"] != "eval" else _no_target_row(job)
-    unions = [rle.union([obj[t] for obj in job.rles], H, W) for t in range(T)]
-    union_areas = np.asarray(mask_utils.area(unions), dtype=float).reshape(-1)
+    if len(job.rles) == 1:  # the tracks' areas are already the union's; no RLE work per frame
+        union_areas = job.areas[0].astype(float)
+    else:
+        union_areas = np.asarray([mask_utils.area(rle.union([obj[t] for obj in job.rles], H, W))
+                                  for t in range(T)], dtype=float)
     rng = np.random.default_rng(job.seed)
     try:
         key_idx, topk = choose_keyframe(union_areas, params.top_k, params.mode, rng)
     except ValueError as err:
         return {"sample_id": sample["sample_id"], "reason": str(err)}
     indices = sample_frames(T, params.n_frames, key_idx)
+    unions = {t: rle.union([obj[t] for obj in job.rles], H, W) for t in indices}
     area_scale = (S * S) / (H * W)
     boxes = [[scale_box(job.boxes[k, t], W, H, S) for k in range(len(job.rles))] for t in indices]
     areas = [[float(job.areas[k, t]) * area_scale for k in range(len(job.rles))] for t in indices]

@@ -79,9 +79,13 @@ def inscribed_circle_centre(mask: np.ndarray) -> tuple[float, float] | None:
     It is the pixel farthest from the background (Euclidean distance transform); ties go to the
     first such pixel in row-major order. None for an empty mask.
     """
-    if not mask.any():
+    rows, cols = np.flatnonzero(mask.any(axis=1)), np.flatnonzero(mask.any(axis=0))
+    if rows.size == 0:
         return None
-    # pad so that the image border counts as background
-    distance = ndimage.distance_transform_edt(np.pad(mask, 1))[1:-1, 1:-1]
+    # the transform only needs the mask's bounding box (much smaller than a 720p frame); padding makes
+    # the box border and the image border count as background
+    y0, x0 = rows[0], cols[0]
+    crop = mask[y0:rows[-1] + 1, x0:cols[-1] + 1]
+    distance = ndimage.distance_transform_edt(np.pad(crop, 1))[1:-1, 1:-1]
     y, x = np.unravel_index(int(np.argmax(distance)), distance.shape)
-    return float(x) + 0.5, float(y) + 0.5
+    return float(x + x0) + 0.5, float(y + y0) + 0.5
