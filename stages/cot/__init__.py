@@ -101,8 +101,8 @@ def build_request(sample: dict, template_id: str, trace_index: int, teacher: Tea
                "keyframe_timestamp": int(sample["keyframe_timestamp"]), "train_size": int(sample["train_size"]),
                "boxes": _lists(sample["boxes"]), "union_areas": [float(a) for a in sample["union_areas"]],
                "n_instances": int(sample["n_instances"])}
-    identity: dict[str, Any] = {"backend": teacher.backend, "template_id": template_id, "instruction": instruction,
-                                "trace_index": trace_index}
+    identity: dict[str, Any] = {"sample_id": sample["sample_id"], "backend": teacher.backend,
+                                "template_id": template_id, "instruction": instruction, "trace_index": trace_index}
     if teacher.backend == "template":
         identity.update(teacher=TEACHER_NAME, context=context)
         messages = [{"role": "user", "content": instruction}]

@@ -1,0 +1,145 @@
+"""The cot stage end to end: template backend offline, openai backend against a local server, resume
+after the process is killed, the API key never written anywhere, the template-choice distribution."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from stages.core.params import CotParams, IngestParams, KeyframesParams, SampleParams, TeacherParams
+from stages.core.runner import RunnerParams
+from stages.cot import generate_cot
+from stages.ingest import ingest
+from stages.keyframes import select_keyframes
+from stages.sample import sample_pools
+from stages.teacher.cache import ResponseCache
+from tests.fake_openai import FakeOpenAI
+from tests.revos_factory import simple_video, write_root
+
+SECRET = "sk-test-0123456789abcdefSECRETSECRET"
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("cot")
+    write_root(base / "root", [simple_video(f"S/train/v{i}", n_frames=7) for i in range(6)]
+               + [simple_video("S/valid/w", split="valid")])
+    ingest(IngestParams(), base / "root", base / "index", RunnerParams(kind="serial"))
+    sample_pools(SampleParams(sft_first_k=2, grpo_size=4), 0, base / "index", base / "sample")
+    select_keyframes(KeyframesParams(train_size=112), 0, base / "root", base / "index", base / "sample",
+                     base / "keyframes")
+    return base
+
+
+def openai_params(server: FakeOpenAI, **kw: object) -> TeacherParams:
+    return replace(TeacherParams(backend="openai", base_url=server.base_url, model="fake-vlm",
+                                 api_key_env="VRSFLOW_TEST_KEY", concurrency=4, timeout_s=5.0, max_retries=2,
+                                 backoff_base_s=0.01, image_size=64, price_in_per_m=1.0, price_out_per_m=2.0), **kw)
+
+
+def test_template_backend_offline(data: Path, tmp_path: Path) -> None:
+    report = generate_cot(TeacherParams(), CotParams(cache_dir=str(tmp_path / "cache")), 0, data / "root",
+                          data / "keyframes", tmp_path / "out")
+    table = pd.read_parquet(tmp_path / "out" / "generations.parquet")
+    assert len(table) == report.metrics["requests"] == len(pd.read_parquet(data / "keyframes" / "sft.parquet"))
+    assert set(table["backend"]) == {"template"} and set(table["teacher"]) == {"template-teacher-v1"}
+    assert table["text"].str.contains("Step 3:").all() and (table["error"] == "").all()
+    lineage = json.loads((tmp_path / "out" / "lineage.json").read_text())
+    assert sum(lineage["extra"]["template_counts"].values()) == len(table)
+
+
+def test_openai_backend_and_secret_never_written(data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setenv("VRSFLOW_TEST_KEY", SECRET)
+    caplog.set_level(logging.DEBUG)
+    with FakeOpenAI(faults=["500"]) as server:
+        report = generate_cot(openai_params(server), CotParams(cache_dir=str(tmp_path / "cache")), 0,
+                              data / "root", data / "keyframes", tmp_path / "out")
+    assert f"Bearer {SECRET}" in server.auth_headers  # the key was used …
+    table = pd.read_parquet(tmp_path / "out" / "generations.parquet")
+    assert (table["attempts"] == 2).all() and (table["teacher"] == "fake-vlm").all()
+    assert report.metrics["prompt_tokens"] == 100 * len(table)
+    assert report.metrics["estimated_cost_usd"] == pytest.approx(
+        (100 * len(table) * 1.0 + table["completion_tokens"].sum() * 2.0) / 1e6, abs=1e-4)
+    for path in tmp_path.rglob("*"):  # … and appears in no output file, cache entry, lineage or log
+        if path.is_file():
+            assert SECRET.encode() not in path.read_bytes(), path
+    assert SECRET not in caplog.text
+    assert "VRSFLOW_TEST_KEY" in (tmp_path / "out" / "lineage.json").read_text()  # the NAME is recorded
+
+
+def test_images_are_data_urls_with_timestamps(data: Path) -> None:
+    from stages.cot import build_request
+
+    sample = pd.read_parquet(data / "keyframes" / "sft.parquet").iloc[0].to_dict()
+    import numpy as np
+
+    request = build_request(sample, "veason/v1/style_a", 0, TeacherParams(backend="openai", image_size=64),
+                            data / "root", np.random.default_rng(0))
+    content = request.messages[0]["content"]
+    assert [c["type"] for c in content[:2]] == ["text", "image_url"]
+    assert content[0]["text"] == f"<{int(sample['timestamps'][0])}s>"
+    assert content[1]["image_url"]["url"].startswith("data:image/jpeg;base64,")
+    assert f"Keyframe: {int(sample['keyframe_timestamp'])}s" in content[-1]["text"]
+
+
+def test_template_choice_is_uniform_and_recorded(data: Path, tmp_path: Path) -> None:
+    params = CotParams(cache_dir=str(tmp_path / "cache"), traces_per_sample=60)
+    generate_cot(TeacherParams(), params, 0, data / "root", data / "keyframes", tmp_path / "out")
+    counts = Counter(pd.read_parquet(tmp_path / "out" / "generations.parquet")["template_id"])
+    assert set(counts) == {"veason/v1/style_a", "veason/v1/style_b", "veason/v1/style_c"}
+    n = sum(counts.values())
+    chi2 = sum((c - n / 3) ** 2 / (n / 3) for c in counts.values())
+    assert chi2 < 13.8  # p ≈ 0.001, 2 degrees of freedom
+    again = tmp_path / "again"
+    generate_cot(TeacherParams(), replace(params, cache_dir=str(tmp_path / "cache2")), 0, data / "root",
+                 data / "keyframes", again)
+    pd.testing.assert_frame_equal(pd.read_parquet(again / "generations.parquet"),
+                                  pd.read_parquet(tmp_path / "out" / "generations.parquet"))
+
+
+RUN_STAGE = """
+import sys
+from pathlib import Path
+from stages.core.params import CotParams, TeacherParams
+from stages.cot import generate_cot
+base, url, cache, out = sys.argv[1:5]
+teacher = TeacherParams(backend="openai", base_url=url, model="fake-vlm", api_key_env="VRSFLOW_TEST_KEY",
+                        concurrency=2, timeout_s=10.0, max_retries=0)
+generate_cot(teacher, CotParams(cache_dir=cache, traces_per_sample=5), 0, Path(base) / "root",
+             Path(base) / "keyframes", Path(out))
+"""
+
+
+def test_resume_after_kill_sends_nothing_twice(data: Path, tmp_path: Path) -> None:
+    cache_dir, out = tmp_path / "cache", tmp_path / "out"
+    env = {**os.environ, "VRSFLOW_TEST_KEY": SECRET, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    with FakeOpenAI(latency=0.15) as server:
+        args = [sys.executable, "-c", RUN_STAGE, str(data), server.base_url, str(cache_dir), str(out)]
+        proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while len(ResponseCache(cache_dir)) < 6 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.kill()
+        proc.wait()
+        stored = {p: p.read_bytes() for p in cache_dir.rglob("*.json")}
+        assert len(stored) >= 6 and not (out / "generations.parquet").exists()
+        subprocess.run(args, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+    table = pd.read_parquet(out / "generations.parquet")
+    samples = len(pd.read_parquet(data / "keyframes" / "sft.parquet"))
+    assert len(table) == 5 * samples and (table["error"] == "").all()
+    # nothing already stored was lost or asked for again …
+    assert all(p.read_bytes() == content for p, content in stored.items())
+    successes = sum(server.successes(key) for key in server.attempts)
+    # … only the answers in flight when the process died (at most `concurrency` = 2) were paid twice
+    assert len(table) <= successes <= len(table) + 2

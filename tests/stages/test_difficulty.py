@@ -1,0 +1,84 @@
+"""Difficulty: JSON validation of MLLM ratings, levels, budgets, the heuristic and the mllm backend."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from stages.core.params import DifficultyParams, IngestParams, KeyframesParams, SampleParams, TeacherParams
+from stages.core.runner import RunnerParams
+from stages.difficulty import level_of, parse_ratings, score_difficulty, token_budget
+from stages.ingest import ingest
+from stages.keyframes import select_keyframes
+from stages.sample import sample_pools
+from tests.fake_openai import FakeOpenAI
+from tests.revos_factory import simple_video, write_root
+
+VALID = ('{"scene_complexity": 3, "segmentation_challenge": 5, "temporal_ambiguity": 2, '
+         '"motion_complexity": 4, "linguistic_ambiguity": 10}')
+
+
+@pytest.mark.parametrize(("text", "ok"), [
+    (VALID, True),
+    ("Here you go:\n" + VALID + "\nThanks", True),
+    (VALID.replace("10", "11"), False),
+    (VALID.replace("10", "0"), False),
+    (VALID.replace("10", "7.5"), False),
+    (VALID.replace("10", '"7"'), False),
+    (VALID.replace("10", "true"), False),
+    (VALID.replace('"linguistic_ambiguity": 10', '"language": 10'), False),
+    (VALID.replace("}", ', "extra": 1}'), False),
+    ("no json at all", False),
+    ("{broken", False),
+])
+def test_rating_json_validation(text: str, ok: bool) -> None:
+    assert (parse_ratings(text) is not None) == ok
+
+
+def test_levels_and_budgets() -> None:
+    params = DifficultyParams(easy_below=4.0, hard_from=6.5, min_budget=128, max_budget=768)
+    assert [level_of(d, params) for d in (1.0, 3.99, 4.0, 6.49, 6.5, 10.0)] == \
+        ["easy", "easy", "medium", "medium", "hard", "hard"]
+    assert token_budget(1.0, params) == 128 and token_budget(10.0, params) == 768
+    assert token_budget(5.5, params) == 448 and token_budget(5.5, params) % 16 == 0
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("difficulty")
+    write_root(base / "root", [simple_video(f"S/train/v{i}", n_frames=6) for i in range(3)]
+               + [simple_video("S/valid/w", split="valid")])
+    ingest(IngestParams(), base / "root", base / "index", RunnerParams(kind="serial"))
+    sample_pools(SampleParams(sft_first_k=1, grpo_size=2), 0, base / "index", base / "sample")
+    select_keyframes(KeyframesParams(), 0, base / "root", base / "index", base / "sample", base / "keyframes")
+    return base
+
+
+def test_heuristic_backend(data: Path, tmp_path: Path) -> None:
+    report = score_difficulty(DifficultyParams(), TeacherParams(), data / "root", data / "index",
+                              data / "keyframes", tmp_path)
+    scores = pd.read_parquet(tmp_path / "scores.parquet")
+    assert len(scores) == report.metrics["samples"] > 0
+    multi = scores[scores["expression_id"].str.endswith("#1")]
+    single = scores[scores["expression_id"].str.endswith("#0")]
+    # "both boxes" (reasoning, two targets, one absent in a frame) is rated harder than "the left box"
+    assert multi["temporal_ambiguity"].mean() > single["temporal_ambiguity"].mean()
+    assert multi["linguistic_ambiguity"].mean() > single["linguistic_ambiguity"].mean()
+
+
+def test_mllm_backend_retries_invalid_json(data: Path, tmp_path: Path) -> None:
+    teacher = TeacherParams(backend="openai", model="fake", api_key_required=False, max_retries=0)
+    params = DifficultyParams(backend="mllm", json_retries=1, cache_dir=str(tmp_path / "cache"))
+    with FakeOpenAI(reply="I think it is hard.") as bad:
+        report = score_difficulty(params, replace(teacher, base_url=bad.base_url), data / "root", data / "index",
+                                  data / "keyframes", tmp_path / "bad")
+    assert report.metrics["mllm_fallbacks"] == report.metrics["samples"]
+    assert bad.total_requests == 2 * report.metrics["samples"]  # first try + one retry each
+    with FakeOpenAI(reply=VALID) as good:
+        score_difficulty(replace(params, cache_dir=str(tmp_path / "cache2")), replace(teacher, base_url=good.base_url),
+                         data / "root", data / "index", data / "keyframes", tmp_path / "good")
+    scores = pd.read_parquet(tmp_path / "good" / "scores.parquet")
+    assert (scores["backend"] == "mllm").all() and (scores["difficulty"] == 4.8).all()
