@@ -64,6 +64,8 @@ class FakeOpenAI:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as real endpoints: no new connection per request
+
             def log_message(self, *args: object) -> None:  # keep test output clean
                 return
 
@@ -124,3 +126,22 @@ def _completion(text: str) -> dict:
         "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 100, "completion_tokens": max(1, len(text.split())), "total_tokens": 100},
     }
+
+
+def main() -> None:
+    """Serve until killed: `python -m tests.fake_openai --latency 0.25` prints the base URL first."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--latency", type=float, default=0.0)
+    args = parser.parse_args()
+    server = FakeOpenAI(latency=args.latency)
+    with server:
+        sys.stdout.write(server.base_url + "\n")
+        sys.stdout.flush()
+        threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()
