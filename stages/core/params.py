@@ -141,6 +141,31 @@ class DifficultyParams:
     cache_dir: str = "data/difficulty/cache"
 
 
+@dataclass(frozen=True)
+class TinyModelsParams:
+    seed: int = 0
+    out_dir: str = "models/tiny"  # qwen25vl/ and sam2/ are written below it
+    vocab_size: int = 1024  # toy byte-level BPE (a small vocabulary keeps GRPO log-probs cheap on CPU)
+    hidden_size: int = 128  # text hidden size (head_dim = hidden_size / num_heads)
+    num_layers: int = 2
+    num_heads: int = 4
+    max_image_side: int = 112  # processor's longest_edge in pixels (28-pixel multiples)
+    sam2_image_size: int = 256  # SAM2 input resolution of the micro model
+
+
+@dataclass(frozen=True)
+class ModelParams:
+    path: str = "models/tiny/qwen25vl"  # local Qwen2.5-VL checkpoint folder (config, weights, processor)
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bf16 on GPU, fp32 on CPU
+
+
+@dataclass(frozen=True)
+class Sam2Params:
+    checkpoint: str = "models/tiny/sam2/model.pt"  # {"model": state_dict}, as the official sam2.1_hiera_*.pt
+    config: str = "models/tiny/sam2/config.yaml"  # a sam2 package config name or a vrsflow config file
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+
+
 # -- later stages add their block classes above this line --
 
 
@@ -160,6 +185,9 @@ class Params:
     cot: CotParams = field(default_factory=CotParams)
     filter: FilterParams = field(default_factory=FilterParams)
     difficulty: DifficultyParams = field(default_factory=DifficultyParams)
+    tiny_models: TinyModelsParams = field(default_factory=TinyModelsParams)
+    model: ModelParams = field(default_factory=ModelParams)
+    sam2: Sam2Params = field(default_factory=Sam2Params)
     # -- later stages add their block field above this line (one line each) --
 
 

@@ -1,0 +1,42 @@
+"""Models: build the tiny random Qwen2.5-VL and SAM2 (the `tiny_models` stage), load any local checkpoint."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+
+from stages.core.lineage import write_lineage
+from stages.core.params import TinyModelsParams
+from stages.core.report import StageReport
+from stages.models.tiny_qwen import build_tiny_qwen
+from stages.models.tiny_sam2 import build_tiny_sam2
+
+log = logging.getLogger(__name__)
+
+
+def build_tiny_models(params: TinyModelsParams, out_dir: Path) -> StageReport:
+    """Write models/tiny/qwen25vl (HF format) and models/tiny/sam2 (checkpoint + config)."""
+    out_dir = Path(out_dir)
+    n_qwen = build_tiny_qwen(params, out_dir / "qwen25vl")
+    checkpoint, _ = build_tiny_sam2(out_dir / "sam2", params.sam2_image_size, params.seed)
+    n_sam2 = sum(v.numel() for v in torch.load(checkpoint, weights_only=True)["model"].values())
+    counts = {"qwen25vl_parameters": n_qwen, "sam2_parameters": n_sam2}
+    write_lineage(out_dir, "tiny_models", params, seed=params.seed, counts=counts, code_modules=["stages.models"])
+    log.info("tiny models: %s", counts)
+    return StageReport("tiny_models", metrics=counts)
+
+
+def load_vlm(path: str | Path, dtype: str = "auto", device: str | None = None):
+    """(model, processor) from a local Qwen2.5-VL folder, offline. bf16 on GPU and fp32 on CPU by default."""
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(
+        dtype, torch.bfloat16 if device == "cuda" else torch.float32)
+    if not (Path(path) / "config.json").is_file():
+        raise FileNotFoundError(f"{path}: no config.json — not a model folder (model.path in params.yaml)")
+    processor = AutoProcessor.from_pretrained(path, local_files_only=True)
+    model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch_dtype, local_files_only=True).to(device)
+    return model, processor

@@ -1,0 +1,39 @@
+"""A micro SAM2 (hiera-t shrunk by Hydra overrides) with random weights, saved as a checkpoint file
+({"model": state_dict}, the official format) plus a vrsflow config file naming the base config and
+overrides, so `stages.segment.load_video_predictor` loads it exactly like a real checkpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import yaml
+
+BASE_CONFIG = "configs/sam2.1/sam2.1_hiera_t.yaml"
+# d_model stays 256 (prompt encoder / mask decoder width); a global-attention block must not be the
+# first block of a stage (verified recipe).
+MICRO_OVERRIDES = [
+    "++model.image_encoder.trunk.embed_dim=16",
+    "++model.image_encoder.trunk.num_heads=1",
+    "++model.image_encoder.trunk.stages=[1,1,2,1]",
+    "++model.image_encoder.trunk.global_att_blocks=[3]",
+    "++model.image_encoder.neck.backbone_channel_list=[128,64,32,16]",
+    "++model.memory_attention.num_layers=1",
+    "++model.memory_attention.layer.dim_feedforward=256",
+    "++model.memory_encoder.fuser.num_layers=1",
+    "++model.num_maskmem=3",
+]
+
+
+def build_tiny_sam2(out_dir: Path, image_size: int, seed: int) -> tuple[Path, Path]:
+    """Write `model.pt` and `config.yaml` into out_dir; returns their paths."""
+    from sam2.build_sam import build_sam2
+
+    overrides = [f"++model.image_size={image_size}", *MICRO_OVERRIDES]
+    torch.manual_seed(seed)
+    model = build_sam2(BASE_CONFIG, ckpt_path=None, device="cpu", hydra_overrides_extra=overrides)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    checkpoint, config = out_dir / "model.pt", out_dir / "config.yaml"
+    torch.save({"model": model.state_dict()}, checkpoint)
+    config.write_text(yaml.safe_dump({"base": BASE_CONFIG, "overrides": overrides}, sort_keys=False))
+    return checkpoint, config
