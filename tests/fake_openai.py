@@ -18,6 +18,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
+class _Server(ThreadingHTTPServer):
+    # socketserver's default listen backlog is 5: 32 clients connecting at once would see refused
+    # connections (and retries) that a real endpoint would not cause
+    request_queue_size = 256
+
+
 class FakeOpenAI:
     """Start with `with FakeOpenAI(...) as server:`; `server.base_url` ends in /v1."""
 
@@ -30,7 +36,7 @@ class FakeOpenAI:
         self.in_flight = 0
         self.max_in_flight = 0
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server = _Server(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 

@@ -166,6 +166,14 @@ class Sam2Params:
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
 
 
+@dataclass(frozen=True)
+class ShardParams:
+    samples_per_shard: int = 256  # WebDataset samples per tar
+    jpeg_quality: int = 95  # frames re-encoded at train size
+    export_sharegpt: bool = True  # LLaMA-Factory ShareGPT JSON + images (SFT)
+    export_verl: bool = True  # verl parquet (GRPO, eval)
+
+
 # -- later stages add their block classes above this line --
 
 
@@ -188,6 +196,7 @@ class Params:
     tiny_models: TinyModelsParams = field(default_factory=TinyModelsParams)
     model: ModelParams = field(default_factory=ModelParams)
     sam2: Sam2Params = field(default_factory=Sam2Params)
+    shard: ShardParams = field(default_factory=ShardParams)
     # -- later stages add their block field above this line (one line each) --
 
 
