@@ -3,7 +3,7 @@
 Figure of merit: achieved requests/s ÷ (concurrency ÷ latency) — the ideal for a server that answers
 every request after exactly `latency` seconds (target ≥ 0.9 at concurrency 32). A rerun must send 0.
 
-    python bench/bench_teacher.py [--requests 640] [--latency 0.25] [--concurrency 32]
+    python bench/bench_teacher.py [--requests 1280] [--latency 0.25] [--concurrency 32]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from stages.teacher.client import ChatRequest, TeacherClient  # noqa: E402
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--requests", type=int, default=640)
+    parser.add_argument("--requests", type=int, default=1280)
     parser.add_argument("--latency", type=float, default=0.25)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--out", type=Path, default=Path("bench/out/teacher.json"))

@@ -4,6 +4,7 @@
     vrsflow lineage PATH                        print the chain from an output back to the raw data
     vrsflow serve [--project DIR]               serve the pipeline deployment for Prefect UI runs
     vrsflow remote [--params params.yaml]       set the DVC remote from params / environment
+    vrsflow evaluate --pred DIR --data ROOT     score VISA-layout predictions against a ReVOS root
 """
 
 from __future__ import annotations
@@ -58,6 +59,27 @@ def _remote(args: argparse.Namespace) -> int:
     return 0
 
 
+def _evaluate(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from stages.core.io import write_json
+    from stages.evaluate.scorer import score_predictions
+
+    try:
+        summary, table = score_predictions(Path(args.pred), Path(args.data), args.split)
+    except (FileNotFoundError, ValueError) as err:
+        sys.stderr.write(f"{err}\n")
+        return 1
+    if args.out:
+        write_json(Path(args.out), summary)
+    if args.table:
+        Path(args.table).parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(args.table, index=False)
+    sys.stdout.write(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (sub-commands register here)."""
     parser = argparse.ArgumentParser(
@@ -83,6 +105,15 @@ def build_parser() -> argparse.ArgumentParser:
     remote = sub.add_parser("remote", help="configure the DVC remote from params.yaml / environment")
     remote.add_argument("--params", default="params.yaml")
     remote.set_defaults(func=_remote)
+
+    evaluate = sub.add_parser("evaluate", help="score a VISA-layout predictions folder (<video>/<exp_id>/<frame>.png) "
+                                               "against a ReVOS-layout root, as VISA's evaluator does")
+    evaluate.add_argument("--pred", required=True, help="predictions folder in VISA's layout (0/255 PNGs)")
+    evaluate.add_argument("--data", required=True, help="ReVOS-layout root (meta_expressions_*_.json, mask_dict*.json)")
+    evaluate.add_argument("--split", default="valid", choices=["valid", "train"], help="meta file scored")
+    evaluate.add_argument("--out", default="", help="write the metrics JSON here too")
+    evaluate.add_argument("--table", default="", help="write the per-expression scores as CSV here")
+    evaluate.set_defaults(func=_evaluate)
     return parser
 
 

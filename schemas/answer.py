@@ -1,25 +1,32 @@
 """The model's answer format and the ground truth that scores it (docs/contracts.md).
 
 Answer: `<think>…</think>` then `<answer>{"keyframe_timestamp": t, "bbox_2d_list": [[x1, y1, x2, y2], …]}</answer>`.
-Parsing is strict and safe: no eval, bounded input and box counts, numbers only; anything else is
-`None` (the reward's defined failure), never an exception.
+Optional answer keys for the RCoT-Seg / VideoSeg-R1 rewards: `point_2d_list` ([[x, y], …], one per box),
+`negative_point_2d_list` ([[x, y], …]) and `option` ("A" | "B", RCoT-Seg's AKS judgment). Any other key
+makes the answer malformed.
 
-Ground truth: what GRPO / eval shards and verl parquet carry per sample, as JSON.
+Parsing is strict and safe: no eval, bounded input length, JSON length and box counts, finite numbers
+only; anything else is `None` (the reward's defined failure), never an exception.
+
+Ground truth: what GRPO / eval shards and verl parquet carry per sample, as JSON. A malformed ground
+truth raises `ValueError` — it is a data bug, not a model error.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-MAX_TEXT = 20_000  # characters of a completion looked at; longer outputs are cut (bounded parsing cost)
-MAX_BOXES = 32
-MAX_ANSWER_JSON = 4_000
-THINK_ANSWER_RE = re.compile(r"\A\s*<think>(?P<think>.*?)</think>\s*<answer>(?P<answer>.*?)</answer>\s*\Z", re.S)
-ANSWER_RE = re.compile(r"<answer>(?P<answer>.*?)</answer>", re.S)
+MAX_TEXT = 20_000  # characters; a longer completion is malformed (max response 1024 tokens ≈ 5K chars)
+MAX_BOXES = 32  # boxes (and points) in one answer; more is malformed
+MAX_ANSWER_JSON = 4_000  # characters of the answer JSON
+ANSWER_KEYS = frozenset({"keyframe_timestamp", "bbox_2d_list", "point_2d_list", "negative_point_2d_list", "option"})
+OPTIONS = ("A", "B")
+
+Box = tuple[float, float, float, float]
+Point = tuple[float, float]
 
 
 @dataclass(frozen=True)
@@ -27,9 +34,12 @@ class Answer:
     """A parsed answer: the keyframe timestamp, boxes, and whether the tags were exactly right."""
 
     keyframe_timestamp: int
-    boxes: tuple[tuple[float, float, float, float], ...]
+    boxes: tuple[Box, ...]
     think: str
     well_formed: bool  # exactly <think>…</think><answer>…</answer> and nothing else
+    points: tuple[Point, ...] | None = None  # positive point per box (RCoT-Seg, VideoSeg-R1)
+    negative_points: tuple[Point, ...] | None = None  # VideoSeg-R1's negative points
+    option: str | None = None  # RCoT-Seg AKS judgment
 
 
 def _number(value: Any) -> float | None:
@@ -39,45 +49,96 @@ def _number(value: Any) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def parse_answer_json(payload: str) -> tuple[int, tuple[tuple[float, float, float, float], ...]] | None:
-    """(keyframe timestamp, boxes) from the answer JSON, or None when it is not exactly that shape."""
+def _vectors(raw: Any, size: int) -> tuple[tuple[float, ...], ...] | None:
+    """A list of `size`-number lists, at most MAX_BOXES of them, or None."""
+    if not isinstance(raw, list) or len(raw) > MAX_BOXES:
+        return None
+    out = []
+    for item in raw:
+        if not isinstance(item, list) or len(item) != size:
+            return None
+        values = [_number(v) for v in item]
+        if any(v is None for v in values):
+            return None
+        out.append(tuple(values))
+    return tuple(out)  # type: ignore[arg-type]
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"non-finite JSON constant {name}")
+
+
+def parse_answer_fields(payload: str) -> dict[str, Any] | None:
+    """The answer JSON's fields (boxes, points as tuples), or None when it is not exactly that shape."""
     if len(payload) > MAX_ANSWER_JSON:
         return None
     try:
-        data = json.loads(payload)
-    except (json.JSONDecodeError, RecursionError):
+        data = json.loads(payload, parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
         return None
-    if not isinstance(data, dict):
+    if not isinstance(data, dict) or not set(data) <= ANSWER_KEYS:
         return None
     t = _number(data.get("keyframe_timestamp"))
-    raw = data.get("bbox_2d_list")
-    if t is None or t != int(t) or not isinstance(raw, list) or len(raw) > MAX_BOXES:
+    boxes = _vectors(data.get("bbox_2d_list"), 4)
+    if t is None or t != int(t) or abs(t) > 1e9 or boxes is None:
         return None
-    boxes = []
-    for box in raw:
-        if not isinstance(box, list) or len(box) != 4:
+    fields: dict[str, Any] = {"keyframe_timestamp": int(t), "boxes": boxes}
+    for key, name in (("point_2d_list", "points"), ("negative_point_2d_list", "negative_points")):
+        if key in data:
+            points = _vectors(data[key], 2)
+            if points is None:
+                return None
+            fields[name] = points
+    if "option" in data:
+        if data["option"] not in OPTIONS:
             return None
-        values = [_number(v) for v in box]
-        if any(v is None for v in values):
-            return None
-        boxes.append(tuple(values))
-    return int(t), tuple(boxes)  # type: ignore[return-value]
+        fields["option"] = data["option"]
+    return fields
+
+
+def parse_answer_json(payload: str) -> tuple[int, tuple[Box, ...]] | None:
+    """(keyframe timestamp, boxes) from the answer JSON, or None when it is not exactly that shape."""
+    fields = parse_answer_fields(payload)
+    return None if fields is None else (fields["keyframe_timestamp"], fields["boxes"])
+
+
+def _split_tags(text: str) -> tuple[str | None, str | None, bool]:
+    """(think, answer payload, exact) found with str.find (linear time, no regex backtracking).
+
+    exact: the whole text is `<think>…</think>` + optional whitespace + `<answer>…</answer>` (whitespace
+    allowed around), with no other tag occurrence inside.
+    """
+    a_open = text.find("<answer>")
+    if a_open < 0:
+        return None, None, False
+    a_close = text.find("</answer>", a_open + 8)
+    if a_close < 0:
+        return None, None, False
+    payload = text[a_open + 8:a_close]
+    head, tail = text[:a_open], text[a_close + 9:]
+    stripped = head.strip()
+    exact = (stripped.startswith("<think>") and stripped.endswith("</think>") and not tail.strip()
+             and stripped.count("<think>") == 1 and stripped.count("</think>") == 1
+             and "<answer>" not in payload and text.count("<answer>") == 1 and text.count("</answer>") == 1)
+    think = stripped[7:-8] if exact else ""
+    return think, payload, exact
 
 
 def parse_answer(text: str) -> Answer | None:
-    """Parse a completion; None when there is no parseable `<answer>` JSON."""
-    if not isinstance(text, str):
+    """Parse a completion; None when there is no parseable `<answer>` JSON.
+
+    A completion longer than MAX_TEXT characters is None (the defined failure) rather than cut, so a
+    model cannot be rewarded for an answer buried in a flood of text.
+    """
+    if not isinstance(text, str) or len(text) > MAX_TEXT:
         return None
-    text = text[:MAX_TEXT]
-    strict = THINK_ANSWER_RE.match(text)
-    match = strict or ANSWER_RE.search(text)
-    if match is None:
+    think, payload, exact = _split_tags(text)
+    if payload is None:
         return None
-    parsed = parse_answer_json(match.group("answer").strip())
-    if parsed is None:
+    fields = parse_answer_fields(payload.strip())
+    if fields is None:
         return None
-    think = strict.group("think") if strict else ""
-    return Answer(parsed[0], parsed[1], think.strip(), well_formed=strict is not None)
+    return Answer(think=(think or "").strip(), well_formed=exact, **fields)
 
 
 @dataclass(frozen=True)
@@ -102,8 +163,15 @@ class GroundTruth:
 
     @classmethod
     def from_json(cls, text: str | dict) -> GroundTruth:
-        """Load and check ground truth. Raises ValueError: bad ground truth is a data bug, not a model error."""
-        data = json.loads(text) if isinstance(text, str) else dict(text)
+        """Load and check ground truth.
+
+        Raises:
+            ValueError: bad ground truth (a data bug, not a model error), naming the problem.
+        """
+        try:
+            data = json.loads(text) if isinstance(text, str | bytes) else dict(text)
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"malformed ground truth JSON: {err}") from err
         try:
             gt = cls(**data)
         except TypeError as err:
@@ -111,10 +179,32 @@ class GroundTruth:
         n = len(gt.timestamps)
         if not (len(gt.boxes) == len(gt.areas) == len(gt.union_areas) == len(gt.masks) == n) or n == 0:
             raise ValueError(f"ground truth lists disagree with {n} timestamps")
+        if len(set(gt.timestamps)) != n:
+            raise ValueError(f"ground truth timestamps repeat: {gt.timestamps}")
+        if len(gt.image_size) != 2 or min(gt.image_size) <= 0:
+            raise ValueError(f"ground truth image_size {gt.image_size} is not [height, width]")
         if gt.keyframe_timestamp not in gt.timestamps:
             raise ValueError(f"ground-truth keyframe {gt.keyframe_timestamp} is not a shown timestamp")
+        k = {len(frame) for frame in gt.boxes} | {len(frame) for frame in gt.areas}
+        if len(k) != 1:
+            raise ValueError(f"ground truth has a varying number of objects per frame: {sorted(k)}")
+        for i, frame in enumerate(gt.boxes):
+            for box in frame:
+                if box is not None and (len(box) != 4 or not all(math.isfinite(float(v)) for v in box)):
+                    raise ValueError(f"ground truth box {box} at frame {i} is not 4 finite numbers")
+        if gt.aks_option is not None and gt.aks_option not in OPTIONS:
+            raise ValueError(f"ground truth aks_option {gt.aks_option!r} is not one of {OPTIONS}")
         return gt
+
+    @property
+    def n_objects(self) -> int:
+        """Number of target objects."""
+        return len(self.boxes[0])
 
     def frame_position(self, timestamp: int) -> int | None:
         """Index of a shown timestamp, None when it was not shown."""
         return self.timestamps.index(timestamp) if timestamp in self.timestamps else None
+
+    def boxes_at(self, position: int) -> list[list[float]]:
+        """The ground-truth boxes of the objects present at a shown frame."""
+        return [list(map(float, b)) for b in self.boxes[position] if b is not None]

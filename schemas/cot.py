@@ -1,13 +1,14 @@
-"""Tables of the `cot`, `filter` and `difficulty` stages."""
+"""Tables of the `cot` and `filter` stages (the difficulty table lives in `schemas.difficulty`)."""
 
 from __future__ import annotations
 
 import pandera.pandas as pa
 from pandera.typing import Series
 
+from schemas.difficulty import LEVELS, DifficultySchema
 from schemas.sample import POOLS
 
-LEVELS = ("easy", "medium", "hard")
+__all__ = ["LEVELS", "AcceptedSchema", "DifficultySchema", "GenerationsSchema", "RejectedSchema"]
 
 
 class GenerationsSchema(pa.DataFrameModel):
@@ -45,24 +46,3 @@ class RejectedSchema(GenerationsSchema):
     """A trace that failed a filter rule (the first that failed)."""
 
     reason: Series[str] = pa.Field(str_length={"min_value": 1})
-
-
-class DifficultySchema(pa.DataFrameModel):
-    """VideoSeg-R1's five ratings, their mean D, the level and the reasoning-token budget L(D)."""
-
-    sample_id: Series[str] = pa.Field(unique=True)
-    pool: Series[str] = pa.Field(isin=POOLS)
-    expression_id: Series[str]
-    scene_complexity: Series[int] = pa.Field(ge=1, le=10)
-    segmentation_challenge: Series[int] = pa.Field(ge=1, le=10)
-    temporal_ambiguity: Series[int] = pa.Field(ge=1, le=10)
-    motion_complexity: Series[int] = pa.Field(ge=1, le=10)
-    linguistic_ambiguity: Series[int] = pa.Field(ge=1, le=10)
-    difficulty: Series[float] = pa.Field(ge=1, le=10)
-    level: Series[str] = pa.Field(isin=LEVELS)
-    token_budget: Series[int] = pa.Field(gt=0)
-    backend: Series[str] = pa.Field(isin=["heuristic", "mllm"])
-
-    class Config:
-        strict = True
-        coerce = True

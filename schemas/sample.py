@@ -73,7 +73,9 @@ class KeyframesSchema(SampleSchema):
     ktg_points: Series[object]
     aks_valid: Series[object]
     aks_invalid: Series[object]
-    aks_option: Series[str] = pa.Field(isin=["A", "B"])
+    aks_option: Series[str] = pa.Field(isin=["A", "B"], description="A: aks_frame_idx is a valid keyframe "
+                                       "(in aks_valid); B: a zero-area frame (in aks_invalid); 1:1 per pool over "
+                                       "samples that have both")
     aks_frame_idx: Series[int] = pa.Field(ge=0)
     train_size: Series[int] = pa.Field(gt=0)
     seed: Series[int]
@@ -86,5 +88,14 @@ class KeyframesSchema(SampleSchema):
             in_range = all(0 <= i < row["n_video_frames"] for i in idx)
             return (increasing and in_range and idx[row["keyframe_pos"]] == row["keyframe_idx"]
                     and list(row["timestamps"])[row["keyframe_pos"]] == row["keyframe_timestamp"])
+
+        return df.apply(ok, axis=1) if len(df) else pd.Series([], dtype=bool)
+
+    @pa.dataframe_check(name="keyframe_and_aks_frame_among_their_candidates")
+    def _candidates(cls, df: pd.DataFrame) -> Series[bool]:
+        def ok(row: pd.Series) -> bool:
+            aks = list(row["aks_valid"] if row["aks_option"] == "A" else row["aks_invalid"])
+            keyframe_ok = row["n_instances"] == 0 or row["keyframe_idx"] in list(row["topk_indices"])
+            return keyframe_ok and row["aks_frame_idx"] in aks
 
         return df.apply(ok, axis=1) if len(df) else pd.Series([], dtype=bool)

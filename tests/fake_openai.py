@@ -2,26 +2,26 @@
 
 Each request is identified by a key (sha256 of its `messages`). `faults` is a list applied to the
 first attempts of every key, in order: "429" (with Retry-After), "500", "timeout" (sleeps past the
-client's timeout), "garbage" (200 with a body that is not JSON), "empty" (an empty completion).
-The server records, per key, every attempt's arrival time and outcome, the largest number of requests
-in flight, and the Authorization headers it saw.
+client's timeout), "garbage" (200 with a body that is not JSON), "empty" (an empty completion),
+"truncated" (finish_reason "length"). The server records, per key, every attempt's arrival time and
+outcome, the largest number of requests in flight, and the Authorization headers it saw.
+
+It is an asyncio server (HTTP/1.1 with keep-alive, as real endpoints) on its own event loop in a
+background thread: waiting requests cost no thread each, so at 32+ requests in flight the injected
+latency is what the client sees (a thread-per-connection server adds GIL convoys of tens of ms).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import threading
 import time
 from collections import defaultdict
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-
-class _Server(ThreadingHTTPServer):
-    # socketserver's default listen backlog is 5: 32 clients connecting at once would see refused
-    # connections (and retries) that a real endpoint would not cause
-    request_queue_size = 256
+REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests", 500: "Internal Server Error"}
 
 
 class FakeOpenAI:
@@ -36,21 +36,33 @@ class FakeOpenAI:
         self.in_flight = 0
         self.max_in_flight = 0
         self._lock = threading.Lock()
-        self._server = _Server(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._loop = asyncio.new_event_loop()
+        self._server: asyncio.Server | None = None
+        self._port = 0
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+        return f"http://127.0.0.1:{self._port}/v1"
 
     def __enter__(self) -> FakeOpenAI:
         self._thread.start()
+        self._server = asyncio.run_coroutine_threadsafe(
+            asyncio.start_server(self._connection, "127.0.0.1", 0, backlog=512), self._loop).result()
+        self._port = self._server.sockets[0].getsockname()[1]
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        async def stop() -> None:
+            assert self._server is not None
+            self._server.close()
+            for task in asyncio.all_tasks():
+                if task is not asyncio.current_task():
+                    task.cancel()
+
+        asyncio.run_coroutine_threadsafe(stop(), self._loop).result()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
 
     def successes(self, key: str) -> int:
         return sum(outcome == "ok" for _, outcome in self.attempts[key])
@@ -66,70 +78,68 @@ class FakeOpenAI:
         return ("Step 1: The objects move across the frames.\nStep 2: The keyframe is chosen because the target "
                 "is clearest there.\nStep 3: The target is in the frame.")
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        server = self
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:] if h)}
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                if not lines[0].startswith("POST ") or "/chat/completions" not in lines[0]:
+                    self._write(writer, 404, {"error": {"message": "not found"}})
+                    continue
+                await self._request(json.loads(body), headers, writer)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass  # the client closed the connection (or gave up: the timeout fault)
+        finally:
+            writer.close()
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"  # keep-alive, as real endpoints: no new connection per request
+    async def _request(self, body: dict, headers: dict[str, str], writer: asyncio.StreamWriter) -> None:
+        key = hashlib.sha256(json.dumps(body["messages"], sort_keys=True).encode()).hexdigest()
+        with self._lock:
+            self.auth_headers.add(headers.get("authorization", ""))
+            attempt = len(self.attempts[key])
+            fault = self.faults[attempt] if attempt < len(self.faults) else "ok"
+            self.attempts[key].append((time.monotonic(), fault))
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(self.latency)
+            if fault == "429":
+                self._write(writer, 429, {"error": {"message": "slow down", "type": "rate_limit"}},
+                            {"Retry-After": str(self.retry_after)})
+            elif fault == "500":
+                self._write(writer, 500, {"error": {"message": "boom", "type": "server_error"}})
+            elif fault == "timeout":
+                await asyncio.sleep(self.hang)
+                self._write(writer, 200, _completion(self.answer(body["messages"])))
+            elif fault == "garbage":
+                self._raw(writer, 200, b"<html>this is not json")
+            elif fault == "empty":
+                self._write(writer, 200, _completion(""))
+            elif fault == "truncated":
+                self._write(writer, 200, _completion("Step 1: The video shows", finish_reason="length"))
+            else:
+                self._write(writer, 200, _completion(self.answer(body["messages"])))
+        finally:
+            with self._lock:
+                self.in_flight -= 1
 
-            def log_message(self, *args: object) -> None:  # keep test output clean
-                return
+    def _write(self, writer: asyncio.StreamWriter, code: int, payload: dict, headers: dict | None = None) -> None:
+        self._raw(writer, code, json.dumps(payload).encode(), headers)
 
-            def do_POST(self) -> None:  # noqa: N802 (http.server API)
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-                key = hashlib.sha256(json.dumps(body["messages"], sort_keys=True).encode()).hexdigest()
-                with server._lock:
-                    server.auth_headers.add(self.headers.get("Authorization", ""))
-                    attempt = len(server.attempts[key])
-                    fault = server.faults[attempt] if attempt < len(server.faults) else "ok"
-                    server.attempts[key].append((time.monotonic(), fault))
-                    server.in_flight += 1
-                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
-                try:
-                    time.sleep(server.latency)
-                    self._respond(fault, body)
-                finally:
-                    with server._lock:
-                        server.in_flight -= 1
-
-            def _respond(self, fault: str, body: dict) -> None:
-                if fault == "429":
-                    self._send(429, {"error": {"message": "slow down", "type": "rate_limit"}},
-                               {"Retry-After": str(server.retry_after)})
-                elif fault == "500":
-                    self._send(500, {"error": {"message": "boom", "type": "server_error"}})
-                elif fault == "timeout":
-                    time.sleep(server.hang)
-                    self._send(200, _completion(server.answer(body["messages"])))
-                elif fault == "garbage":
-                    self._raw(200, b"<html>this is not json")
-                elif fault == "empty":
-                    self._send(200, _completion(""))
-                else:
-                    self._send(200, _completion(server.answer(body["messages"])))
-
-            def _send(self, code: int, payload: dict, headers: dict | None = None) -> None:
-                self._raw(code, json.dumps(payload).encode(), headers)
-
-            def _raw(self, code: int, data: bytes, headers: dict | None = None) -> None:
-                try:
-                    self.send_response(code)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    for name, value in (headers or {}).items():
-                        self.send_header(name, value)
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up (timeout test)
-
-        return Handler
+    @staticmethod
+    def _raw(writer: asyncio.StreamWriter, code: int, data: bytes, headers: dict | None = None) -> None:
+        head = [f"HTTP/1.1 {code} {REASONS.get(code, 'Status')}", "Content-Type: application/json",
+                f"Content-Length: {len(data)}", *(f"{k}: {v}" for k, v in (headers or {}).items())]
+        writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + data)
 
 
-def _completion(text: str) -> dict:
+def _completion(text: str, finish_reason: str = "stop") -> dict:
     return {
         "id": "chatcmpl-test", "object": "chat.completion", "created": 0, "model": "fake-vlm",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish_reason}],
         "usage": {"prompt_tokens": 100, "completion_tokens": max(1, len(text.split())), "total_tokens": 100},
     }
 

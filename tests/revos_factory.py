@@ -3,6 +3,8 @@
     root = write_root(tmp_path, [VideoSpec("SRC/train/a", n_frames=4, objects={7: boxes}, expressions=[...])])
 
 Objects are rectangles per frame (None = absent); masks are real COCO RLEs; frames are real JPEGs.
+`mask_dict_foreground.json` is the union of the anno_ids the video's expressions use. To break a root on
+purpose: `break_frame`, `truncate_file`, `edit_json` (load, edit in place, write back).
 """
 
 from __future__ import annotations
@@ -109,6 +111,37 @@ def write_root(root: Path, videos: list[VideoSpec]) -> Path:
     (root / "mask_dict.json").write_text(json.dumps(mask_dict))
     (root / "mask_dict_foreground.json").write_text(json.dumps(foreground))
     return root
+
+
+def frame_file(root: Path, video: str, frame: str) -> Path:
+    """Path of one JPEG frame of a written root."""
+    return Path(root) / "JPEGImages" / video / f"{frame}.jpg"
+
+
+def break_frame(root: Path, video: str, frame: str, how: str) -> Path:
+    """Corrupt one frame: "missing" (deleted), "garbage" (not an image), "truncate" (first half of the
+    bytes: the header survives, decoding fails) or "resize" (a valid JPEG of half the size)."""
+    path = frame_file(root, video, frame)
+    if how == "missing":
+        path.unlink()
+    elif how == "garbage":
+        path.write_bytes(b"not a jpeg at all")
+    elif how == "truncate":
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+    elif how == "resize":
+        with Image.open(path) as img:
+            small = img.resize((img.width // 2, img.height // 2))
+        small.save(path, quality=90)
+    else:
+        raise ValueError(f"unknown corruption {how!r}")
+    return path
+
+
+def truncate_file(path: Path, n_bytes: int = 10) -> None:
+    """Drop the last `n_bytes` of a file (a malformed, truncated JSON)."""
+    data = Path(path).read_bytes()
+    Path(path).write_bytes(data[:-n_bytes])
 
 
 def edit_json(path: Path, edit) -> None:

@@ -174,6 +174,45 @@ class ShardParams:
     export_verl: bool = True  # verl parquet (GRPO, eval)
 
 
+@dataclass(frozen=True)
+class SftParams:
+    seed: int = 0
+    epochs: int = 6  # passes over the SFT data (paper: 1; the tiny random model needs more)
+    learning_rate: float = 2e-3  # (paper: 1e-4 for LoRA on the pretrained model)
+    lr_scheduler: Literal["cosine"] = "cosine"
+    warmup_ratio: float = 0.05
+    grad_accum: int = 8  # gradient accumulation steps, batch 1 per step (paper: 8)
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    lora_r: int = 8  # (paper: 8)
+    lora_alpha: int = 16
+    lora_dropout: float = 0.05
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    modules_to_save: tuple[str, ...] = ("lm_head", "embed_tokens")  # fully trained; () for real checkpoints
+    gradient_checkpointing: bool = False
+    save_every_steps: int = 10  # resumable checkpoint interval (optimizer steps)
+    format_eval_samples: int = 12  # held-out eval samples for the before/after format rate
+    max_new_tokens: int = 200  # generation length for the format rate
+    out_dir: str = "models/sft"
+    checkpoint_dir: str = "models/checkpoints/sft"  # persists across runs (resume after a kill)
+
+
+@dataclass(frozen=True)
+class EvaluateParams:
+    model_path: str = "models/grpo/merged"  # Qwen2.5-VL folder to evaluate; "" = model.path
+    split: Literal["valid", "train"] = "valid"  # ReVOS split the eval pool comes from (published: valid)
+    n_frames: int = 6  # frames shown, sampled uniformly over the video (Veason-R1: 8 at inference)
+    frame_size: int = 0  # square side of the frames shown, pixels; 0 = keyframes.train_size (paper: 560)
+    batch_size: int = 4  # prompts per generate() call
+    max_new_tokens: int = 256  # (paper: 1024)
+    mode: Literal["veason", "rcot"] = "veason"  # rcot: RCoT-Seg agentic keyframe selection (A/B judgment)
+    max_rounds: int = 5  # RCoT-Seg λ: keyframe selections before the last one is kept
+    mask_threshold: float = 0.0  # SAM2 mask logit threshold (SAM2's own: 0)
+    limit: int = 0  # evaluate the first `limit` expressions of the eval pool; 0 = all
+    bound_th: float = 0.008  # DAVIS boundary tolerance, fraction of the diagonal (published: 0.008)
+    report_examples: int = 2  # best and worst expressions pictured in the report
+
+
 # -- later stages add their block classes above this line --
 
 
@@ -197,6 +236,8 @@ class Params:
     model: ModelParams = field(default_factory=ModelParams)
     sam2: Sam2Params = field(default_factory=Sam2Params)
     shard: ShardParams = field(default_factory=ShardParams)
+    sft: SftParams = field(default_factory=SftParams)
+    evaluate: EvaluateParams = field(default_factory=EvaluateParams)
     # -- later stages add their block field above this line (one line each) --
 
 

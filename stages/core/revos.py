@@ -20,6 +20,8 @@ from typing import Any
 
 import ijson
 
+from stages.core.ids import expression_id
+
 SPLITS = ("train", "valid")
 MASK_DICT = "mask_dict.json"
 FOREGROUND = "mask_dict_foreground.json"
@@ -39,23 +41,27 @@ def frame_path(root: Path, video: str, frame: str) -> Path:
     return Path(root) / "JPEGImages" / video / f"{frame}.jpg"
 
 
-def load_meta(path: Path) -> tuple[dict[str, Any], list[str]]:
-    """Load a meta_expressions file; returns (videos mapping, duplicate-key descriptions).
+def load_meta(path: Path) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """Load a meta_expressions file; returns (videos mapping, duplicated items).
 
     JSON objects with a repeated key (a duplicate video key or expression id) are legal JSON that
-    `json.load` silently collapses; the duplicates are reported instead, as "videos/<key>" or
-    "<video>/expressions/<id>" paths.
+    `json.load` silently collapses to the last value; here each repetition is reported instead, as
+    ("video", video_key) or ("expression", "<video>#<exp_id>") — also for a key repeated inside a video
+    or expression entry, which makes that entry ambiguous — or ("file", key) elsewhere. The caller
+    decides what to drop; the returned mapping holds the first value of every repeated key.
 
     Raises:
         RevosFormatError: unreadable or malformed JSON, or no "videos" mapping.
     """
-    duplicates: list[str] = []
+    repeated: dict[int, list[str]] = {}
+    discarded: list[Any] = []  # keeps dropped values alive so that id() of a live object is never reused
 
     def pairs_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for key, value in pairs:
             if key in out:
-                duplicates.append(key)
+                repeated.setdefault(id(out), []).append(key)
+                discarded.append(value)
             else:
                 out[key] = value
         return out
@@ -69,7 +75,22 @@ def load_meta(path: Path) -> tuple[dict[str, Any], list[str]]:
         raise RevosFormatError(f"{path}: malformed JSON: {err}") from err
     if not isinstance(data, dict) or not isinstance(data.get("videos"), dict):
         raise RevosFormatError(f"{path}: expected an object with a 'videos' mapping")
-    return data["videos"], duplicates
+    videos = data["videos"]
+    duplicates = [("video", key) for key in repeated.pop(id(videos), [])]
+    for key, entry in videos.items():
+        if not isinstance(entry, dict):
+            continue
+        if repeated.pop(id(entry), None):
+            duplicates.append(("video", key))
+        expressions = entry.get("expressions")
+        if not isinstance(expressions, dict):
+            continue
+        duplicates += [("expression", expression_id(key, exp_id)) for exp_id in repeated.pop(id(expressions), [])]
+        for exp_id, expression in expressions.items():
+            if isinstance(expression, dict) and repeated.pop(id(expression), None):
+                duplicates.append(("expression", expression_id(key, exp_id)))
+    duplicates += [("file", key) for keys in repeated.values() for key in keys]
+    return videos, list(dict.fromkeys(duplicates))
 
 
 def iter_json_object(path: Path) -> Iterator[tuple[str, Any]]:

@@ -30,6 +30,7 @@ from stages.core.lineage import write_lineage
 from stages.core.params import CotParams, TeacherParams
 from stages.core.progress import ProgressReporter
 from stages.core.report import StageReport
+from stages.core.typed_config import to_dict
 from stages.teacher.cache import ResponseCache, request_key
 from stages.teacher.client import ChatRequest, ChatResult, TeacherClient
 from stages.teacher.prompts import cot_template_ids, render_cot_prompt, timestamp_tag
@@ -84,9 +85,7 @@ def generate_cot(teacher: TeacherParams, params: CotParams, seed: int, data_root
 
 
 def _public(teacher: TeacherParams) -> dict:
-    """Teacher params for lineage: the key's env var NAME is fine to record, never its value."""
-    from stages.core.typed_config import to_dict
-
+    """Teacher params for lineage: they hold the key's env var NAME only (the value is read at request time)."""
     return to_dict(teacher)
 
 
@@ -97,10 +96,12 @@ def build_request(sample: dict, template_id: str, trace_index: int, teacher: Tea
     instruction = render_cot_prompt(template_id, expression=sample["text"], n_frames=len(timestamps),
                                     keyframe_timestamp=int(sample["keyframe_timestamp"]),
                                     candidate_timestamp=int(sample["aks_frame_idx"]))
-    context = {"expression": sample["text"], "timestamps": timestamps,
+    template_set = template_id.split("/")[0]
+    context = {"template_set": template_set, "expression": sample["text"], "timestamps": timestamps,
                "keyframe_timestamp": int(sample["keyframe_timestamp"]), "train_size": int(sample["train_size"]),
                "boxes": _lists(sample["boxes"]), "union_areas": [float(a) for a in sample["union_areas"]],
-               "n_instances": int(sample["n_instances"])}
+               "n_instances": int(sample["n_instances"]), "ktg_points": _lists(sample["ktg_points"]),
+               "aks_option": str(sample["aks_option"]), "aks_timestamp": int(sample["aks_frame_idx"])}
     identity: dict[str, Any] = {"sample_id": sample["sample_id"], "backend": teacher.backend,
                                 "template_id": template_id, "instruction": instruction, "trace_index": trace_index}
     if teacher.backend == "template":
@@ -115,11 +116,26 @@ def build_request(sample: dict, template_id: str, trace_index: int, teacher: Tea
             digests.append(hashlib.sha256(jpeg).hexdigest())
             url = "data:image/jpeg;base64," + base64.b64encode(jpeg).decode("ascii")
             content += [{"type": "text", "text": timestamp_tag(t)}, {"type": "image_url", "image_url": {"url": url}}]
+        if template_set == "rcot_aks":  # the candidate frame itself, unmarked (it may not be among those shown)
+            jpeg = marked_frame(candidate_frame_path(data_root, sample["video"], int(sample["aks_frame_idx"])), [],
+                                int(sample["train_size"]), teacher.image_size)
+            digests.append(hashlib.sha256(jpeg).hexdigest())
+            url = "data:image/jpeg;base64," + base64.b64encode(jpeg).decode("ascii")
+            content += [{"type": "text", "text": f"Candidate keyframe {timestamp_tag(int(sample['aks_frame_idx']))}"},
+                        {"type": "image_url", "image_url": {"url": url}}]
         content.append({"type": "text", "text": instruction})
         messages = [{"role": "user", "content": content}]
         identity.update(model=teacher.model, temperature=teacher.temperature, max_tokens=teacher.max_tokens,
                         images=digests)
     return ChatRequest(key=request_key(identity), messages=messages, context=context)
+
+
+def candidate_frame_path(data_root: Path, video: str, frame_idx: int) -> Path:
+    """The JPEG of a video's `frame_idx`-th frame (frames sorted by name, as ingest indexes them)."""
+    frames = sorted((Path(data_root) / "JPEGImages" / video).glob("*.jpg"))
+    if not 0 <= frame_idx < len(frames):
+        raise ValueError(f"video {video}: AKS candidate frame {frame_idx} out of range ({len(frames)} JPEG frames)")
+    return frames[frame_idx]
 
 
 def marked_frame(path: Path, boxes: list, train_size: int, image_size: int) -> bytes:

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
-from schemas.cot import DifficultySchema
+from schemas.difficulty import DifficultySchema
 from schemas.index import ExpressionsSchema, TracksSchema
 from schemas.sample import POOLS, KeyframesSchema
 from stages.core import revos
@@ -129,7 +129,8 @@ def score_difficulty(params: DifficultyParams, teacher: TeacherParams, data_root
     metrics: dict[str, float | int] = {"samples": len(table), "mllm_fallbacks": fallbacks,
                                        "mean_difficulty": round(float(table["difficulty"].mean()), 3)}
     metrics.update({f"{r.pool}.{r.level}": int(r.samples) for r in levels.itertuples(index=False)})
-    write_lineage(Path(out_dir), "difficulty", params, inputs={"keyframes": Path(keyframes_dir)},
+    write_lineage(Path(out_dir), "difficulty", params,
+                  inputs={"keyframes": Path(keyframes_dir), "index": Path(index_dir)},
                   counts={"samples": len(table)}, code_modules=["stages.difficulty"])
     return StageReport("difficulty", metrics=dict(sorted(metrics.items())), tables={"levels per pool": levels})
 

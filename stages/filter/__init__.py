@@ -26,33 +26,57 @@ from stages.filter import rules
 log = logging.getLogger(__name__)
 
 
-def answer_json(keyframe_timestamp: int, boxes: list) -> str:
-    """The answer JSON of the training response (boxes rounded to integer pixels)."""
+def answer_json(keyframe_timestamp: int, boxes: list, points: list | None = None) -> str:
+    """The answer JSON of the training response (boxes and points rounded to integer pixels).
+
+    Objects absent at the keyframe are left out; `points` (RCoT-Seg KTG) adds `point_2d_list`.
+    """
     present = [[int(round(v)) for v in box] for box in boxes if box is not None]
-    return json.dumps({"keyframe_timestamp": int(keyframe_timestamp), "bbox_2d_list": present})
+    answer: dict = {"keyframe_timestamp": int(keyframe_timestamp), "bbox_2d_list": present}
+    if points is not None:
+        answer["point_2d_list"] = [[int(round(v)) for v in p] for p in points if p is not None]
+    return json.dumps(answer)
 
 
-def build_response(trace: str, keyframe_timestamp: int, boxes: list) -> str:
-    """`<think>…</think><answer>{…}</answer>`."""
-    return f"<think>{trace.strip()}</think><answer>{answer_json(keyframe_timestamp, boxes)}</answer>"
+def build_response(trace: str, keyframe_timestamp: int, boxes: list, points: list | None = None) -> str:
+    """`<think>trace</think><answer>{"keyframe_timestamp": t, "bbox_2d_list": [[x1, y1, x2, y2], …]}</answer>`."""
+    return f"<think>{trace.strip()}</think><answer>{answer_json(keyframe_timestamp, boxes, points)}</answer>"
+
+
+def response_for(template_set: str, trace: str, sample: dict) -> str:
+    """The training response of an accepted trace: Veason-R1's keyframe + boxes answer (also for RCoT-Seg's
+    video description, whose text becomes the thinking); KTG adds the points; AKS answers the option."""
+    if template_set == "rcot_aks":
+        return f"<think>{trace.strip()}</think><answer>{json.dumps({'option': str(sample['aks_option'])})}</answer>"
+    points = _key_points(sample) if template_set == "rcot_ktg" else None
+    return build_response(trace, int(sample["keyframe_timestamp"]), _key_boxes(sample), points)
+
+
+# which rules apply to which template set (the keyframe and location rules need a given keyframe)
+NAMES_KEYFRAME = {"veason", "rcot_ktg"}
+LOCATES_TARGET = {"veason", "rcot_ktg"}
 
 
 def judge(row: dict, sample: dict, accepted_texts: list[str], params: FilterParams) -> str | None:
-    """The first rule the trace fails, or None when it passes all of them."""
+    """The first rule the trace fails, or None when it passes all of them.
+
+    Order: request error, length, refusal, three steps, keyframe named (and no other), no markings,
+    AKS option (rcot_aks), step-3 location vs the ground-truth box, near-duplicate of an accepted trace.
+    """
     text = row["text"]
     if row["error"]:
         return f"request_error: {row['error'][:80]}"
-    aks = row["template_set"] == "rcot_aks"
+    template_set = row["template_set"]
     checks = [
         lambda: rules.length_within(text, params.min_chars, params.max_chars),
         lambda: rules.no_refusal(text),
         lambda: rules.three_steps(text),
-        lambda: None if aks else rules.keyframe_named(text, int(sample["keyframe_timestamp"]),
-                                                      [int(t) for t in sample["timestamps"]]),
+        lambda: rules.keyframe_named(text, int(sample["keyframe_timestamp"]), [int(t) for t in sample["timestamps"]])
+        if template_set in NAMES_KEYFRAME else None,
         lambda: rules.no_markings(text),
-        lambda: rules.aks_option_matches(text, sample["aks_option"]) if aks else None,
+        lambda: rules.aks_option_matches(text, sample["aks_option"]) if template_set == "rcot_aks" else None,
         lambda: rules.location_faithful(text, _key_boxes(sample), float(sample["train_size"]))
-        if params.check_faithfulness and not aks else None,
+        if params.check_faithfulness and template_set in LOCATES_TARGET else None,
         lambda: rules.not_near_duplicate(text, accepted_texts, params.near_duplicate_ratio),
     ]
     for check in checks:
@@ -60,6 +84,10 @@ def judge(row: dict, sample: dict, accepted_texts: list[str], params: FilterPara
         if reason:
             return reason
     return None
+
+
+def _key_points(sample: dict) -> list:
+    return [None if p is None else [float(v) for v in p] for p in sample["ktg_points"]]
 
 
 def _key_boxes(sample: dict) -> list:
@@ -89,8 +117,7 @@ def filter_traces(params: FilterParams, cot_dir: Path, keyframes_dir: Path, out_
             rejected.append({**row, "reason": reason})
             continue
         kept_texts.setdefault(row["sample_id"], []).append(row["text"])
-        accepted.append({**row, "response": build_response(row["text"], int(sample["keyframe_timestamp"]),
-                                                           _key_boxes(sample))})
+        accepted.append({**row, "response": response_for(row["template_set"], row["text"], sample)})
     out_dir = Path(out_dir)
     accepted_df = pd.DataFrame(accepted, columns=list(AcceptedSchema.to_schema().columns))
     rejected_df = pd.DataFrame(rejected, columns=list(RejectedSchema.to_schema().columns))
@@ -101,7 +128,9 @@ def filter_traces(params: FilterParams, cot_dir: Path, keyframes_dir: Path, out_
     metrics: dict[str, float | int] = {"accepted": len(accepted_df), "rejected": len(rejected_df),
                                        "acceptance_rate": round(len(accepted_df) / max(len(generations), 1), 4)}
     metrics.update({f"rejected.{r.rule}": int(r.traces) for r in reasons.itertuples(index=False)})
-    write_lineage(out_dir, "filter", params, inputs={"cot": Path(cot_dir), "keyframes": Path(keyframes_dir)},
+    # the generations table, not the cot folder: that holds the response cache (large, and not an input)
+    write_lineage(out_dir, "filter", params,
+                  inputs={"generations": Path(cot_dir) / "generations.parquet", "keyframes": Path(keyframes_dir)},
                   counts={"accepted": len(accepted_df), "rejected": len(rejected_df)},
                   code_modules=["stages.filter"],
                   extra={"accepted_per_template": dict(accepted_df["template_id"].value_counts().sort_index())})
@@ -109,4 +138,4 @@ def filter_traces(params: FilterParams, cot_dir: Path, keyframes_dir: Path, out_
     return StageReport("filter", metrics=dict(sorted(metrics.items())), tables={"rejections per rule": reasons})
 
 
-__all__ = ["answer_json", "build_response", "filter_traces", "judge"]
+__all__ = ["answer_json", "build_response", "filter_traces", "judge", "response_for"]

@@ -22,12 +22,15 @@ class Problems:
     """Problem sink: raise (strict) or record for the quarantine table."""
 
     strict: bool
+    root: Path | None = None  # quarantine rows name files relative to it (tables independent of where data sits)
     rows: list[dict[str, str]] = field(default_factory=list)
 
     def add(self, kind: str, item: str, file: Path | str, reason: str) -> None:
-        """Report one bad item. Raises IngestError in strict mode."""
+        """Report one bad item. Raises IngestError in strict mode (the message has the full path)."""
         if self.strict:
             raise IngestError(f"{file}: {kind} {item!r}: {reason}")
+        if self.root is not None and Path(file).is_relative_to(self.root):
+            file = Path(file).relative_to(self.root)
         self.rows.append({"stage": "ingest", "kind": kind, "item": item, "file": str(file), "reason": reason})
 
 

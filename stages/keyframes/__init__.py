@@ -53,6 +53,13 @@ def select_keyframes(params: KeyframesParams, seed: int, data_root: Path, index_
         sample_dir: the sample stage's pools.
         out_dir: `data/keyframes`.
         runner: where per-sample work runs.
+
+    Returns:
+        metrics: rows per pool, `<pool>.short_videos` (T < N: all frames kept), `<pool>.aks_B`,
+        `quarantined`; the quarantine reasons as a table.
+
+    Raises:
+        ValueError: samples whose video or anno_ids are missing from the index or mask_dict.json.
     """
     data_root, index_dir, sample_dir, out_dir = map(Path, (data_root, index_dir, sample_dir, out_dir))
     pools = {p: read_table(sample_dir / f"{p}.parquet", SampleSchema) for p in POOLS}
@@ -68,13 +75,15 @@ def select_keyframes(params: KeyframesParams, seed: int, data_root: Path, index_
     for pool_name, pool in pools.items():
         jobs = [_job(row, videos, geometry, rles, params, seed) for row in pool.to_dict("records")]
         results = map_ordered(_process, jobs, runner or RunnerParams(kind="serial"), desc=f"keyframes {pool_name}")
-        rows = [r for r in results if "reason" not in r]
-        source = str(sample_dir / f"{pool_name}.parquet")
+        rows = _balance_aks([r for r in results if "reason" not in r], seed)
+        source = str(data_root / revos.MASK_DICT)  # where the empty masks are
         quarantine += [{"stage": "keyframes", "kind": "sample", "item": r["sample_id"], "file": source,
                         "reason": r["reason"]} for r in results if "reason" in r]
         table = pd.DataFrame(rows, columns=list(KeyframesSchema.to_schema().columns))
         write_table(table, KeyframesSchema, out_dir / f"{pool_name}.parquet")
         counts[pool_name] = len(table)
+        counts[f"{pool_name}.short_videos"] = int((table["n_video_frames"] < params.n_frames).sum())
+        counts[f"{pool_name}.aks_B"] = int((table["aks_option"] == "B").sum())
     write_table(pd.DataFrame(quarantine, columns=list(QuarantineSchema.to_schema().columns)), QuarantineSchema,
                 out_dir / "quarantine.parquet")
     counts["quarantined"] = len(quarantine)
@@ -107,9 +116,19 @@ def _geometry(tracks: pd.DataFrame, videos: pd.DataFrame) -> dict[int, tuple[np.
 
 
 def _job(row: dict, videos: dict, geometry: dict, rles: dict, params: KeyframesParams, seed: int) -> _Job:
+    if row["video"] not in videos:
+        raise ValueError(f"sample {row['sample_id']}: video {row['video']} is not in the videos table (stale index?)")
     video = videos[row["video"]]
     annos = [int(a) for a in row["anno_ids"]]
     T = int(video["n_frames"])
+    for a in annos:
+        if a not in geometry or len(geometry[a][0]) != T:
+            have = len(geometry[a][0]) if a in geometry else 0
+            raise ValueError(f"{row['expression_id']}: anno_id {a} has {have} track rows, the video has {T} frames "
+                             "(tracks table out of date?)")
+        if len(rles[a]) != T:
+            raise ValueError(f"{row['expression_id']}: anno_id {a} has {len(rles[a])} RLEs in mask_dict.json, "
+                             f"the video has {T} frames")
     areas = np.stack([geometry[a][0] for a in annos]) if annos else np.zeros((0, T))
     boxes = np.stack([geometry[a][1] for a in annos]) if annos else np.zeros((0, T, 4))
     row_seed = derive_seed(seed, "keyframes", row["sample_id"])
@@ -120,9 +139,8 @@ def _process(job: _Job) -> dict:
     """One sample → one KeyframesSchema row, or {"sample_id", "reason"} when it must be quarantined."""
     sample, video, params = job.sample, job.video, job.params
     H, W, T, S = int(video["height"]), int(video["width"]), int(video["n_frames"]), params.train_size
-    if not job.rles:
-        return {"sample_id": sample["sample_id"], "reason": "no target object (no-target expression)"} \
-            if sample["pool"] != "eval" else _no_target_row(job)
+    if not job.rles:  # a no-target expression (evaluation keeps them; training only when asked)
+        return _no_target_row(job)
     if len(job.rles) == 1:  # the tracks' areas are already the union's; no RLE work per frame
         union_areas = job.areas[0].astype(float)
     else:
@@ -132,7 +150,9 @@ def _process(job: _Job) -> dict:
     try:
         key_idx, topk = choose_keyframe(union_areas, params.top_k, params.mode, rng)
     except ValueError as err:
-        return {"sample_id": sample["sample_id"], "reason": str(err)}
+        annos = [int(a) for a in sample["anno_ids"]]
+        return {"sample_id": sample["sample_id"],
+                "reason": f"{sample['expression_id']}: {err} of {sample['video']} ({T} frames, anno_ids {annos})"}
     indices = sample_frames(T, params.n_frames, key_idx)
     unions = {t: rle.union([obj[t] for obj in job.rles], H, W) for t in indices}
     area_scale = (S * S) / (H * W)
@@ -143,8 +163,10 @@ def _process(job: _Job) -> dict:
         centre = inscribed_circle_centre(rle.decode(obj[key_idx], H, W))
         points.append(None if centre is None else [centre[0] * S / W, centre[1] * S / H])
     zero = [int(t) for t in range(T) if union_areas[t] == 0]
-    option = "B" if zero and rng.random() < 0.5 else "A"  # AKS: valid vs zero-area keyframe, 1:1
-    aks_frame = int(rng.choice(zero)) if option == "B" else int(rng.choice(topk))
+    # AKS frames for both options are drawn here (per-sample seed); which option a sample gets is
+    # decided per pool by `_balance_aks`, so that A:B is 1:1 exactly over the samples that have both
+    aks_a = int(rng.choice(topk))
+    aks_b = int(rng.choice(zero)) if zero else None
     return {
         **{k: sample[k] for k in SampleSchema.to_schema().columns},
         "height": H, "width": W, "n_video_frames": T,
@@ -153,9 +175,21 @@ def _process(job: _Job) -> dict:
         "keyframe_mode": params.mode, "topk_indices": topk,
         "boxes": boxes, "areas": areas, "union_areas": [float(union_areas[t]) * area_scale for t in indices],
         "union_masks": [json.dumps(rle.to_json(unions[t]), sort_keys=True) for t in indices],
-        "ktg_points": points, "aks_valid": topk, "aks_invalid": zero, "aks_option": option,
-        "aks_frame_idx": aks_frame, "train_size": S, "seed": job.seed,
+        "ktg_points": points, "aks_valid": topk, "aks_invalid": zero, "aks_option": "A",
+        "aks_frame_idx": aks_a, "aks_frame_b": aks_b, "train_size": S, "seed": job.seed,
     }
+
+
+def _balance_aks(rows: list[dict], seed: int) -> list[dict]:
+    """RCoT-Seg's AKS task asks A (a valid keyframe) and B (a zero-area frame) 1:1. Samples with both
+    kinds of frame are ranked by a seeded hash of their id; the first half (rounded down) gets B and
+    its recorded zero-area frame. Samples without a zero-area frame can only be A; no-target samples
+    only B. Order-independent: the ranking depends on ids, not on row order."""
+    eligible = sorted((derive_seed(seed, "keyframes", "aks", r["sample_id"]), i)
+                      for i, r in enumerate(rows) if r["aks_frame_b"] is not None and r["aks_option"] == "A")
+    for _, i in eligible[: len(eligible) // 2]:
+        rows[i] = {**rows[i], "aks_option": "B", "aks_frame_idx": rows[i]["aks_frame_b"]}
+    return [{k: v for k, v in r.items() if k != "aks_frame_b"} for r in rows]
 
 
 def _no_target_row(job: _Job) -> dict:
@@ -173,5 +207,5 @@ def _no_target_row(job: _Job) -> dict:
         "keyframe_mode": params.mode, "topk_indices": [], "boxes": [[] for _ in indices],
         "areas": [[] for _ in indices], "union_areas": [0.0 for _ in indices], "union_masks": [empty] * len(indices),
         "ktg_points": [], "aks_valid": [], "aks_invalid": list(range(T)), "aks_option": "B",
-        "aks_frame_idx": key_idx, "train_size": params.train_size, "seed": job.seed,
+        "aks_frame_idx": key_idx, "aks_frame_b": None, "train_size": params.train_size, "seed": job.seed,
     }

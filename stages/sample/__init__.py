@@ -6,6 +6,13 @@ sizes (`stages.sample.stratify`). SFT follows Veason-R1: the first k expressions
 video, then stratified down to `sft_size` if asked. GRPO draws from the rest of the training split
 (pools are disjoint unless `disjoint: false`). Evaluation is the valid split. No-target expressions
 stay out of the training pools by default and in evaluation.
+
+Sizes are exact: quotas by largest remainder over the *source* proportions of the training split
+(evaluation: of the valid split). Top-up rule: when a stratum has fewer candidates than its quota
+(SFT's first-k rule or an earlier pool took them), its shortfall is re-apportioned by largest
+remainder over the strata that still have spare candidates, in proportion to their source sizes,
+until the pool is full; a pool is smaller than asked only when the candidates run out
+(`<pool>.shortfall` metric + a warning). Full rules: `stages.sample.stratify`, docs/sampling.md.
 """
 
 from __future__ import annotations
@@ -41,7 +48,15 @@ def sample_pools(params: SampleParams, seed: int, index_dir: Path, out_dir: Path
         seed: the global seed (the draw is ranked by a hash of seed, pool and expression id).
         index_dir: ingest's tables.
         out_dir: `data/sample`.
+
+    Returns:
+        metrics `<pool>.total`, `<group>.<stratum>` counts (groups: source:train, source:valid and the
+        pools) and `<pool>.shortfall` when a pool could not be filled; the distribution table.
+
+    Raises:
+        ValueError: negative sizes, a missing or malformed difficulty table.
     """
+    _check(params)
     index_dir, out_dir = Path(index_dir), Path(out_dir)
     expressions = read_table(index_dir / "expressions.parquet", ExpressionsSchema)
     tracks = read_table(index_dir / "tracks.parquet", TracksSchema)
@@ -87,10 +102,21 @@ def sample_pools(params: SampleParams, seed: int, index_dir: Path, out_dir: Path
                        markdown=f"Sampling distribution chart: `{(out_dir / 'distribution.png').as_posix()}`")
 
 
+def _check(params: SampleParams) -> None:
+    for name in ("sft_first_k", "sft_size", "grpo_size", "eval_size"):
+        if getattr(params, name) < 0:
+            raise ValueError(f"sample.{name} must be ≥ 0 (0 = all), got {getattr(params, name)}")
+    if params.motion_threshold <= 0:
+        raise ValueError(f"sample.motion_threshold must be > 0, got {params.motion_threshold}")
+
+
 def _annotate(expressions: pd.DataFrame, tracks: pd.DataFrame, videos: pd.DataFrame,
               params: SampleParams) -> pd.DataFrame:
     """Add motion, level and stratum columns."""
-    df = expressions.copy()  # ingest writes them in (video, natural exp_id) order, as "first k" needs
+    # "first k expressions of a video" needs the published order: by video, then exp_id as a number
+    order = expressions["exp_id"].map(lambda e: (0, int(e), "") if str(e).isdigit() else (1, 0, str(e)))
+    df = expressions.assign(_order=order).sort_values(["split", "video", "_order"], kind="stable")
+    df = df.drop(columns="_order").reset_index(drop=True)
     df["motion"] = _motion(df, tracks, videos)
     instances = np.select([df["n_instances"] == 0, df["n_instances"] == 1], ["none", "single"], "multi")
     df["stratum"] = df["type"] + "/" + instances
@@ -98,10 +124,29 @@ def _annotate(expressions: pd.DataFrame, tracks: pd.DataFrame, videos: pd.DataFr
         df["stratum"] += np.where(df["motion"] >= params.motion_threshold, "/motion", "/static")
     df["level"] = None
     if params.difficulty_table:
-        levels = pd.read_parquet(params.difficulty_table, columns=["expression_id", "level"])
-        df = df.drop(columns="level").merge(levels, on="expression_id", how="left")
+        levels = _levels(Path(params.difficulty_table), df)
+        df["level"] = df["expression_id"].map(levels)
         df["stratum"] += "/" + df["level"].fillna("unscored")
     return df
+
+
+def _levels(path: Path, expressions: pd.DataFrame) -> dict[str, str]:
+    """expression_id → difficulty level from a difficulty table keyed by expression_id or sample_id.
+
+    Raises:
+        ValueError: the file is missing, has no level column, or no key column.
+    """
+    if not path.is_file():
+        raise ValueError(f"sample.difficulty_table: {path} does not exist (run the difficulty stage first)")
+    table = pd.read_parquet(path)
+    if "level" not in table.columns:
+        raise ValueError(f"{path}: no 'level' column")
+    if "expression_id" in table.columns:
+        return dict(zip(table["expression_id"], table["level"], strict=True))
+    if "sample_id" not in table.columns:
+        raise ValueError(f"{path}: needs an 'expression_id' or 'sample_id' column")
+    by_sample = dict(zip(table["sample_id"], table["level"], strict=True))
+    return {e: by_sample[s] for e in expressions["expression_id"] if (s := sample_id(e)) in by_sample}
 
 
 def _motion(expressions: pd.DataFrame, tracks: pd.DataFrame, videos: pd.DataFrame) -> pd.Series:

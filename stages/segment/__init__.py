@@ -2,12 +2,17 @@
 
 Configs: `sam2.config` is either a config name inside the sam2 package (`configs/sam2.1/sam2.1_hiera_l.yaml`,
 for the official checkpoints) or a vrsflow config file — YAML with `base` (a package config name) and
-`overrides` (Hydra overrides), which is how the tiny random SAM2 is described.
+`overrides` (Hydra overrides), which is how the tiny random SAM2 is described (stages/models/tiny_sam2.py).
 
-`propagate_groups` is the workhorse: frames are encoded once (image encoder features cached for every
-frame), then each group of boxes that share a keyframe is tracked forward and backward as the objects of
-one inference state built on those cached features. Rollouts of one GRPO prompt differ only in keyframe
-and boxes, so they share the encoding and are batched per keyframe; evaluation is one group.
+Two entry points:
+- `propagate_boxes(predictor, frames, key_idx, boxes)`: one set of boxes at one keyframe, tracked forward
+  and backward over every frame (evaluation over a whole video; frames as numpy arrays or a JPEG folder).
+- `propagate_groups(predictor, frames, groups)`: many box sets over the SAME frames (the rollouts of one
+  GRPO prompt differ only in keyframe and boxes). The image encoder runs once, batched over the frames;
+  every keyframe group is then tracked as the objects of one inference state built on those cached
+  features — rollouts that chose the same keyframe become objects of one state, so their tracking is
+  batched too. `propagate_groups(..., share_encoding=False)` is the released Veason-R1 reward's way (a
+  fresh state that re-encodes the frames for every group) and exists as the benchmark baseline.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import contextlib
 import os
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from unittest import mock
@@ -24,8 +29,10 @@ from unittest import mock
 import numpy as np
 import torch
 import yaml
+from PIL import Image
 
 _LOADER_LOCK = threading.Lock()
+ENCODE_CHUNK = 8  # frames per image-encoder batch (bounds activation memory on long videos)
 
 
 @dataclass(frozen=True)
@@ -54,7 +61,11 @@ def pick_device(dtype: str = "auto") -> tuple[str, torch.dtype]:
 
 
 def load_video_predictor(checkpoint: str, config: str, device: str | None = None):
-    """A SAM2VideoPredictor from a checkpoint file ({"model": state_dict}) and a config."""
+    """A SAM2VideoPredictor from a checkpoint file ({"model": state_dict}) and a config.
+
+    Raises:
+        FileNotFoundError: the checkpoint does not exist (names the path and how to make one).
+    """
     from sam2.build_sam import build_sam2_video_predictor
 
     name, overrides = resolve_config(config)
@@ -63,6 +74,22 @@ def load_video_predictor(checkpoint: str, config: str, device: str | None = None
         raise FileNotFoundError(f"SAM2 checkpoint {checkpoint} not found (build it with the tiny_models stage "
                                 f"or point sam2.checkpoint at a real sam2.1_hiera_*.pt)")
     return build_sam2_video_predictor(name, ckpt_path=checkpoint, device=device, hydra_overrides_extra=overrides)
+
+
+def load_frames(folder: str | Path) -> list[np.ndarray]:
+    """RGB uint8 frames of a JPEG folder, in file-name order.
+
+    Raises:
+        FileNotFoundError: no .jpg/.jpeg file in the folder.
+    """
+    paths = sorted(p for p in Path(folder).iterdir() if p.suffix.lower() in (".jpg", ".jpeg"))
+    if not paths:
+        raise FileNotFoundError(f"{folder}: no JPEG frames")
+    frames = []
+    for path in paths:
+        with Image.open(path) as img:
+            frames.append(np.asarray(img.convert("RGB")))
+    return frames
 
 
 def frames_tensor(frames: Sequence[np.ndarray], image_size: int,
@@ -82,52 +109,124 @@ def _state(predictor, images: torch.Tensor, height: int, width: int) -> dict:
     def loader(**_: object) -> tuple[torch.Tensor, int, int]:
         return images, height, width
 
-    with _LOADER_LOCK, mock.patch.object(svp, "load_video_frames", loader), open(os.devnull, "w") as devnull, \
-            contextlib.redirect_stderr(devnull):
+    with _LOADER_LOCK, mock.patch.object(svp, "load_video_frames", loader), _quiet():
         return predictor.init_state(video_path="<in-memory>", offload_video_to_cpu=True)
 
 
-def encode_frames(predictor, state: dict) -> dict[int, tuple]:
-    """Image-encoder features of every frame of a state (what a second state can reuse)."""
-    features = {}
-    for t in range(state["num_frames"]):
-        predictor._get_image_feature(state, t, batch_size=1)
-        features[t] = state["cached_features"][t]
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """SAM2 draws tqdm bars on stderr for every propagation; keep logs readable."""
+    with open(os.devnull, "w") as devnull, contextlib.redirect_stderr(devnull):
+        yield
+
+
+def _autocast(predictor) -> contextlib.AbstractContextManager:
+    if predictor.device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def encode_frames(predictor, state: dict, chunk: int = ENCODE_CHUNK) -> dict[int, tuple]:
+    """Image-encoder features of every frame of a state, computed in batches of `chunk` frames.
+
+    Returns the `cached_features` layout SAM2 expects ({frame: (image (1,3,S,S), backbone_out)}), so a
+    state whose cache holds them never runs the image encoder again.
+    """
+    features: dict[int, tuple] = {}
+    device = state["device"]
+    for start in range(0, state["num_frames"], chunk):
+        images = state["images"][start:start + chunk].to(device).float()
+        out = predictor.forward_image(images)
+        for i in range(images.shape[0]):
+            features[start + i] = (images[i:i + 1], {
+                "backbone_fpn": [f[i:i + 1] for f in out["backbone_fpn"]],
+                "vision_pos_enc": [p[i:i + 1] for p in out["vision_pos_enc"]],
+            })
     return features
+
+
+def _track(predictor, state: dict, key_idx: int, boxes: Sequence[Sequence[float]], threshold: float,
+           height: int, width: int) -> np.ndarray:
+    """(n_boxes, T, H, W) masks of boxes prompted at key_idx, tracked forward then backward."""
+    for obj, box in enumerate(boxes):
+        predictor.add_new_points_or_box(state, frame_idx=key_idx, obj_id=obj, box=np.asarray(box, dtype=np.float32))
+    masks = np.zeros((len(boxes), state["num_frames"], height, width), dtype=bool)
+    for reverse in (False, True):
+        with _quiet():
+            for t, obj_ids, logits in predictor.propagate_in_video(state, start_frame_idx=key_idx, reverse=reverse):
+                masks[list(obj_ids), t] = (logits[:, 0] > threshold).cpu().numpy()
+    return masks
 
 
 @torch.inference_mode()
 def propagate_groups(predictor, frames: Sequence[np.ndarray], groups: Sequence[BoxGroup],
-                     threshold: float = 0.0) -> list[list[np.ndarray]]:
-    """Masks (T, H, W bool) for every box of every group, tracked forward and backward from its keyframe.
+                     threshold: float = 0.0, share_encoding: bool = True) -> list[np.ndarray]:
+    """Masks (n_boxes, T, H, W bool) for every group, its boxes tracked forward and backward from its keyframe.
 
-    Frames are encoded once for all groups. A group without boxes gets no masks. Raises ValueError for a
-    keyframe outside the frames.
+    Args:
+        predictor: a SAM2VideoPredictor.
+        frames: T RGB uint8 frames (H, W, 3), all of one size.
+        groups: box sets; groups with the same keyframe are tracked together as objects of one state.
+        threshold: mask logit threshold (SAM2's own is 0).
+        share_encoding: encode the frames once for all groups (False: re-encode per group, the baseline).
+
+    Returns:
+        One array per group, in order; a group without boxes gets an array with 0 boxes.
+
+    Raises:
+        ValueError: a keyframe outside the frames, or frames of different sizes.
     """
     # without the CUDA extension SAM2 warns on every call that hole filling is skipped (harmless)
     warnings.filterwarnings("ignore", message=".*(post-processing|fill_holes).*")
     height, width = frames[0].shape[:2]
-    images = frames_tensor(frames, predictor.image_size)
-    state = _state(predictor, images, height, width)
-    features = encode_frames(predictor, state)
-    out: list[list[np.ndarray]] = []
+    if any(f.shape[:2] != (height, width) for f in frames):
+        raise ValueError(f"frames differ in size: {sorted({f.shape[:2] for f in frames})}")
     for group in groups:
         if not 0 <= group.key_idx < len(frames):
             raise ValueError(f"keyframe {group.key_idx} outside {len(frames)} frames")
-        if not group.boxes:
-            out.append([])
-            continue
-        predictor.reset_state(state)  # one state reused: the frames stay, tracking starts afresh
-        state["cached_features"] = dict(features)  # shared encoding: no image-encoder pass below
-        for obj, box in enumerate(group.boxes):
-            predictor.add_new_points_or_box(state, frame_idx=group.key_idx, obj_id=obj,
-                                            box=np.asarray(box, dtype=np.float32))
-        masks = np.zeros((len(group.boxes), len(frames), height, width), dtype=bool)
-        for reverse in (False, True):
-            with open(os.devnull, "w") as devnull, contextlib.redirect_stderr(devnull):
-                for t, obj_ids, logits in predictor.propagate_in_video(state, start_frame_idx=group.key_idx,
-                                                                      reverse=reverse):
-                    for i, obj in enumerate(obj_ids):
-                        masks[obj, t] = (logits[i, 0] > threshold).cpu().numpy()
-        out.append(list(masks))
+    images = frames_tensor(frames, predictor.image_size)
+    out: list[np.ndarray] = [np.zeros((0, len(frames), height, width), dtype=bool) for _ in groups]
+    with _autocast(predictor):
+        if not share_encoding:
+            for g, group in enumerate(groups):
+                if group.boxes:
+                    state = _state(predictor, images, height, width)
+                    out[g] = _track(predictor, state, group.key_idx, group.boxes, threshold, height, width)
+            return out
+        state = _state(predictor, images, height, width)
+        features = encode_frames(predictor, state)
+        by_key: dict[int, list[int]] = {}
+        for g, group in enumerate(groups):
+            if group.boxes:
+                by_key.setdefault(group.key_idx, []).append(g)
+        for key_idx, members in sorted(by_key.items()):
+            predictor.reset_state(state)  # same frames, tracking starts afresh
+            state["cached_features"] = dict(features)  # shared encoding: no image-encoder pass below
+            boxes = [box for g in members for box in groups[g].boxes]
+            masks = _track(predictor, state, key_idx, boxes, threshold, height, width)
+            start = 0
+            for g in members:
+                n = len(groups[g].boxes)
+                out[g] = masks[start:start + n]
+                start += n
     return out
+
+
+def propagate_boxes(predictor, frames: Sequence[np.ndarray] | str | Path, key_idx: int,
+                    boxes: Sequence[Sequence[float]], threshold: float = 0.0) -> np.ndarray:
+    """Masks per frame, (T, n_boxes, H, W) bool, of boxes given at frame `key_idx`, tracked both ways.
+
+    Args:
+        predictor: a SAM2VideoPredictor (`load_video_predictor`).
+        frames: RGB uint8 arrays, or a folder of JPEG frames (read in file-name order).
+        key_idx: position of the keyframe in `frames`.
+        boxes: [x1, y1, x2, y2] in frame pixels; no boxes → (T, 0, H, W).
+
+    Raises:
+        ValueError: key_idx outside the frames. FileNotFoundError: an empty folder.
+    """
+    if isinstance(frames, str | Path):
+        frames = load_frames(frames)
+    # one group: SAM2's own lazy per-frame encoding, so a long video's features are never all held at once
+    masks = propagate_groups(predictor, frames, [BoxGroup(key_idx, list(boxes))], threshold, share_encoding=False)[0]
+    return masks.transpose(1, 0, 2, 3)

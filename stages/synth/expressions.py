@@ -1,8 +1,10 @@
 """Expressions that are true of their video by construction.
 
-Each generator looks at the simulated trajectories and the rendered visible areas and emits an
-expression only when its predicate picks out exactly its target set (with a margin, so that the
-statement is unambiguous to a viewer, not just to floating point).
+Each generator looks at the simulated trajectories and at what the renderer measured of them (visible
+area and centroid per object and frame) and emits an expression only when its predicate picks out
+exactly its target set, with a margin, so that the statement is unambiguous to a viewer, not just to
+floating point. Statements about motion are checked on both the simulated centres and the visible
+pixels (occlusion and the frame border can make the two disagree; then nothing is said).
 """
 
 from __future__ import annotations
@@ -12,9 +14,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stages.synth.scene import COLOURS, KINDS, SimObject, SimVideo
+from stages.synth.render import shape_mask
+from stages.synth.scene import COLOURS, KINDS, TEXTURES, SimObject, SimVideo
 
 REFERRING, REASONING, NO_TARGET = 0, 1, 2
+COUNT_WORDS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}
+SPEED_RATIO = 1.5  # "fastest"/"slowest": simulated mean speed at least this factor apart from every other
+VISIBLE_SPEED_RATIO = 1.2  # ... and the visible centroids must agree with at least this factor
+SIZE_RATIO = 1.5  # "largest"/"smallest": shape area factor to every other object
+POSITION_MARGIN = 0.06  # extreme-position statements: centroid lead as a fraction of the frame side
+SPEED_UP_RATIO = 2.0  # measured "speeds up": mean step after / mean step before
+STILL_PX = 0.5  # centroid change (px) below which a visible object counts as standing still
 
 
 @dataclass(frozen=True)
@@ -28,133 +38,318 @@ class Expression:
 
 @dataclass(frozen=True)
 class Facts:
-    """What the renderer measured: visible area per object and frame (T, n_objects)."""
+    """What the renderer measured, per frame and object (T, n_objects): visible and unoccluded pixel
+    counts, visible centroids (T, n_objects, 2; NaN when not visible), and whole-shape areas (n_objects)."""
 
     visible_area: np.ndarray
+    full_area: np.ndarray
+    centroids: np.ndarray
+    shape_area: np.ndarray
+
+    def visible_frames(self, obj: SimObject) -> np.ndarray:
+        """Frame indices where some of `obj` is visible."""
+        return np.flatnonzero(self.visible_area[:, obj.obj_id] > 0)
+
+    def seen(self, video: SimVideo) -> list[SimObject]:
+        """Objects visible in at least one frame."""
+        return [o for o in video.objects if self.visible_frames(o).size]
+
+    def visible_speed(self, obj: SimObject) -> float:
+        """Mean centroid displacement over consecutive frames where the object is visible in both."""
+        c = self.centroids[:, obj.obj_id]
+        steps = np.linalg.norm(np.diff(c, axis=0), axis=1)
+        steps = steps[np.isfinite(steps)]
+        return float(steps.mean()) if steps.size else float("nan")
 
 
-def _visible_frames(facts: Facts, obj: SimObject) -> np.ndarray:
-    return np.flatnonzero(facts.visible_area[:, obj.obj_id] > 0)
+def _plural(ids: tuple[int, ...], single: str, multi: str) -> str:
+    return single if len(ids) == 1 else multi.format(n=COUNT_WORDS.get(len(ids), str(len(ids))))
+
+
+# -- referring (type 0): appearance and position ------------------------------------------------------
 
 
 def appearance(video: SimVideo, facts: Facts) -> list[Expression]:
     """'the red striped circle' — (colour, kind) is unique per video by construction."""
-    seen = [o for o in video.objects if _visible_frames(facts, o).size]
-    return [Expression(f"the {o.name}", REFERRING, (o.obj_id,)) for o in seen]
+    return [Expression(f"the {o.name}", REFERRING, (o.obj_id,)) for o in facts.seen(video)]
 
 
-def same_kind(video: SimVideo, facts: Facts) -> list[Expression]:
-    """'all the circles' when two or more objects share a kind (multi-instance)."""
+def unique_attribute(video: SimVideo, facts: Facts) -> list[Expression]:
+    """'the star', 'the green shape' when that kind / colour occurs once in the video."""
     out = []
-    for kind in KINDS:
-        ids = tuple(o.obj_id for o in video.objects if o.kind == kind and _visible_frames(facts, o).size)
-        if len(ids) >= 2:
-            out.append(Expression(f"all the {kind}s in the video", REFERRING, ids))
+    for o in facts.seen(video):
+        if sum(p.kind == o.kind for p in video.objects) == 1:
+            out.append(Expression(f"the {o.kind}", REFERRING, (o.obj_id,)))
+        if sum(p.colour == o.colour for p in video.objects) == 1:
+            out.append(Expression(f"the {o.colour} shape", REFERRING, (o.obj_id,)))
     return out
 
 
-def leftmost_at_start(video: SimVideo, facts: Facts) -> list[Expression]:
-    """'the object furthest to the left in the first frame' (position), with a margin of one radius."""
-    visible = [o for o in video.objects if facts.visible_area[0, o.obj_id] > 0]
+def groups(video: SimVideo, facts: Facts) -> list[Expression]:
+    """'all the circles', 'all the red shapes', 'all the striped shapes' (multi-instance, two or more)."""
+    out = []
+    seen = facts.seen(video)
+    attributes = [("kind", k, f"all the {k}s in the video") for k in KINDS]
+    attributes += [("colour", c, f"all the {c} shapes") for c in COLOURS]
+    attributes += [("texture", t, f"all the {t} shapes") for t in TEXTURES if t != "plain"]
+    for attr, value, text in attributes:
+        ids = tuple(o.obj_id for o in seen if getattr(o, attr) == value)
+        everyone = [o for o in video.objects if getattr(o, attr) == value]
+        if len(ids) >= 2 and len(ids) == len(everyone):
+            out.append(Expression(text, REFERRING, ids))
+    return out
+
+
+_SIDES = {  # side → (axis of the centroid, sign: +1 = smallest coordinate wins, text)
+    "left": (0, 1, "furthest to the left"),
+    "right": (0, -1, "furthest to the right"),
+    "top": (1, 1, "closest to the top"),
+    "bottom": (1, -1, "closest to the bottom"),
+}
+
+
+def _extreme(facts: Facts, candidates: list[SimObject], t: int, side: str, size: int) -> SimObject | None:
+    """The candidate whose visible centroid leads every other one towards `side` at frame t by the margin."""
+    axis, sign, _ = _SIDES[side]
+    visible = [o for o in candidates if facts.visible_area[t, o.obj_id] > 0]
     if len(visible) < 2:
+        return None
+    ranked = sorted(visible, key=lambda o: sign * facts.centroids[t, o.obj_id, axis])
+    lead = sign * (facts.centroids[t, ranked[1].obj_id, axis] - facts.centroids[t, ranked[0].obj_id, axis])
+    return ranked[0] if lead >= POSITION_MARGIN * size else None
+
+
+def position(video: SimVideo, facts: Facts) -> list[Expression]:
+    """'the object furthest to the left in the first frame'; 'the square on the left at the start' among
+    two or more squares. Decided on the visible centroids, i.e. on what a viewer sees."""
+    out = []
+    last = video.n_frames - 1
+    for t, frame_word, moment in ((0, "first", "start"), (last, "last", "end")):
+        for side, (axis, _, phrase) in _SIDES.items():
+            size = video.width if axis == 0 else video.height
+            winner = _extreme(facts, list(video.objects), t, side, size)
+            if winner is not None:
+                out.append(Expression(f"the object {phrase} in the {frame_word} frame", REFERRING, (winner.obj_id,)))
+            if axis != 0:
+                continue
+            for kind in KINDS:
+                same = [o for o in video.objects if o.kind == kind]
+                winner = _extreme(facts, same, t, side, size) if len(same) >= 2 else None
+                if winner is not None:
+                    out.append(Expression(f"the {kind} on the {side} at the {moment}", REFERRING, (winner.obj_id,)))
+    return out
+
+
+# -- reasoning (type 1): motion, order in time, relations, comparison ---------------------------------
+
+
+def _mean_speed(obj: SimObject) -> float:
+    speeds = obj.speeds()
+    return float(np.nanmean(speeds)) if np.isfinite(speeds).any() else float("nan")
+
+
+def speed_extremes(video: SimVideo, facts: Facts) -> list[Expression]:
+    """'which object moves the fastest across the video?' / '... the slowest ...': the simulated mean
+    speed is SPEED_RATIO apart from every other object's, and the visible centroids agree."""
+    seen = facts.seen(video)
+    sim = {o.obj_id: _mean_speed(o) for o in seen}
+    vis = {o.obj_id: facts.visible_speed(o) for o in seen}
+    if len(seen) < 2 or not all(np.isfinite(v) for v in [*sim.values(), *vis.values()]):
         return []
-    xs = sorted((o.centres[0, 0], o) for o in visible)
-    (x_first, first), (x_second, _) = xs[0], xs[1]
-    if x_second - x_first < first.radius:
-        return []
-    return [Expression("the object furthest to the left in the first frame", REFERRING, (first.obj_id,))]
+    out = []
+    for word, sign in (("fastest", 1), ("slowest", -1)):
+        ranked = sorted(seen, key=lambda o: -sign * sim[o.obj_id])
+        best, others = ranked[0].obj_id, [o.obj_id for o in ranked[1:]]
+        if sign > 0:
+            ok = all(sim[best] >= SPEED_RATIO * sim[o] and vis[best] >= VISIBLE_SPEED_RATIO * vis[o] for o in others)
+        else:
+            ok = all(SPEED_RATIO * sim[best] <= sim[o] and VISIBLE_SPEED_RATIO * vis[best] <= vis[o] for o in others)
+        if ok:
+            out.append(Expression(f"which object moves the {word} across the video?", REASONING, (best,)))
+    return out
 
 
-def fastest(video: SimVideo, facts: Facts) -> list[Expression]:
-    """'which object moves fastest?' — mean speed at least 1.5x every other object's."""
-    speeds = {o.obj_id: float(np.nanmean(o.speeds())) if np.isfinite(o.speeds()).any() else 0.0
-              for o in video.objects}
-    ranked = sorted(speeds.items(), key=lambda kv: -kv[1])
-    if len(ranked) < 2 or ranked[0][1] < 1.5 * ranked[1][1] or ranked[0][1] <= 0:
-        return []
-    return [Expression("which object moves the fastest across the video?", REASONING, (ranked[0][0],))]
+def _stops(facts: Facts, obj: SimObject) -> bool:
+    """Measured: moved while visible, then stood still (same centroid and area) over its last visible steps."""
+    frames = facts.visible_frames(obj)
+    if frames.size < 4 or frames[-1] != len(facts.visible_area) - 1:
+        return False
+    c = facts.centroids[frames, obj.obj_id]
+    a = facts.visible_area[frames, obj.obj_id]
+    steps = np.linalg.norm(np.diff(c, axis=0), axis=1)
+    consecutive = np.diff(frames) == 1
+    still_end = consecutive[-2:].all() and (steps[-2:] < STILL_PX).all() and a[-1] == a[-2] == a[-3]
+    return bool(still_end and (steps > 1.0).any())
 
 
-def event_objects(event: str, single: str, plural: str) -> Callable[[SimVideo, Facts], list[Expression]]:
-    """Objects with a given event ('stops', 'speeds_up', 'enters', 'leaves'); one or several targets."""
+def _speeds_up(obj: SimObject) -> bool:
+    """Measured on the simulated centres: mean step after some frame ≥ SPEED_UP_RATIO × mean step before,
+    both over at least two steps while present."""
+    speeds = obj.speeds()
+    ok = np.isfinite(speeds)
+    for t in range(2, len(speeds) - 1):
+        before, after = speeds[:t][ok[:t]], speeds[t:][ok[t:]]
+        if before.size < 2 or after.size < 2 or before.mean() <= 0:
+            continue
+        if after.mean() >= SPEED_UP_RATIO * before.mean():
+            return True
+    return False
 
-    def generate(video: SimVideo, facts: Facts) -> list[Expression]:
-        ids = tuple(o.obj_id for o in video.objects if event in o.events and _visible_frames(facts, o).size)
-        if not ids:
-            return []
-        return [Expression(single if len(ids) == 1 else plural, REASONING, ids)]
 
-    return generate
+def motion_events(video: SimVideo, facts: Facts) -> list[Expression]:
+    """'the object that stops moving', 'which object suddenly speeds up?', 'the object that leaves the
+    scene', 'the objects that come into view partway through' — emitted when the objects the simulator
+    gave the event are exactly the objects that show it."""
+    out = []
+    seen = facts.seen(video)
+    last = video.n_frames - 1
+    checks: list[tuple[str, Callable[[SimObject], bool], str, str]] = [
+        ("stops", lambda o: _stops(facts, o), "the object that stops moving", "the {n} objects that stop moving"),
+        ("speeds_up", _speeds_up, "which object suddenly speeds up?", "the {n} objects that suddenly speed up"),
+        # a non-target fully hidden in the last frame could look as if it had left, hence `visible_area`
+        ("leaves", lambda o: not o.present[-2:].any() or facts.visible_area[last, o.obj_id] == 0,
+         "the object that leaves the scene", "the {n} objects that leave the scene"),
+        ("enters", lambda o: not o.present[0] or facts.visible_area[0, o.obj_id] == 0,
+         "the object that comes into view partway through the video",
+         "the {n} objects that come into view partway through the video"),
+    ]
+    for event, shows, single, multi in checks:
+        ids = tuple(o.obj_id for o in seen if event in o.events)
+        if not ids or len(ids) == len(seen):
+            continue
+        targets_show = all(shows(video.objects[i]) for i in ids)
+        others_do_not = not any(shows(o) for o in video.objects if o.obj_id not in ids)
+        if targets_show and others_do_not:
+            out.append(Expression(_plural(ids, single, multi), REASONING, ids))
+    return out
 
 
 def enters_last(video: SimVideo, facts: Facts) -> list[Expression]:
-    """'the object that appears last' — its first visible frame is strictly after every other's."""
-    seen = [o for o in video.objects if _visible_frames(facts, o).size]
-    firsts = sorted((int(_visible_frames(facts, o)[0]), o.obj_id) for o in seen)
+    """'the object that shows up last' — its first visible frame is strictly after every other's."""
+    firsts = sorted((int(facts.visible_frames(o)[0]), o.obj_id) for o in facts.seen(video))
     if len(firsts) < 2 or firsts[-1][0] == firsts[-2][0] or firsts[-1][0] == 0:
         return []
     return [Expression("the object that shows up last in the video", REASONING, (firsts[-1][1],))]
 
 
 def hidden_behind_at_end(video: SimVideo, facts: Facts) -> list[Expression]:
-    """'the shape hidden behind the blue square at the end': visible area in the last frame below half
-    of its full area, with the occluder being one object in front that overlaps it."""
-    from stages.synth.render import shape_mask
-
+    """'the shape partly hidden behind the blue square at the end' (less than half visible) or '...
+    completely hidden ...' (in the frame, nothing visible), with exactly one object in front overlapping it."""
     t = video.n_frames - 1
     out = []
     full = {o.obj_id: shape_mask(o, t, video.height, video.width) for o in video.objects}
-    for obj in video.objects:
+    for obj in facts.seen(video):
         area = int(full[obj.obj_id].sum())
-        if area == 0 or facts.visible_area[t, obj.obj_id] > 0.5 * area or facts.visible_area[t, obj.obj_id] == 0:
+        seen_area = facts.visible_area[t, obj.obj_id]
+        if area == 0 or seen_area > 0.5 * area:
             continue
         occluders = [o for o in video.objects if o.z > obj.z and (full[o.obj_id] & full[obj.obj_id]).any()]
         if len(occluders) == 1:
-            out.append(Expression(f"the shape partly hidden behind the {occluders[0].name} at the end",
+            how = "partly" if seen_area > 0 else "completely"
+            out.append(Expression(f"the shape {how} hidden behind the {occluders[0].name} at the end",
                                   REASONING, (obj.obj_id,)))
     return out
 
 
+def _overtakes(facts: Facts, a: SimObject, b: SimObject) -> bool:
+    """a passes b while both move the same horizontal way: a is behind b by a margin at one frame and
+    ahead by a margin at a later one (visible centroids), both moving that way throughout."""
+    both = np.flatnonzero((facts.visible_area[:, a.obj_id] > 0) & (facts.visible_area[:, b.obj_id] > 0))
+    if both.size < 2:
+        return False
+    margin = 0.5 * (a.radius + b.radius)
+    for direction in (1.0, -1.0):
+        lead = direction * (facts.centroids[both, a.obj_id, 0] - facts.centroids[both, b.obj_id, 0])
+        behind, ahead = np.flatnonzero(lead < -margin), np.flatnonzero(lead > margin)
+        if not behind.size or not ahead.size or ahead[-1] <= behind[0]:
+            continue
+        i, j = int(both[behind[0]]), int(both[ahead[ahead > behind[0]][0]])
+        window = slice(i, j)
+        if (direction * a.velocities[window, 0] > 0).all() and (direction * b.velocities[window, 0] > 0).all():
+            return True
+    return False
+
+
+def overtakes(video: SimVideo, facts: Facts) -> list[Expression]:
+    """'which shape overtakes another one moving the same way?' — exactly one object passes any other."""
+    seen = facts.seen(video)
+    passers = tuple(sorted({a.obj_id for a in seen for b in seen if a is not b and _overtakes(facts, a, b)}))
+    if len(passers) != 1:
+        return []
+    return [Expression("which shape overtakes another one moving the same way?", REASONING, passers)]
+
+
 def moving_direction(video: SimVideo, facts: Facts) -> list[Expression]:
-    """'the objects that travel to the right' — net displacement right by more than one radius, while every
-    other object moves left or stays (multi- or single-instance)."""
-    right, other = [], []
+    """'the two objects that end up further right than they started' — net displacement by more than one
+    radius that way, while every other object ends up on the other side of where it started (or still)."""
+    out = []
+    moves = []
     for o in video.objects:
-        frames = np.flatnonzero(o.present)
+        frames = facts.visible_frames(o)
         if frames.size < 2:
             continue
-        dx = o.centres[frames[-1], 0] - o.centres[frames[0], 0]
-        (right if dx > o.radius else other).append((o, dx))
-    if not right or not other or any(dx > 0 for _, dx in other):
+        moves.append((o, o.centres[frames[-1], 0] - o.centres[frames[0], 0]))
+    for side, sign in (("right", 1.0), ("left", -1.0)):
+        ids = tuple(o.obj_id for o, dx in moves if sign * dx > o.radius)
+        others = [(o, dx) for o, dx in moves if o.obj_id not in ids]
+        if not ids or not others or any(sign * dx > 0 for _, dx in others) or len(moves) < len(video.objects):
+            continue
+        out.append(Expression(_plural(ids, f"the object that ends up further {side} than it started",
+                                      f"the {{n}} objects that end up further {side} than they started"),
+                              REASONING, ids))
+    return out
+
+
+def size_extremes(video: SimVideo, facts: Facts) -> list[Expression]:
+    """'the largest shape' / 'the smallest shape' by whole-shape area (factor SIZE_RATIO), each object
+    once seen nearly whole (so a viewer can compare sizes)."""
+    seen = facts.seen(video)
+    if len(seen) < 2 or len(seen) < len(video.objects):
         return []
-    ids = tuple(o.obj_id for o, _ in right if _visible_frames(facts, o).size)
-    if not ids:
+    whole = all((facts.visible_area[:, o.obj_id] >= 0.8 * facts.shape_area[o.obj_id]).any() for o in seen)
+    if not whole:
         return []
-    text = "the object that ends up further right than it started" if len(ids) == 1 else \
-        "the objects that end up further right than they started"
-    return [Expression(text, REASONING, ids)]
+    ranked = sorted(seen, key=lambda o: facts.shape_area[o.obj_id])
+    out = []
+    area = facts.shape_area
+    if area[ranked[-1].obj_id] >= SIZE_RATIO * area[ranked[-2].obj_id]:
+        out.append(Expression("the largest shape in the video", REASONING, (ranked[-1].obj_id,)))
+    if area[ranked[1].obj_id] >= SIZE_RATIO * area[ranked[0].obj_id]:
+        out.append(Expression("the smallest shape in the video", REASONING, (ranked[0].obj_id,)))
+    return out
+
+
+# -- no target (type 2) -------------------------------------------------------------------------------
 
 
 def no_target(video: SimVideo, facts: Facts, rng: np.random.Generator) -> list[Expression]:
-    """A description that matches nothing in the video (purple and hexagons never occur)."""
-    colour = list(COLOURS)[int(rng.integers(len(COLOURS)))]
-    options = [f"the purple {KINDS[int(rng.integers(len(KINDS)))]}", f"the {colour} hexagon",
+    """A description that matches nothing in the video: purple and hexagons never occur, an absent
+    (colour, kind) pair, or something that is not a shape at all."""
+    present = {(o.colour, o.kind) for o in video.objects}
+    absent = [(c, k) for c in COLOURS for k in KINDS if (c, k) not in present]
+    colour, kind = absent[int(rng.integers(len(absent)))]
+    options = [f"the purple {KINDS[int(rng.integers(len(KINDS)))]}",
+               f"the {list(COLOURS)[int(rng.integers(len(COLOURS)))]} hexagon",
+               f"the {colour} {kind}",
                "the person riding a bicycle"]
     return [Expression(options[int(rng.integers(len(options)))], NO_TARGET, ())]
 
 
 GENERATORS: tuple[Callable[[SimVideo, Facts], list[Expression]], ...] = (
     appearance,
-    same_kind,
-    leftmost_at_start,
-    fastest,
-    event_objects("stops", "the object that stops moving", "the objects that stop moving"),
-    event_objects("speeds_up", "which object suddenly speeds up?", "the objects that suddenly speed up"),
-    event_objects("leaves", "the object that leaves the scene", "the objects that leave the scene"),
+    unique_attribute,
+    groups,
+    position,
+    speed_extremes,
+    motion_events,
     enters_last,
     hidden_behind_at_end,
+    overtakes,
     moving_direction,
+    size_extremes,
 )
+
+CAPS = {"position": 3, "unique_attribute": 2}  # at most this many expressions per video from a generator
 
 
 def generate_expressions(video: SimVideo, facts: Facts, rng: np.random.Generator) -> list[Expression]:
@@ -162,7 +357,11 @@ def generate_expressions(video: SimVideo, facts: Facts, rng: np.random.Generator
     out: list[Expression] = []
     seen: set[str] = set()
     for generator in GENERATORS:
-        for expression in generator(video, facts):
+        found = generator(video, facts)
+        cap = CAPS.get(generator.__name__, len(found))
+        if len(found) > cap:  # keep type 0 from swamping the reasoning expressions
+            found = [found[i] for i in sorted(rng.choice(len(found), size=cap, replace=False))]
+        for expression in found:
             if expression.text not in seen:
                 seen.add(expression.text)
                 out.append(expression)

@@ -1,13 +1,47 @@
 """Drawing: backgrounds, textured shapes, and each object's *visible* mask per frame.
 
-Vectorised numpy over a pixel grid (no per-pixel Python loops), so the 720p `large` preset stays fast.
+Vectorised numpy over pixel windows (no per-pixel Python loops): every object is drawn and measured
+inside its own bounding window, so the cost scales with object size, not frame size, and the 720p
+`large` preset stays fast.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from stages.synth.scene import COLOURS, SimObject, SimVideo
+
+Window = tuple[int, int, int, int]  # y0, y1, x0, x1 (exclusive ends)
+STAR_INNER = 0.45  # inner/outer radius ratio of the five-pointed star
+
+
+@dataclass(frozen=True)
+class Visible:
+    """What a viewer sees of one object in one frame: its visible pixels inside its window.
+
+    Attributes:
+        window: the pixel window holding the object (None when it is outside the frame).
+        patch: bool mask of the visible pixels, window-sized (empty when absent).
+        full_area: pixels the object would cover in the frame with nothing in front of it.
+    """
+
+    window: Window | None
+    patch: np.ndarray
+    full_area: int
+
+    @property
+    def area(self) -> int:
+        """Visible pixel count."""
+        return int(self.patch.sum())
+
+    def centroid(self) -> tuple[float, float]:
+        """Mean (x, y) pixel index of the visible pixels; NaN when nothing is visible."""
+        if self.window is None or not self.patch.any():
+            return float("nan"), float("nan")
+        ys, xs = np.nonzero(self.patch)
+        return float(xs.mean() + self.window[2]), float(ys.mean() + self.window[0])
 
 
 def background(video: SimVideo) -> np.ndarray:
@@ -15,57 +49,78 @@ def background(video: SimVideo) -> np.ndarray:
     H, W = video.height, video.width
     base = np.array(video.background_colour, dtype=np.float32)
     yy, xx = np.mgrid[0:H, 0:W].astype(np.float32)
+    along = (xx * np.cos(video.background_angle) + yy * np.sin(video.background_angle))[..., None]
     if video.background == "gradient":
-        ramp = (xx / max(W - 1, 1))[..., None]
-        img = base * (0.6 + 0.8 * ramp)
+        span = max(float(np.ptp(along)), 1.0)
+        img = base * (0.6 + 0.8 * (along - along.min()) / span)
     elif video.background == "noise":
         rng = np.random.default_rng(video.noise_seed)
         img = base + rng.normal(0, 18, size=(H, W, 3))
     elif video.background == "stripes":
-        img = base * (1.0 + 0.35 * (((yy // max(H // 12, 2)) % 2)[..., None]))
+        img = base * (1.0 + 0.35 * ((along // max(min(H, W) // 10, 2)) % 2))
     else:  # checker
         cell = max(min(H, W) // 8, 2)
         img = base * (1.0 + 0.35 * ((((yy // cell) + (xx // cell)) % 2)[..., None]))
     return np.clip(img, 0, 255).astype(np.uint8)
 
 
-def _bbox(obj: SimObject, t: int, H: int, W: int) -> tuple[int, int, int, int] | None:
-    """Pixel window (y0, y1, x0, x1) that holds the object at frame t, or None when off-screen/absent."""
-    if not obj.present[t]:
-        return None
+def _window(obj: SimObject, t: int, H: int, W: int) -> Window | None:
+    """Pixel window that holds the object at frame t, or None when it is outside the frame."""
     cx, cy = obj.centres[t]
     r = obj.radius
-    x0, x1 = max(int(cx - r) - 1, 0), min(int(cx + r) + 2, W)
-    y0, y1 = max(int(cy - r) - 1, 0), min(int(cy + r) + 2, H)
+    x0, x1 = max(int(np.floor(cx - r)) - 1, 0), min(int(np.ceil(cx + r)) + 2, W)
+    y0, y1 = max(int(np.floor(cy - r)) - 1, 0), min(int(np.ceil(cy + r)) + 2, H)
     return None if x0 >= x1 or y0 >= y1 else (y0, y1, x0, x1)
 
 
-def _shape_in_window(obj: SimObject, t: int, window: tuple[int, int, int, int]) -> np.ndarray:
-    y0, y1, x0, x1 = window
-    cx, cy = obj.centres[t]
-    r = obj.radius
-    yy, xx = np.mgrid[y0:y1, x0:x1].astype(np.float32)
-    dx, dy = xx + 0.5 - cx, yy + 0.5 - cy
-    if obj.kind == "circle":
+def shape_inside(kind: str, radius: float, dx: np.ndarray, dy: np.ndarray) -> np.ndarray:
+    """Which pixels (offsets dx, dy from the centre) a shape of `kind` and `radius` covers."""
+    r = radius
+    if kind == "circle":
         return dx * dx + dy * dy <= r * r
-    if obj.kind == "square":
+    if kind == "square":
         return (np.abs(dx) <= r * 0.85) & (np.abs(dy) <= r * 0.85)
-    if obj.kind == "diamond":
+    if kind == "diamond":
         return np.abs(dx) + np.abs(dy) <= r
+    if kind == "star":
+        # fold the angle onto one half-point of the star, then test against the tip→inner-vertex edge
+        sector = 2 * np.pi / 5
+        theta = np.mod(np.arctan2(dx, -dy), sector)
+        theta = np.minimum(theta, sector - theta)
+        rho = np.hypot(dx, dy)
+        px, py = rho * np.cos(theta), rho * np.sin(theta)
+        tip = np.array([r, 0.0])
+        inner = STAR_INNER * r * np.array([np.cos(sector / 2), np.sin(sector / 2)])
+        ex, ey = inner - tip
+        return ex * (py - tip[1]) - ey * (px - tip[0]) >= 0  # same side of the edge as the centre
     return (dy <= r * 0.8) & (dy >= -r) & (np.abs(dx) <= (dy + r) * 0.55)  # triangle, apex up
 
 
+def _shape_in_window(obj: SimObject, t: int, window: Window) -> np.ndarray:
+    y0, y1, x0, x1 = window
+    cx, cy = obj.centres[t]
+    yy, xx = np.mgrid[y0:y1, x0:x1].astype(np.float32)
+    return shape_inside(obj.kind, obj.radius, xx + 0.5 - cx, yy + 0.5 - cy)
+
+
+def full_shape_area(kind: str, radius: float) -> int:
+    """Pixel area of a whole (uncut, unoccluded) shape, e.g. to compare sizes."""
+    n = int(np.ceil(radius)) + 2
+    yy, xx = np.mgrid[-n:n, -n:n].astype(np.float32)
+    return int(shape_inside(kind, radius, xx + 0.5, yy + 0.5).sum())
+
+
 def shape_mask(obj: SimObject, t: int, H: int, W: int) -> np.ndarray:
-    """Full (unoccluded) mask of `obj` at frame `t`, bool (H, W); empty when not present."""
+    """Full (unoccluded) mask of `obj` at frame `t`, bool (H, W); empty when outside the frame."""
     mask = np.zeros((H, W), dtype=bool)
-    window = _bbox(obj, t, H, W)
+    window = _window(obj, t, H, W)
     if window is not None:
         y0, y1, x0, x1 = window
         mask[y0:y1, x0:x1] = _shape_in_window(obj, t, window)
     return mask
 
 
-def _texture_in_window(obj: SimObject, t: int, window: tuple[int, int, int, int]) -> np.ndarray:
+def _texture_in_window(obj: SimObject, t: int, window: Window) -> np.ndarray:
     """The object's colour (h, w, 3) in its window, with its texture (stripes or dots move with it)."""
     y0, y1, x0, x1 = window
     colour = np.array(COLOURS[obj.colour], dtype=np.float32)
@@ -83,29 +138,33 @@ def _texture_in_window(obj: SimObject, t: int, window: tuple[int, int, int, int]
     return np.where(dark[..., None], colour * 0.45, colour)
 
 
-def render_frame(video: SimVideo, bg: np.ndarray, t: int) -> tuple[np.ndarray, dict[int, np.ndarray]]:
-    """Compose frame `t`; returns the RGB image and each object's visible mask (front objects occlude).
+def render_frame(video: SimVideo, bg: np.ndarray, t: int) -> tuple[np.ndarray, dict[int, Visible]]:
+    """Compose frame `t`: the RGB image and what is visible of each object (front objects occlude).
 
-    Work is confined to each object's window, so the cost scales with object size, not frame size.
+    Objects are painted back to front (z order); visibility is resolved front to back with an
+    occupancy map, so a pixel belongs to the front-most object covering it.
     """
     H, W = video.height, video.width
     image = bg.copy()
-    full = {}
+    shapes: dict[int, tuple[Window | None, np.ndarray]] = {}
     for obj in sorted(video.objects, key=lambda o: o.z):
-        mask = np.zeros((H, W), dtype=bool)
-        window = _bbox(obj, t, H, W)
+        window = _window(obj, t, H, W)
+        inside = np.zeros((0, 0), dtype=bool)
         if window is not None:
             y0, y1, x0, x1 = window
             inside = _shape_in_window(obj, t, window)
-            mask[y0:y1, x0:x1] = inside
             patch = image[y0:y1, x0:x1]
             patch[inside] = np.clip(_texture_in_window(obj, t, window)[inside], 0, 255).astype(np.uint8)
-        full[obj.obj_id] = mask
-    visible = {}
-    for obj in video.objects:
-        m = full[obj.obj_id].copy()
-        for other in video.objects:
-            if other.z > obj.z:
-                m &= ~full[other.obj_id]
-        visible[obj.obj_id] = m
+        shapes[obj.obj_id] = (window, inside)
+    occupied = np.zeros((H, W), dtype=bool)
+    visible: dict[int, Visible] = {}
+    for obj in sorted(video.objects, key=lambda o: -o.z):
+        window, inside = shapes[obj.obj_id]
+        if window is None:
+            visible[obj.obj_id] = Visible(None, inside, 0)
+            continue
+        y0, y1, x0, x1 = window
+        seen = inside & ~occupied[y0:y1, x0:x1]
+        occupied[y0:y1, x0:x1] |= inside
+        visible[obj.obj_id] = Visible(window, seen, int(inside.sum()))
     return image, visible

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import openai
+from openai.types.chat import ChatCompletion
 
 from stages.core.params import TeacherParams
 from stages.teacher.cache import ResponseCache
@@ -175,7 +176,10 @@ class TeacherClient:
         if request.response_format is not None:
             kwargs["response_format"] = request.response_format
         try:
-            response = await self._client().chat.completions.create(**kwargs)
+            # the SDK's documented low-level `post` (same transport, errors and ChatCompletion parsing as
+            # `chat.completions.create`) skips its typed-params walk over every message part: ~1 ms CPU per
+            # request (measured), the difference between 0.84 and 0.92 of ideal throughput at concurrency 32
+            response = await self._client().post("/chat/completions", body=kwargs, cast_to=ChatCompletion)
         except openai.RateLimitError as err:
             raise RetryableError("429 rate limited", _retry_after(err)) from err
         except openai.APIStatusError as err:

@@ -44,19 +44,38 @@ def timestamp_tag(seconds: int) -> str:
     return f"<{int(seconds)}s>"
 
 
-def build_question(expression: str, timestamps: list[int], version: str = QUESTION_VERSION) -> str:
-    """The question text that follows the frames (REFERENCE.md §1b)."""
+def build_question(text: str, timestamps: list[int], template_version: str = QUESTION_VERSION) -> str:
+    """The model's question for SFT / GRPO / evaluation (REFERENCE.md §1b), from `prompts/question/<version>.txt`.
+
+    Args:
+        text: the referring or reasoning expression.
+        timestamps: integer seconds of the frames shown, in order (frame i is shown after `<t_i s>`).
+        template_version: the question template file, e.g. "v1".
+
+    Returns:
+        The instruction text that follows the interleaved frames (see `question_content`).
+
+    Raises:
+        ValueError: no timestamps, or an unknown template version.
+    """
+    if not len(timestamps):
+        raise ValueError(f"question for {text!r}: no frame timestamps")
+    if not (PROMPTS / "question" / f"{template_version}.txt").is_file():
+        raise ValueError(f"unknown question template version {template_version!r}")
     note = (f"You are given {len(timestamps)} frames sampled from a video at 1 frame per second; "
             f"each frame is preceded by its timestamp, like {timestamp_tag(timestamps[0])}.")
-    return _read(f"question/{version}.txt").format(frames_note=note, expression=expression).strip()
+    return _read(f"question/{template_version}.txt").format(frames_note=note, expression=text).strip()
 
 
-def question_content(expression: str, timestamps: list[int], version: str = QUESTION_VERSION) -> list[dict]:
-    """User-turn content for chat templates: `<0s>` text, image, `<2s>` text, image, …, question."""
+def question_content(text: str, timestamps: list[int], template_version: str = QUESTION_VERSION) -> list[dict]:
+    """User-turn content for chat templates: `<0s>` text, image, `<2s>` text, image, …, then the question.
+
+    Images are `{"type": "image"}` placeholders (the processor / TRL fills them in frame order).
+    """
     content: list[dict] = []
     for t in timestamps:
         content += [{"type": "text", "text": timestamp_tag(t)}, {"type": "image"}]
-    content.append({"type": "text", "text": build_question(expression, timestamps, version)})
+    content.append({"type": "text", "text": build_question(text, timestamps, template_version)})
     return content
 
 

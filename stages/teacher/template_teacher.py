@@ -3,6 +3,8 @@
 It states only what the ground truth supports — how the target moves across the sampled frames, why
 the keyframe is best (largest visible area among the frames shown), and where the target is at the
 keyframe (left / right / top / bottom / centre from its box). Traces are labelled backend="template".
+One writer per template set (`WRITERS`): Veason-R1's three steps, and RCoT-Seg's KTG (plus a point
+inside each target), AKS (candidate valid or not, ending in `Answer: A|B`) and video description.
 Location words come from `location_of`, which the filter's faithfulness check uses too.
 """
 
@@ -59,40 +61,111 @@ def _motion_phrase(first: list[float], last: list[float], size: float) -> str:
     return "moves " + " and ".join(parts) if parts else "stays roughly in place"
 
 
-def write_trace(context: dict[str, Any]) -> str:
-    """Three steps from a sample's annotations (keys: expression, timestamps, keyframe_timestamp, boxes
-    (per frame, per object, train size), union_areas, train_size, n_instances)."""
+def _noun(n: int) -> str:
+    return "target" if n == 1 else f"{n} targets"
+
+
+def _summary(context: dict[str, Any], per_frame: list, label: str = "Step 1") -> str:
+    """What moves where across the sampled frames (and where the target is not visible)."""
     timestamps = list(context["timestamps"])
     size = float(context["train_size"])
-    per_frame = [union_box(objs) for objs in context["boxes"]]
-    key_pos = timestamps.index(context["keyframe_timestamp"])
-    visible = [i for i, b in enumerate(per_frame) if b is not None]
     n = int(context["n_instances"])
-    noun = "target" if n == 1 else f"{n} targets"
+    visible = [i for i, b in enumerate(per_frame) if b is not None]
+    if not visible:
+        return (f"{label}: The video is shown through {len(timestamps)} frames from {timestamps[0]}s to "
+                f"{timestamps[-1]}s; nothing in them matches the description.")
     first, last = visible[0], visible[-1]
     motion = _motion_phrase(per_frame[first], per_frame[last], size)
-    step1 = (f"Step 1: The video is shown through {len(timestamps)} frames from {timestamps[0]}s to {timestamps[-1]}s. "
-             f"The {noun} first appear{'s' if n == 1 else ''} near {location_phrase(per_frame[first], size, size)} "
-             f"at {timestamps[first]}s and {motion} until {timestamps[last]}s, where "
-             f"{'it is' if n == 1 else 'they are'} near {location_phrase(per_frame[last], size, size)}.")
+    text = (f"{label}: The video is shown through {len(timestamps)} frames from {timestamps[0]}s to "
+            f"{timestamps[-1]}s. The {_noun(n)} first appear{'s' if n == 1 else ''} near "
+            f"{location_phrase(per_frame[first], size, size)} at {timestamps[first]}s and {motion} until "
+            f"{timestamps[last]}s, where {'it is' if n == 1 else 'they are'} near "
+            f"{location_phrase(per_frame[last], size, size)}.")
     hidden = [f"{timestamps[i]}s" for i in range(len(timestamps)) if per_frame[i] is None]
     if hidden:
-        step1 += f" {'It is' if n == 1 else 'They are'} not visible at {', '.join(hidden)}."
+        text += f" {'It is' if n == 1 else 'They are'} not visible at {', '.join(hidden)}."
+    return text
+
+
+def _why_keyframe(context: dict[str, Any]) -> str:
+    """Why the given keyframe matches best: the largest visible extent among the frames shown."""
+    timestamps = list(context["timestamps"])
+    size = float(context["train_size"])
+    n = int(context["n_instances"])
+    key_pos = timestamps.index(context["keyframe_timestamp"])
     areas = np.asarray(context["union_areas"], dtype=float)
     share = 100.0 * areas[key_pos] / (size * size)
     rank = int((areas > areas[key_pos]).sum())
     why = "the largest visible extent of all the frames shown" if rank == 0 else \
         "one of the largest visible extents among the frames shown"
-    step2 = (f"Step 2: Looking for \"{context['expression']}\", the frame at {context['keyframe_timestamp']}s is the "
-             f"keyframe: there the {noun} {'has' if n == 1 else 'have'} {why} (about {share:.0f}% of the image), "
-             f"so the match with the description is clearest at that moment.")
+    return (f"Step 2: Looking for \"{context['expression']}\", the frame at {context['keyframe_timestamp']}s is the "
+            f"keyframe: there the {_noun(n)} {'has' if n == 1 else 'have'} {why} (about {share:.0f}% of the image), "
+            f"so the match with the description is clearest at that moment.")
+
+
+def _where_at_keyframe(context: dict[str, Any]) -> str:
+    timestamps = list(context["timestamps"])
+    size = float(context["train_size"])
+    n = int(context["n_instances"])
+    key_pos = timestamps.index(context["keyframe_timestamp"])
     key_boxes = [b for b in context["boxes"][key_pos] if b is not None]
     places = ", ".join(location_phrase(b, size, size) for b in key_boxes)
-    step3 = (f"Step 3: At {context['keyframe_timestamp']}s the {noun} {'is' if n == 1 else 'are'} in {places} of "
-             f"the frame, which is what \"{context['expression']}\" refers to.")
-    return "\n".join([step1, step2, step3])
+    return (f"Step 3: At {context['keyframe_timestamp']}s the {_noun(n)} {'is' if n == 1 else 'are'} in {places} of "
+            f"the frame, which is what \"{context['expression']}\" refers to.")
+
+
+def write_trace(context: dict[str, Any]) -> str:
+    """Veason-R1's three steps from a sample's annotations (keys: expression, timestamps, keyframe_timestamp,
+    boxes (per frame, per object, train size), union_areas, train_size, n_instances)."""
+    per_frame = [union_box(objs) for objs in context["boxes"]]
+    return "\n".join([_summary(context, per_frame), _why_keyframe(context), _where_at_keyframe(context)])
+
+
+def write_ktg_trace(context: dict[str, Any]) -> str:
+    """RCoT-Seg KTG: the three steps plus a point inside each target at the keyframe (`ktg_points`)."""
+    points = [p for p in context.get("ktg_points") or [] if p is not None]
+    text = write_trace(context)
+    if points:
+        listed = ", ".join(f"({round(p[0])}, {round(p[1])})" for p in points)
+        text += f" A point clearly inside {'it' if len(points) == 1 else 'each of them'} is {listed}."
+    return text
+
+
+def write_aks_trace(context: dict[str, Any]) -> str:
+    """RCoT-Seg AKS: is the candidate frame a valid keyframe? Ends with `Answer: A|B` from the annotations."""
+    per_frame = [union_box(objs) for objs in context["boxes"]]
+    n = int(context["n_instances"])
+    t = int(context["aks_timestamp"])
+    valid = context["aks_option"] == "A"
+    step2 = (f"Step 2: In the candidate frame at {t}s the {_noun(n)} "
+             + ("is clearly visible and large, among the frames where it is seen best."
+                if valid else "cannot be seen: nothing there matches the description."))
+    step3 = (f"Step 3: So the candidate at {t}s " + ("is" if valid else "is not")
+             + f" a valid keyframe for \"{context['expression']}\". Answer: {'A' if valid else 'B'}")
+    return "\n".join([_summary(context, per_frame), step2, step3])
+
+
+def write_description(context: dict[str, Any]) -> str:
+    """RCoT-Seg video description: scene and objects, events in order, relations — from the annotations."""
+    timestamps = list(context["timestamps"])
+    size = float(context["train_size"])
+    per_frame = [union_box(objs) for objs in context["boxes"]]
+    events = "; ".join(f"at {t}s " + (f"near {location_phrase(b, size, size)}" if b is not None else "not visible")
+                       for t, b in zip(timestamps, per_frame, strict=True))
+    n = int(context["n_instances"])
+    step2 = f"Step 2: In temporal order, the {_noun(n)} {'is' if n == 1 else 'are'} {events}."
+    step3 = (f"Step 3: The object{'s' if n > 1 else ''} that \"{context['expression']}\" refers to "
+             f"{'is' if n == 1 else 'are'} the {_noun(n)} followed above.")
+    return "\n".join([_summary(context, per_frame), step2, step3])
+
+
+WRITERS = {"veason": write_trace, "rcot_ktg": write_ktg_trace, "rcot_aks": write_aks_trace,
+           "rcot_description": write_description}
 
 
 def template_writer(request: ChatRequest) -> str:
-    """`TeacherClient` hook for the template backend."""
-    return write_trace(request.context)
+    """`TeacherClient` hook for the template backend: the writer of the request's template set."""
+    template_set = request.context.get("template_set", "veason")
+    if template_set not in WRITERS:
+        raise ValueError(f"template backend: no writer for template set {template_set!r} (known: {sorted(WRITERS)})")
+    return WRITERS[template_set](request.context)

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from stages.core.params import FilterParams
-from stages.filter import build_response, judge, rules
+from stages.filter import build_response, judge, response_for, rules
 
 GOOD = ("Step 1: A red circle moves from the left to the right while a blue square stays still.\n"
         "Step 2: At 4s the circle is fully visible and largest, so this frame matches the moving circle best.\n"
@@ -74,3 +74,24 @@ def test_response_format() -> None:
 def test_split_steps() -> None:
     steps = rules.split_steps(GOOD)
     assert steps is not None and steps[2].startswith("At 4s")
+
+
+def test_rules_depend_on_the_template_set() -> None:
+    # a video description names no keyframe and makes no step-3 location claim: fine for rcot_description only
+    description = GOOD.replace("At 4s the circle is fully visible and largest, so this frame matches the moving "
+                               "circle best.", "Then the circle stops next to the square and both stay still.")
+    description = description.replace("At 4s the circle is on the right side of the frame, near the top.",
+                                      "The circle ends up on the left, beside the square.")
+    assert judge(row(description), SAMPLE, [], FilterParams()) == "keyframe_not_named"
+    assert judge(row(description, template_set="rcot_description"), SAMPLE, [], FilterParams()) is None
+    # KTG traces are held to the keyframe and location rules like Veason-R1's
+    assert judge(row(GOOD.replace("near the top", "near the bottom"), template_set="rcot_ktg"), SAMPLE, [],
+                 FilterParams()) == "location_contradicts_box"
+
+
+def test_responses_per_template_set() -> None:
+    sample = {**SAMPLE, "ktg_points": [[90.4, 15.0]]}
+    ktg = response_for("rcot_ktg", "t", sample)
+    assert json.loads(ktg.split("<answer>")[1].removesuffix("</answer>")) == \
+        {"keyframe_timestamp": 4, "bbox_2d_list": [[80, 5, 100, 25]], "point_2d_list": [[90, 15]]}
+    assert response_for("rcot_aks", "t", sample) == '<think>t</think><answer>{"option": "A"}</answer>'

@@ -1,4 +1,8 @@
-"""Keyframe choice, anchor-based frame sampling, box scaling and KTG points."""
+"""Keyframe choice, anchor-based frame sampling, box scaling, KTG points, AKS candidates, quarantine.
+
+The stage tests write a tiny ReVOS root with tests/revos_factory.py (for mask_dict.json) and the index
+tables directly (tests/stages/test_sample.write_index), so they do not depend on ingest.
+"""
 
 from __future__ import annotations
 
@@ -12,15 +16,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
+from pycocotools import mask as mask_utils
+from scipy import ndimage
 
+from schemas.sample import KeyframesSchema
 from stages.core import rle
-from stages.core.params import IngestParams, KeyframesParams, SampleParams
+from stages.core.params import KeyframesParams, SampleParams
 from stages.core.runner import RunnerParams
-from stages.ingest import ingest
 from stages.keyframes import select_keyframes
 from stages.keyframes.frames import choose_keyframe, inscribed_circle_centre, sample_frames, scale_box, top_k_frames
 from stages.sample import sample_pools
 from tests.revos_factory import VideoSpec, simple_video, write_root
+from tests.stages.test_sample import write_index
+
+# --- the sampling rule ------------------------------------------------------------------------------------
 
 
 @settings(max_examples=500, deadline=None)
@@ -35,12 +44,43 @@ def test_sampling_rule_properties(T: int, N: int, data: st.DataObject) -> None:
     assert sample_frames(T, N, anchor) == frames  # a pure function of (T, N, anchor)
 
 
-def test_sampling_rule_literals() -> None:
-    assert sample_frames(30, 6, 13) == [3, 8, 13, 18, 23, 28]  # stride 5, phase 13 mod 5 = 3
-    assert sample_frames(4, 6, 2) == [0, 1, 2, 3]  # short video: every frame once
-    assert sample_frames(10, 6, 9) == [4, 5, 6, 7, 8, 9]
+@settings(max_examples=200, deadline=None)
+@given(st.integers(12, 400), st.data())
+def test_sampling_rule_spreads_frames(T: int, data: st.DataObject) -> None:
+    # evenly spaced; the stride is the widest that fits N frames on the anchor's phase, so never below
+    # ⌊(T−1)/N⌋ (any stride k ≤ (T−1)/N fits N points whatever the phase) nor above ⌊(T−1)/(N−1)⌋
+    N = 6
+    anchor = data.draw(st.integers(0, T - 1))
+    frames = sample_frames(T, N, anchor)
+    stride = frames[1] - frames[0]
+    assert all(b - a == stride for a, b in zip(frames, frames[1:], strict=False))
+    assert max(1, (T - 1) // N) <= stride <= (T - 1) // (N - 1)
+
+
+@pytest.mark.parametrize(("T", "N", "anchor", "expected"), [
+    (30, 6, 13, [3, 8, 13, 18, 23, 28]),  # stride ⌊29/5⌋ = 5, phase 13 mod 5 = 3
+    (30, 6, 0, [0, 5, 10, 15, 20, 25]),
+    (30, 6, 29, [4, 9, 14, 19, 24, 29]),
+    (4, 6, 2, [0, 1, 2, 3]),  # short video: every frame once, no duplicates
+    (6, 6, 5, [0, 1, 2, 3, 4, 5]),
+    (10, 6, 9, [4, 5, 6, 7, 8, 9]),
+    (12, 6, 11, [1, 3, 5, 7, 9, 11]),  # stride 2, phase 1
+    (50, 1, 17, [17]),
+])
+def test_sampling_rule_literals(T: int, N: int, anchor: int, expected: list[int]) -> None:
+    assert sample_frames(T, N, anchor) == expected
+
+
+def test_sampling_rule_stride_reduction_literal() -> None:
+    # T = 11: widest stride 2, but phase 1 leaves only 5 grid points (1, 3, 5, 7, 9) → stride 1
+    assert sample_frames(11, 6, 1) == [0, 1, 2, 3, 4, 5]
     with pytest.raises(ValueError, match="anchor 7 outside"):
         sample_frames(5, 3, 7)
+    with pytest.raises(ValueError, match="positive frame counts"):
+        sample_frames(0, 6, 0)
+
+
+# --- the keyframe draw ------------------------------------------------------------------------------------
 
 
 @settings(max_examples=100, deadline=None)
@@ -57,7 +97,7 @@ def test_keyframe_is_among_top_k_and_seeded(areas: list[float], seed: int) -> No
     assert choose_keyframe(areas, 5, "max_area", np.random.default_rng(seed))[0] == top[0]
 
 
-def test_top_k_draw_is_uniform() -> None:
+def test_top_k_draw_is_uniform_and_seeds_differ() -> None:
     areas = [5, 50, 40, 0, 30, 20, 10, 45]
     top = top_k_frames(areas, 5)
     assert top == [1, 7, 2, 4, 5]
@@ -65,12 +105,26 @@ def test_top_k_draw_is_uniform() -> None:
     assert set(draws) == set(top)
     expected = 5000 / 5
     chi2 = sum((draws[i] - expected) ** 2 / expected for i in top)
-    assert chi2 < 18.5  # p ≈ 0.001 for 4 degrees of freedom
+    assert chi2 < 18.47  # χ² critical value at p = 0.001, 4 degrees of freedom
+    assert all(choose_keyframe(areas, 5, "max_area", np.random.default_rng(s))[0] == 1 for s in range(20))
+
+
+@pytest.mark.parametrize(("areas", "k", "expected"), [
+    ([3, 3, 3], 2, [0, 1]),  # ties: earlier frame first
+    ([0, 0, 7], 5, [2]),  # fewer positive frames than k
+    ([1, 2, 3, 4, 5, 6], 5, [5, 4, 3, 2, 1]),
+])
+def test_top_k_literals(areas: list[int], k: int, expected: list[int]) -> None:
+    assert top_k_frames(areas, k) == expected
+
+
+# --- geometry -----------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(("box", "size", "expected"), [
     ([10, 20, 30, 40], 560, [10 * 560 / 160, 20 * 560 / 120, 30 * 560 / 160, 40 * 560 / 120]),
     ([0, 0, 160, 120], 112, [0, 0, 112, 112]),
+    ([80, 60, 81, 61], 560, [280, 280, 283.5, 284.6666667]),
     (None, 560, None),
     ([np.nan] * 4, 560, None),
 ])
@@ -81,13 +135,28 @@ def test_box_scaling(box, size, expected) -> None:
 
 @settings(max_examples=150, deadline=None)
 @given(arrays(np.bool_, st.tuples(st.integers(1, 30), st.integers(1, 30)), elements=st.booleans()))
-def test_inscribed_circle_centre_lies_inside_mask(mask: np.ndarray) -> None:
+def test_inscribed_circle_centre_lies_inside_mask_and_is_farthest(mask: np.ndarray) -> None:
     centre = inscribed_circle_centre(mask)
     if not mask.any():
         assert centre is None
         return
     x, y = centre
     assert mask[int(y), int(x)]
+    # small masks are searched exactly: the point is as far from the background (and border) as any
+    distance = ndimage.distance_transform_edt(np.pad(mask, 1))[1:-1, 1:-1]
+    assert distance[int(y), int(x)] == pytest.approx(distance.max())
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(100, 400), st.integers(100, 400), st.integers(0, 2**16))
+def test_inscribed_circle_centre_of_large_masks_stays_inside(h: int, w: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[:h, :w]
+    cy, cx, r = rng.uniform(0.3, 0.7) * h, rng.uniform(0.3, 0.7) * w, rng.uniform(10, min(h, w) / 3)
+    mask = (yy - cy) ** 2 + (xx - cx) ** 2 <= r**2
+    x, y = inscribed_circle_centre(mask)
+    assert mask[int(y), int(x)]
+    assert np.hypot(x - cx, y - cy) <= max(h, w) / 96 + 2  # the subsampled search stays near the true centre
 
 
 def test_inscribed_circle_centre_of_rectangle() -> None:
@@ -97,49 +166,129 @@ def test_inscribed_circle_centre_of_rectangle() -> None:
     assert 9 <= y <= 11 and 8 <= x <= 22
 
 
-@pytest.fixture()
-def pipeline(tmp_path: Path) -> Path:
-    videos = [simple_video(f"S/train/v{i}", n_frames=8) for i in range(4)]
+# --- the stage ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("keyframes")
+    videos = [simple_video(f"S/train/v{i}", n_frames=8 + i % 5) for i in range(12)]
     empty = VideoSpec("S/train/empty", n_frames=5, objects={999: [None] * 5},
                       expressions=[{"exp": "the ghost", "obj_id": [0], "anno_id": [999], "type_id": 0}])
-    videos += [empty, simple_video("S/valid/c", split="valid", n_frames=3)]
-    write_root(tmp_path / "root", videos)
-    ingest(IngestParams(), tmp_path / "root", tmp_path / "index", RunnerParams(kind="serial"))
-    sample_pools(SampleParams(sft_first_k=1, grpo_size=6), 0, tmp_path / "index", tmp_path / "sample")
-    return tmp_path
+    # a target absent in every other frame: samples with zero-area frames for AKS option B
+    boxes = [(4, 4, 12, 12) if t % 2 else None for t in range(10)]
+    gappy = VideoSpec("S/train/gappy", n_frames=10, objects={77: boxes},
+                      expressions=[{"exp": f"the box {i}", "obj_id": [0], "anno_id": [77], "type_id": i % 2}
+                                   for i in range(12)])
+    videos += [empty, gappy, simple_video("S/valid/c", split="valid", n_frames=3),
+               simple_video("S/valid/d", split="valid", n_frames=20)]
+    write_root(base / "root", videos)
+    write_index(base / "index", videos)
+    sample_pools(SampleParams(sft_first_k=1, grpo_size=12), 0, base / "index", base / "sample")
+    select_keyframes(KeyframesParams(n_frames=6, train_size=112), 0, base / "root", base / "index",
+                     base / "sample", base / "kf", RunnerParams(kind="threads"))
+    return base
 
 
 def test_stage_writes_valid_tables(pipeline: Path) -> None:
     out = pipeline / "kf"
-    report = select_keyframes(KeyframesParams(n_frames=6, train_size=112), 0, pipeline / "root", pipeline / "index",
-                              pipeline / "sample", out, RunnerParams(kind="threads"))
-    grpo = pd.read_parquet(out / "grpo.parquet")
-    quarantine = pd.read_parquet(out / "quarantine.parquet")
-    assert report.metrics["quarantined"] == len(quarantine) >= 1
-    assert any("empty in every frame" in r for r in quarantine["reason"])
-    row = grpo[grpo["n_instances"] == 2].iloc[0]
-    assert len(row["frame_indices"]) == 6 and row["keyframe_idx"] in list(row["topk_indices"])
-    # per-object boxes, never unions: the two objects' boxes differ in a frame where both are present
-    both = [f for f in row["boxes"] if all(b is not None for b in f)]
-    assert both and not np.allclose(both[0][0], both[0][1])
-    # box of object a at train size: (2+i, 2, 10+i, 8) in a 32x24 frame → × (112/32, 112/24)
-    t = int(row["frame_indices"][0])
-    np.testing.assert_allclose(row["boxes"][0][0], [(2 + t) * 3.5, 2 * 112 / 24, (10 + t) * 3.5, 8 * 112 / 24])
-    union = rle.decode(json.loads(row["union_masks"][0]), 24, 32)
-    assert union.sum() == pytest.approx(row["union_areas"][0] * 24 * 32 / 112**2)
-    valid = pd.read_parquet(out / "eval.parquet")
-    short = valid[valid["n_video_frames"] == 3]
-    assert all(list(f) == [0, 1, 2] for f in short["frame_indices"])  # T < N: all frames, no duplicates
-    key_boxes = row["boxes"][list(row["frame_indices"]).index(row["keyframe_idx"])]
-    for point, frame_boxes in zip(row["ktg_points"], key_boxes, strict=True):
-        if point is not None:
-            x1, y1, x2, y2 = frame_boxes
-            assert x1 <= point[0] <= x2 and y1 <= point[1] <= y2
+    for pool in ("sft", "grpo", "eval"):
+        table = pd.read_parquet(out / f"{pool}.parquet")
+        KeyframesSchema.validate(table)
+        samples = pd.read_parquet(pipeline / "sample" / f"{pool}.parquet")
+        quarantined = set(pd.read_parquet(out / "quarantine.parquet")["item"])
+        assert set(table["sample_id"]) == set(samples["sample_id"]) - quarantined
+        for row in table.itertuples():
+            frames = list(row.frame_indices)
+            assert len(frames) == min(6, row.n_video_frames)
+            assert list(row.timestamps) == frames  # 1 FPS: a frame's position is its second
+            assert frames[row.keyframe_pos] == row.keyframe_idx == row.keyframe_timestamp
+            assert len(row.boxes) == len(row.areas) == len(row.union_areas) == len(frames)
+    lineage = json.loads((out / "lineage.json").read_text())
+    assert lineage["stage"] == "keyframes" and lineage["params"]["n_frames"] == 6
 
 
-def test_stage_is_deterministic_across_runners(pipeline: Path) -> None:
+def test_geometry_is_per_object_at_train_size(pipeline: Path) -> None:
+    grpo = pd.read_parquet(pipeline / "kf" / "grpo.parquet")
+    multi = grpo[grpo["n_instances"] == 2]
+    assert len(multi)
+    for row in multi.itertuples():
+        H, W, S = row.height, row.width, row.train_size
+        for t, frame_boxes, frame_areas, union_area in zip(row.frame_indices, row.boxes, row.areas,
+                                                         row.union_areas, strict=True):
+            # object a: (2+t, 2, 10+t, 8) in a 32×24 frame; object b: (20, 10+t%3, 28, 18), absent at t=1
+            np.testing.assert_allclose(frame_boxes[0], [(2 + t) * S / W, 2 * S / H, (10 + t) * S / W, 8 * S / H])
+            assert frame_areas[0] == pytest.approx(48 * S * S / (H * W))
+            if t == 1:
+                assert frame_boxes[1] is None and frame_areas[1] == 0
+            else:
+                b = 10 + t % 3
+                np.testing.assert_allclose(frame_boxes[1], [20 * S / W, b * S / H, 28 * S / W, 18 * S / H])
+                assert frame_areas[1] == pytest.approx(8 * (18 - b) * S * S / (H * W))
+            # union area (rectangles do not overlap) = sum; never a union box
+            assert union_area == pytest.approx(sum(frame_areas))
+        key = list(row.frame_indices).index(row.keyframe_idx)
+        masks = json.loads(row.union_masks[key])
+        assert mask_utils.area(rle.to_coco(masks)) * S * S / (H * W) == pytest.approx(row.union_areas[key])
+
+
+def test_keyframe_topk_aks_and_ktg(pipeline: Path) -> None:
+    root_masks = json.loads((pipeline / "root" / "mask_dict.json").read_text())
+    rows = pd.concat([pd.read_parquet(pipeline / "kf" / f"{p}.parquet") for p in ("sft", "grpo", "eval")])
+    for _, pool in rows.groupby("pool"):  # exactly 1:1 (± 1) over the samples that have both kinds
+        eligible = pool[(pool["n_instances"] > 0) & (pool["aks_invalid"].map(len) > 0)]
+        assert (eligible["aks_option"] == "B").sum() == len(eligible) // 2
+    assert (rows["n_instances"] > 0).any() and (rows["aks_invalid"].map(len) > 0).sum() >= 4
+    options = Counter()
+    for row in rows[rows["n_instances"] > 0].itertuples():
+        annos = [str(a) for a in row.anno_ids]
+        union = [mask_utils.area(rle.union([root_masks[a][t] for a in annos], row.height, row.width))
+                 for t in range(row.n_video_frames)]
+        top = list(row.topk_indices)
+        assert top == top_k_frames(union, 5) and row.keyframe_idx in top
+        assert list(row.aks_valid) == top
+        assert list(row.aks_invalid) == [t for t in range(row.n_video_frames) if union[t] == 0]
+        assert row.aks_frame_idx in (top if row.aks_option == "A" else list(row.aks_invalid))
+        options[row.aks_option] += 1
+        for anno, point in zip(annos, row.ktg_points, strict=True):
+            mask = rle.decode(root_masks[anno][row.keyframe_idx], row.height, row.width)
+            if point is None:
+                assert not mask.any()
+                continue
+            x, y = point[0] * row.width / row.train_size, point[1] * row.height / row.train_size
+            assert mask[int(y), int(x)]  # the KTG point lies on its own object at the keyframe
+    assert options["A"] and options["B"]  # both AKS options occur (1:1 in expectation)
+
+
+def test_quarantine_short_videos_and_no_target(pipeline: Path) -> None:
+    quarantine = pd.read_parquet(pipeline / "kf" / "quarantine.parquet")
+    ghost = quarantine[quarantine["item"].str.startswith("S_train_empty")]
+    assert len(ghost) == 1 and "S/train/empty#0: target is empty in every frame" in ghost["reason"].iloc[0]
+    assert ghost["file"].iloc[0].endswith("mask_dict.json")
+    ev = pd.read_parquet(pipeline / "kf" / "eval.parquet")
+    short = ev[ev["n_video_frames"] == 3]
+    assert len(short) and all(list(f) == [0, 1, 2] for f in short["frame_indices"])
+    no_target = ev[ev["type"] == "no_target"]
+    assert len(no_target) == 2 and all(len(p) == 0 for p in no_target["ktg_points"])
+    assert all(u == 0 for areas in no_target["union_areas"] for u in areas)
+
+
+def test_stage_is_seeded_and_deterministic_across_runners(pipeline: Path) -> None:
     args = (KeyframesParams(), 3, pipeline / "root", pipeline / "index", pipeline / "sample")
     select_keyframes(*args, pipeline / "a", RunnerParams(kind="serial"))
     select_keyframes(*args, pipeline / "b", RunnerParams(kind="threads", workers=2))
     for pool in ("sft", "grpo", "eval"):
         assert (pipeline / "a" / f"{pool}.parquet").read_bytes() == (pipeline / "b" / f"{pool}.parquet").read_bytes()
+    draws = pd.read_parquet(pipeline / "a" / "grpo.parquet").set_index("sample_id")
+    other = pd.read_parquet(pipeline / "kf" / "grpo.parquet").set_index("sample_id")  # seed 0
+    assert (draws["keyframe_idx"] != other.loc[draws.index, "keyframe_idx"]).any()  # other seed, other draws
+    assert (draws["seed"] != other.loc[draws.index, "seed"]).all()
+
+
+def test_max_area_mode(pipeline: Path) -> None:
+    out = pipeline / "max"
+    select_keyframes(KeyframesParams(mode="max_area"), 0, pipeline / "root", pipeline / "index",
+                     pipeline / "sample", out, RunnerParams(kind="serial"))
+    grpo = pd.read_parquet(out / "grpo.parquet")
+    assert (grpo["keyframe_idx"] == grpo["topk_indices"].map(lambda t: t[0])).all()
+    assert set(grpo["keyframe_mode"]) == {"max_area"}

@@ -31,18 +31,20 @@ def run(client: TeacherClient, reqs: list[ChatRequest]):
     return asyncio.run(client.run_all(reqs))
 
 
-def test_concurrency_is_reached_and_bounded(tmp_path: Path) -> None:
+@pytest.mark.parametrize("concurrency", [8, 32])
+def test_concurrency_is_reached_and_bounded(tmp_path: Path, concurrency: int) -> None:
+    n = 4 * concurrency
     with FakeOpenAI(latency=0.25) as server:
-        client = TeacherClient(params(server, concurrency=8), ResponseCache(tmp_path))
+        client = TeacherClient(params(server, concurrency=concurrency), ResponseCache(tmp_path))
         start = time.monotonic()
-        results = run(client, requests(32))
+        results = run(client, requests(n))
         elapsed = time.monotonic() - start
     assert all(not r.error and r.text.startswith("Step 1") for r in results)
-    assert server.max_in_flight == 8
-    assert elapsed < 32 * 0.25 / 8 * 2.5  # ~1 s of waiting, not 8 s
+    assert server.max_in_flight == concurrency
+    assert elapsed < 4 * 0.25 * 2.5  # four rounds of ~0.25 s, not n × 0.25 s
 
 
-@pytest.mark.parametrize("faults", [["429", "500", "garbage"], ["timeout"], ["empty"]])
+@pytest.mark.parametrize("faults", [["429", "500", "garbage"], ["timeout"], ["empty"], ["truncated"]])
 def test_retries_until_success(tmp_path: Path, faults: list[str]) -> None:
     with FakeOpenAI(faults=faults, hang=1.5) as server:
         client = TeacherClient(params(server, timeout_s=0.5), ResponseCache(tmp_path))
@@ -50,6 +52,9 @@ def test_retries_until_success(tmp_path: Path, faults: list[str]) -> None:
         for r in results:
             if faults == ["empty"]:  # an empty answer arrived: recorded with its error, not retried
                 assert r.error == "empty response" and r.attempts == 1
+            elif faults == ["truncated"]:  # paid for: kept (and cached) with its error
+                assert r.error.startswith("truncated") and r.finish_reason == "length" and r.attempts == 1
+                assert r.text.startswith("Step 1")
             else:
                 assert not r.error and r.attempts == len(faults) + 1
             assert len(server.attempts) == 3

@@ -1,0 +1,263 @@
+"""`evaluate` stage: model → keyframe + boxes → SAM2 over every frame → J, F, J&F, R (ReVOS protocol).
+
+For each expression of the eval pool the model sees N frames spread uniformly over the whole video
+(timestamps = frame positions, 1 FPS as in training; no ground truth decides which frames) at the
+training resolution and answers a keyframe timestamp and boxes. The boxes, scaled back to the video's
+resolution, prompt SAM2 at that frame; SAM2 tracks them forward and backward over every frame (all
+expressions of a video share one image encoding). Predictions go to VISA's layout
+(`predictions/<video>/<exp_id>/<frame>.png`, 0/255) and are scored by `scorer.score_predictions` exactly
+as VISA's evaluator scores them. An answer that does not parse gives an empty prediction, and is counted.
+An answered keyframe that was not among the frames shown is moved to the nearest shown frame (counted).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from PIL import Image
+from pycocotools import mask as mask_utils
+from scipy.optimize import linear_sum_assignment
+
+from schemas.evaluate import ExpressionScoresSchema, InferenceSchema
+from schemas.sample import KeyframesSchema
+from stages.core import revos
+from stages.core.io import read_table, write_table
+from stages.core.lineage import write_lineage
+from stages.core.params import EvaluateParams, ModelParams, Sam2Params
+from stages.core.progress import track
+from stages.core.report import StageReport
+from stages.core.rle import to_coco
+from stages.core.runner import RunnerParams
+from stages.evaluate.infer import Query, Reply, answer_queries, uniform_frames
+from stages.evaluate.report import write_report
+from stages.evaluate.scorer import GroundTruth, load_ground_truth, score_predictions
+
+log = logging.getLogger(__name__)
+
+__all__ = ["evaluate", "predict_masks", "select_prompt", "write_prediction"]
+
+
+def evaluate(params: EvaluateParams, model: ModelParams, sam2: Sam2Params, train_size: int, data_root: Path,
+             eval_table: Path, out_dir: Path, report_path: Path, runner: RunnerParams | None = None) -> StageReport:
+    """Run the model and SAM2 on the eval pool, write predictions, score them, write the report.
+
+    Args:
+        params: the `evaluate` block.
+        model: the `model` block (used when `evaluate.model_path` is "", and for the dtype).
+        sam2: the `sam2` block (checkpoint, config).
+        train_size: `keyframes.train_size`, the frame size shown when `evaluate.frame_size` is 0.
+        data_root: the ReVOS-layout root (frames, masks).
+        eval_table: the keyframes stage's `eval.parquet` (the expressions evaluated).
+        out_dir: `data/evaluate` (predictions/, answers.parquet, scores.parquet, lineage.json).
+        report_path: `reports/eval.md` (pictures in a folder beside it named after it).
+        runner: where scoring runs.
+
+    Returns:
+        StageReport whose metrics are those of `metrics/eval.json`.
+
+    Raises:
+        FileNotFoundError: no model / SAM2 checkpoint / frames. ValueError: eval rows unknown to the data root.
+    """
+    from stages.models import load_vlm
+    from stages.segment import load_video_predictor
+
+    data_root, out_dir, report_path = Path(data_root), Path(out_dir), Path(report_path)
+    size = params.frame_size or train_size
+    rows = read_table(Path(eval_table), KeyframesSchema).sort_values(["video", "exp_id"], kind="stable")
+    rows = rows.head(params.limit) if params.limit else rows
+    ids = rows["expression_id"].tolist()
+    gt = load_ground_truth(data_root, params.split, ids)
+    model_path = params.model_path or model.path
+    if not Path(model_path).is_dir():
+        raise FileNotFoundError(f"evaluate.model_path {model_path} is not a folder (train with sft/grpo, or point it "
+                                f"at a local Qwen2.5-VL checkpoint)")
+    vlm, processor = load_vlm(model_path, model.dtype)
+    predictor = load_video_predictor(sam2.checkpoint, sam2.config)
+
+    pred_dir = out_dir / "predictions"
+    shutil.rmtree(pred_dir, ignore_errors=True)  # outputs are rewritten whole
+    pred_dir.mkdir(parents=True)
+    answers: list[dict] = []
+    seconds: list[float] = []
+    for video, group in track(list(rows.groupby("video", sort=True)), desc="evaluate videos"):
+        started = time.perf_counter()
+        answers += _evaluate_video(params, size, vlm, processor, predictor, data_root, gt, video,
+                                   group.to_dict("records"), pred_dir)
+        seconds.append(time.perf_counter() - started)
+
+    summary, scores = score_predictions(pred_dir, data_root, params.split, ids, runner, params.bound_th, gt)
+    answers_df = write_table(pd.DataFrame(answers, columns=list(InferenceSchema.to_schema().columns)),
+                             InferenceSchema, out_dir / "answers.parquet")
+    write_table(scores, ExpressionScoresSchema, out_dir / "scores.parquet")
+    metrics = {**{k: v for k, v in summary.items() if np.isfinite(v)},
+               **_answer_metrics(answers_df, params.mode),
+               "seconds_per_video": float(np.mean(seconds)) if seconds else 0.0}
+    write_lineage(out_dir, "evaluate", {"evaluate": params, "model": model, "sam2": sam2},
+                  inputs={"eval_table": Path(eval_table), "model": Path(model_path)},
+                  counts={"expressions": len(answers_df), "videos": len(seconds)},
+                  code_modules=["stages.evaluate", "stages.segment", "schemas.evaluate"],
+                  extra={"model_path": str(model_path), "frame_size": size})
+    markdown = write_report(report_path, metrics, scores, answers_df, data_root, pred_dir, gt,
+                            params.report_examples, model_label=str(model_path))
+    table = scores[["expression_id", "type_id", "status", "J", "F", "JF", "R_visa", "R_binary"]]
+    return StageReport("evaluate", metrics=metrics, tables={"per expression": table}, markdown=markdown)
+
+
+def _load_video(root: Path, video: str, frames: list[str]) -> list[np.ndarray]:
+    out = []
+    for name in frames:
+        path = revos.frame_path(root, video, name)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: frame {name} of video {video} missing")
+        with Image.open(path) as img:
+            out.append(np.asarray(img.convert("RGB")))
+    return out
+
+
+def _evaluate_video(params: EvaluateParams, size: int, vlm, processor, predictor, root: Path, gt: GroundTruth,
+                    video: str, rows: list[dict], pred_dir: Path) -> list[dict]:
+    """Answer, segment and write predictions for the expressions of one video; returns InferenceSchema rows."""
+    names = list(gt.videos[video]["frames"])
+    frames = _load_video(root, video, names)
+    height, width = frames[0].shape[:2]
+    shown_idx = uniform_frames(len(frames), params.n_frames)
+    shown = [Image.fromarray(frames[t]).resize((size, size), Image.Resampling.BICUBIC) for t in shown_idx]
+    queries = [Query(row["sample_id"], row["text"], list(shown_idx), shown) for row in rows]
+    replies = answer_queries(vlm, processor, queries, params.max_new_tokens, params.batch_size, params.mode,
+                             params.max_rounds)
+    picks = [select_prompt(reply, shown_idx, size, width, height) for reply in replies]
+    masks = predict_masks(predictor, frames, [(key, boxes) for _, key, boxes in picks], params.mask_threshold)
+    out = []
+    for row, reply, (status, key, boxes), union in zip(rows, replies, picks, masks, strict=True):
+        write_prediction(pred_dir / video / str(row["exp_id"]), names, union)
+        entry = gt.videos[video]["expressions"][str(row["exp_id"])]
+        annos = [str(a) for a in entry.get("anno_id", [])]
+        ratio, iou = _keyframe_quality(gt, annos, shown_idx, key if status != "parse_failure" else None, boxes)
+        out.append({
+            "sample_id": row["sample_id"], "expression_id": row["expression_id"], "video": video,
+            "exp_id": str(row["exp_id"]), "type_id": int(entry.get("type_id", 0)), "text": row["text"],
+            "n_video_frames": len(frames), "frame_indices": list(shown_idx), "timestamps": list(shown_idx),
+            "frame_size": size, "response": reply.response, "status": status,
+            "keyframe_timestamp": None if reply.answer is None else float(key),
+            "keyframe_idx": None if reply.answer is None else float(key),
+            "boxes": [] if reply.answer is None else [list(map(float, b)) for b in reply.answer.boxes],
+            "n_rounds": reply.n_rounds, "rounds": list(reply.rounds),
+            "keyframe_area_ratio": ratio, "keyframe_box_iou": iou,
+        })
+    return out
+
+
+def select_prompt(reply: Reply, shown_idx: list[int], size: int, width: int, height: int
+                  ) -> tuple[str, int, list[list[float]]]:
+    """(status, keyframe index in the video, boxes in video pixels) of one reply.
+
+    Status: "parse_failure" (no boxes), "no_boxes" (every box empty after scaling and clipping),
+    "keyframe_not_shown" (moved to the nearest shown frame, earlier on a tie) or "ok".
+    """
+    answer = reply.answer
+    if answer is None:
+        return "parse_failure", 0, []
+    key = answer.keyframe_timestamp
+    status = "ok"
+    if key not in shown_idx:  # timestamps are frame positions; keep the model's choice as close as possible
+        key = min(shown_idx, key=lambda t: (abs(t - key), t))
+        status = "keyframe_not_shown"
+    sx, sy = width / size, height / size
+    boxes = []
+    for x1, y1, x2, y2 in answer.boxes:
+        box = [min(max(x1 * sx, 0.0), width), min(max(y1 * sy, 0.0), height),
+               min(max(x2 * sx, 0.0), width), min(max(y2 * sy, 0.0), height)]
+        if box[2] > box[0] and box[3] > box[1]:
+            boxes.append(box)
+    return ("no_boxes" if not boxes else status), key, boxes
+
+
+def predict_masks(predictor, frames: list[np.ndarray], prompts: list[tuple[int, list[list[float]]]],
+                  threshold: float = 0.0) -> list[np.ndarray]:
+    """Union mask (T, H, W bool) per prompt (keyframe index, boxes in video pixels), SAM2-tracked both ways.
+
+    All prompts of one video share the frame encoding; a prompt without boxes gives an empty mask.
+    """
+    from stages.segment import BoxGroup, propagate_groups
+
+    height, width = frames[0].shape[:2]
+    groups = [BoxGroup(key, boxes) for key, boxes in prompts]
+    if not any(g.boxes for g in groups):
+        return [np.zeros((len(frames), height, width), dtype=bool) for _ in groups]
+    masks = propagate_groups(predictor, frames, groups, threshold)
+    return [m.any(axis=0) if len(m) else np.zeros((len(frames), height, width), dtype=bool) for m in masks]
+
+
+def write_prediction(folder: Path, names: list[str], masks: np.ndarray) -> None:
+    """One 0/255 grayscale PNG per frame, `<folder>/<frame>.png` (VISA's layout)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, mask in zip(names, masks, strict=True):
+        Image.fromarray(mask.astype(np.uint8) * 255, mode="L").save(folder / f"{name}.png")
+
+
+def box_iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Pairwise IoU of (n, 4) and (m, 4) boxes [x1, y1, x2, y2] (exclusive edges)."""
+    a, b = np.asarray(a, float).reshape(-1, 4), np.asarray(b, float).reshape(-1, 4)
+    w = np.clip(np.minimum(a[:, None, 2], b[None, :, 2]) - np.maximum(a[:, None, 0], b[None, :, 0]), 0, None)
+    h = np.clip(np.minimum(a[:, None, 3], b[None, :, 3]) - np.maximum(a[:, None, 1], b[None, :, 1]), 0, None)
+    inter = w * h
+    area_a = (a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1])
+    area_b = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
+    union = area_a[:, None] + area_b[None, :] - inter
+    return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
+
+
+def matched_box_iou(pred: list[list[float]], gt: list[list[float]]) -> float:
+    """Σ Hungarian-matched IoU / max(#pred, #gt) (Veason-R1's spatial score); 0 when only one side is empty."""
+    if not pred or not gt:
+        return 0.0
+    iou = box_iou_matrix(np.asarray(pred), np.asarray(gt))
+    rows, cols = linear_sum_assignment(1 - iou)
+    return float(iou[rows, cols].sum() / max(len(pred), len(gt)))
+
+
+def _keyframe_quality(gt: GroundTruth, annos: list[str], shown_idx: list[int], key: int | None,
+                      boxes: list[list[float]]) -> tuple[float | None, float | None]:
+    """(target area at the keyframe ÷ max over the frames shown, matched box IoU at the keyframe).
+
+    None for no-target expressions and when the target is absent from every frame shown; 0 for an
+    unparseable answer.
+    """
+    if not annos:
+        return None, None
+    areas = []
+    for t in shown_idx:
+        rles = [to_coco(gt.masks[a][t]) for a in annos if gt.masks[a][t]]
+        areas.append(float(mask_utils.area(mask_utils.merge(rles, intersect=False))) if rles else 0.0)
+    if max(areas) == 0:
+        return None, None
+    if key is None:
+        return 0.0, 0.0
+    ratio = areas[shown_idx.index(key)] / max(areas)
+    gt_boxes = []
+    for a in annos:
+        rle = gt.masks[a][key]
+        if rle:
+            x, y, w, h = (float(v) for v in mask_utils.toBbox(to_coco(rle)))
+            if w > 0 and h > 0:
+                gt_boxes.append([x, y, x + w, y + h])
+    return float(ratio), matched_box_iou(boxes, gt_boxes)
+
+
+def _answer_metrics(answers: pd.DataFrame, mode: str) -> dict[str, float | int]:
+    """Counts of answer statuses, keyframe / box quality (failures count 0), RCoT rounds."""
+    out: dict[str, float | int] = {f"n_answer_{s}": int((answers["status"] == s).sum())
+                                   for s in ("parse_failure", "no_boxes", "keyframe_not_shown")}
+    out["parse_failure_rate"] = float((answers["status"] == "parse_failure").mean()) if len(answers) else 0.0
+    for col, name in (("keyframe_area_ratio", "keyframe_area_ratio"), ("keyframe_box_iou", "keyframe_box_iou")):
+        values = answers[col].dropna()
+        out[name] = float(values.mean()) if len(values) else 0.0
+    if mode == "rcot":
+        out["rcot_mean_rounds"] = float(answers["n_rounds"].mean()) if len(answers) else 0.0
+        out["rcot_max_rounds"] = int(answers["n_rounds"].max()) if len(answers) else 0
+    return out

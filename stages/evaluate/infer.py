@@ -1,0 +1,163 @@
+"""The model's side of evaluation: show N frames, get keyframe + boxes (batched), parse.
+
+Veason-R1 mode: one answer per expression. RCoT-Seg mode (agentic keyframe selection): after each
+answer the model judges its own keyframe (option A: valid, B: not); on B it selects again with the
+rejected timestamps listed, for at most `max_rounds` selections; the last selection is kept. A judgment
+that does not parse ends the loop (the selection is kept) and is counted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from PIL import Image
+
+from schemas.answer import Answer, parse_answer
+from stages.teacher.prompts import question_content, timestamp_tag
+
+log = logging.getLogger(__name__)
+
+JUDGE_VERSION = "rcot_judge/v1"
+JUDGE_PROMPT = (
+    'Expression: "{expression}"\nCandidate keyframe: {timestamp}s\n'
+    "Is the candidate a valid keyframe, i.e. is the target clearly visible there and does it match the expression?\n"
+    "Option A: yes, the candidate frame is a valid keyframe.\n"
+    "Option B: no, the target is absent or not identifiable in the candidate frame.\n"
+    "Think inside <think> </think> tags, then answer inside <answer> </answer> tags as JSON: "
+    '{{"option": "A"}} or {{"option": "B"}}.'
+)
+RESELECT_NOTE = "These frames were judged not to be valid keyframes: {rejected}. Choose a different keyframe."
+
+
+def uniform_frames(n_video_frames: int, n_frames: int) -> list[int]:
+    """N frame indices spread evenly over the video, first and last included (all frames when T ≤ N)."""
+    if n_video_frames <= 0 or n_frames <= 0:
+        raise ValueError(f"need positive frame counts, got T={n_video_frames}, N={n_frames}")
+    if n_video_frames <= n_frames:
+        return list(range(n_video_frames))
+    return [int(i) for i in np.unique(np.round(np.linspace(0, n_video_frames - 1, n_frames)).astype(int))]
+
+
+@dataclass
+class Query:
+    """One expression to answer: its text and the frames shown (PIL, at the shown size) with timestamps."""
+
+    key: str
+    text: str
+    timestamps: list[int]
+    images: list[Image.Image]
+    rejected: list[int] = field(default_factory=list)  # RCoT: keyframes judged invalid so far
+
+
+@dataclass
+class Reply:
+    """The model's final answer for a query and how it was reached."""
+
+    response: str
+    answer: Answer | None
+    rounds: list[int] = field(default_factory=list)  # keyframe timestamps selected, in order
+    judgments: list[str | None] = field(default_factory=list)  # RCoT: "A", "B" or None (unparseable)
+
+    @property
+    def n_rounds(self) -> int:
+        """Keyframe selections made (1 in Veason-R1 mode, or when the answer did not parse)."""
+        return max(1, len(self.rounds))
+
+
+def selection_messages(query: Query) -> list[dict]:
+    """The chat asking for keyframe + boxes (the SFT/GRPO question; the rejected frames noted in RCoT mode)."""
+    content = question_content(query.text, query.timestamps)
+    if query.rejected:
+        rejected = ", ".join(timestamp_tag(t) for t in query.rejected)
+        content.append({"type": "text", "text": "\n" + RESELECT_NOTE.format(rejected=rejected)})
+    return [{"role": "user", "content": content}]
+
+
+def judge_messages(query: Query, timestamp: int) -> list[dict]:
+    """The chat asking whether `timestamp` is a valid keyframe (RCoT-Seg's AKS question, A/B)."""
+    content: list[dict] = []
+    for t in query.timestamps:
+        content += [{"type": "text", "text": timestamp_tag(t)}, {"type": "image"}]
+    content.append({"type": "text", "text": JUDGE_PROMPT.format(expression=query.text, timestamp=timestamp)})
+    return [{"role": "user", "content": content}]
+
+
+def parse_option(text: str) -> str | None:
+    """"A" / "B" from `<answer>{"option": …}</answer>`, or from a closing "Answer: A"; None otherwise."""
+    start = text.find("<answer>")
+    end = text.find("</answer>", start + 8)
+    if start >= 0 and end > start:
+        try:
+            data = json.loads(text[start + 8:end].strip())
+        except ValueError:
+            data = None
+        if isinstance(data, dict) and data.get("option") in ("A", "B"):
+            return data["option"]
+    tail = text.rstrip().rsplit("Answer:", 1)
+    if len(tail) == 2 and tail[1].strip() in ("A", "B"):
+        return tail[1].strip()
+    return None
+
+
+@torch.inference_mode()
+def generate(model, processor, chats: Sequence[list[dict]], images: Sequence[list[Image.Image]],
+             max_new_tokens: int) -> list[str]:
+    """Greedy completions for a batch of chats (left-padded), decoded without special tokens."""
+    texts = [processor.apply_chat_template(chat, tokenize=False, add_generation_prompt=True) for chat in chats]
+    processor.tokenizer.padding_side = "left"  # not saved with the processor; generation needs it
+    inputs = processor(text=texts, images=[list(i) for i in images], padding=True, return_tensors="pt")
+    inputs = {k: v.to(model.device) for k, v in inputs.items()}
+    out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
+    return processor.batch_decode(out[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+
+
+def _batched(model, processor, queries: list[Query], chats: list[list[dict]], max_new_tokens: int,
+             batch_size: int) -> list[str]:
+    out: list[str] = []
+    for start in range(0, len(queries), batch_size):
+        part = slice(start, start + batch_size)
+        out += generate(model, processor, chats[part], [q.images for q in queries[part]], max_new_tokens)
+    return out
+
+
+def answer_queries(model, processor, queries: list[Query], max_new_tokens: int, batch_size: int,
+                   mode: str = "veason", max_rounds: int = 5) -> list[Reply]:
+    """Answer every query; in "rcot" mode run the judge / re-select loop (batched per round).
+
+    Returns:
+        One Reply per query, in order.
+    """
+    if mode not in ("veason", "rcot"):
+        raise ValueError(f"unknown evaluate.mode {mode!r} (veason | rcot)")
+    replies = [Reply("", None) for _ in queries]
+    pending = list(range(len(queries)))
+    for round_no in range(max_rounds if mode == "rcot" else 1):
+        if not pending:
+            break
+        chats = [selection_messages(queries[i]) for i in pending]
+        texts = _batched(model, processor, [queries[i] for i in pending], chats, max_new_tokens, batch_size)
+        judged = []
+        for i, text in zip(pending, texts, strict=True):
+            answer = parse_answer(text)
+            if answer is not None or replies[i].answer is None:  # a failed re-selection keeps the last answer
+                replies[i].response, replies[i].answer = text, answer
+            if answer is not None:
+                replies[i].rounds.append(answer.keyframe_timestamp)
+                judged.append(i)
+        if mode != "rcot" or round_no == max_rounds - 1:
+            break
+        chats = [judge_messages(queries[i], replies[i].answer.keyframe_timestamp) for i in judged]
+        verdicts = _batched(model, processor, [queries[i] for i in judged], chats, max_new_tokens, batch_size)
+        pending = []
+        for i, verdict in zip(judged, verdicts, strict=True):
+            option = parse_option(verdict)
+            replies[i].judgments.append(option)
+            if option == "B":
+                queries[i].rejected.append(replies[i].answer.keyframe_timestamp)
+                pending.append(i)
+    return replies

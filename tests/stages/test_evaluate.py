@@ -1,0 +1,272 @@
+"""The standalone scorer on a tiny ReVOS root, the CLI, inference helpers, SAM2 prompting, and an
+end-to-end `evaluate` with the tiny random Qwen2.5-VL and micro SAM2."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from PIL import Image
+
+from flows.cli import main as cli_main
+from schemas.answer import parse_answer
+from schemas.evaluate import ExpressionScoresSchema, InferenceSchema
+from stages.core.io import read_table
+from stages.core.params import EvaluateParams, KeyframesParams, ModelParams, Sam2Params, SampleParams, TinyModelsParams
+from stages.core.runner import RunnerParams
+from stages.evaluate import evaluate, predict_masks, select_prompt, write_prediction
+from stages.evaluate import infer as I
+from stages.evaluate.scorer import load_ground_truth, score_predictions
+from tests.revos_factory import VideoSpec, rect_mask, simple_video, write_root
+
+VALID = [simple_video("SRC/valid/a", split="valid", n_frames=4), simple_video("SRC/valid/b", split="valid", n_frames=5)]
+
+
+def gt_union(spec: VideoSpec, exp: dict, t: int) -> np.ndarray:
+    mask = np.zeros((spec.height, spec.width), dtype=bool)
+    for anno in exp["anno_id"]:
+        mask |= rect_mask(spec.objects[anno][t], spec.height, spec.width)
+    return mask
+
+
+def write_predictions(pred: Path, specs: list[VideoSpec], value: int = 255, shift: int = 0) -> None:
+    """Every expression's ground truth (shifted right by `shift` px) as PNGs holding 0/`value`."""
+    for spec in specs:
+        for i, exp in enumerate(spec.expressions):
+            folder = pred / spec.key / str(i)
+            folder.mkdir(parents=True, exist_ok=True)
+            for t, name in enumerate(spec.frame_names()):
+                mask = np.roll(gt_union(spec, exp, t), shift, axis=1)
+                Image.fromarray(mask.astype(np.uint8) * value, mode="L").save(folder / f"{name}.png")
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_root(tmp_path_factory.mktemp("revos") / "root", VALID + [simple_video("SRC/train/t")])
+
+
+# --- the standalone scorer ---------------------------------------------------------------------------------
+
+
+def test_perfect_predictions_score_one(root: Path, tmp_path: Path) -> None:
+    write_predictions(tmp_path / "pred", VALID)
+    summary, table = score_predictions(tmp_path / "pred", root)
+    ExpressionScoresSchema.validate(table)
+    assert len(table) == 6 and (table["status"] == "ok").all()
+    for subset in ("referring", "reasoning", "overall"):
+        for metric in ("J", "F", "JF", "R_visa", "R_binary"):
+            assert summary[f"{metric}_{subset}"] == pytest.approx(100.0)
+    assert summary["n_expressions"] == 6 and summary["n_scored"] == 4
+    assert (table.loc[table["type_id"] == 2, "J"] == 1.0).all()  # empty vs empty, excluded from the aggregates
+
+
+def test_shifted_predictions_known_values_and_r_on_0_1_pngs(root: Path, tmp_path: Path) -> None:
+    write_predictions(tmp_path / "p255", VALID, value=255, shift=2)
+    write_predictions(tmp_path / "p1", VALID, value=1, shift=2)
+    _, t255 = score_predictions(tmp_path / "p255", root)
+    _, t1 = score_predictions(tmp_path / "p1", root)
+    # J and F binarise: 0/1 and 0/255 PNGs score the same
+    assert np.allclose(t255["J"], t1["J"]) and np.allclose(t255["F"], t1["F"])
+    # the referring target of video a is 8 px wide (6 rows): shifted by 2 → IoU 6·6 / 6·10 on every frame
+    ref_a = t255.set_index("expression_id").loc["SRC/valid/a#0"]
+    assert ref_a["J"] == pytest.approx(36 / 60)
+    # R: stored 0/1, VISA's replica equals the binary R; stored 0/255 each false positive weighs 255
+    assert np.allclose(t1["R_visa"], t1["R_binary"])
+    targets = t255[t255["type_id"] < 2]
+    assert (targets["R_visa"] < targets["R_binary"]).all()
+    assert (targets["R_binary"] < 1).all()
+
+
+def test_missing_predictions_score_zero(root: Path, tmp_path: Path) -> None:
+    write_predictions(tmp_path / "pred", VALID)
+    (tmp_path / "pred/SRC/valid/a/0/00002.png").unlink()
+    shutil.rmtree(tmp_path / "pred/SRC/valid/b")
+    summary, table = score_predictions(tmp_path / "pred", root)
+    rows = table.set_index("expression_id")
+    assert rows.loc["SRC/valid/a#0", "status"] == "missing_frame"
+    assert rows.loc["SRC/valid/a#0", ["J", "F", "R_visa"]].tolist() == [0.0, 0.0, 0.0]
+    assert (rows.loc[[f"SRC/valid/b#{i}" for i in range(3)], "status"] == "missing_video").all()
+    assert summary["n_missing_frame"] == 1 and summary["n_missing_video"] == 3
+    assert summary["J_referring"] == pytest.approx(0.0)  # both referring expressions are missing
+    assert summary["J_reasoning"] == pytest.approx(50.0)  # a#1 perfect, b#1 missing
+
+
+def test_wrong_size_prediction_scores_zero(root: Path, tmp_path: Path) -> None:
+    write_predictions(tmp_path / "pred", VALID[:1])
+    Image.new("L", (5, 5)).save(tmp_path / "pred/SRC/valid/a/1/00000.png")
+    _, table = score_predictions(tmp_path / "pred", root, expressions=["SRC/valid/a#0", "SRC/valid/a#1"])
+    assert table.set_index("expression_id")["status"].to_dict() == {"SRC/valid/a#0": "ok",
+                                                                     "SRC/valid/a#1": "bad_shape"}
+
+
+def test_unknown_expression_is_an_error(root: Path) -> None:
+    with pytest.raises(ValueError, match="not found"):
+        load_ground_truth(root, "valid", ["SRC/valid/a#99"])
+
+
+def test_cli_scores_a_folder(root: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    write_predictions(tmp_path / "pred", VALID)
+    code = cli_main(["evaluate", "--pred", str(tmp_path / "pred"), "--data", str(root),
+                     "--out", str(tmp_path / "m.json"), "--table", str(tmp_path / "t.csv")])
+    assert code == 0
+    assert json.loads((tmp_path / "m.json").read_text())["JF_overall"] == pytest.approx(100.0)
+    assert len(pd.read_csv(tmp_path / "t.csv")) == 6
+    assert json.loads(capsys.readouterr().out)["n_expressions"] == 6
+    assert cli_main(["evaluate", "--pred", str(tmp_path / "nowhere"), "--data", str(root)]) == 1
+
+
+# --- inference helpers -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("T", "N", "expected"), [
+    (10, 6, [0, 2, 4, 5, 7, 9]), (4, 6, [0, 1, 2, 3]), (100, 2, [0, 99]), (7, 1, [0]), (6, 6, list(range(6))),
+])
+def test_uniform_frames(T: int, N: int, expected: list[int]) -> None:
+    assert I.uniform_frames(T, N) == expected
+
+
+@pytest.mark.parametrize(("text", "option"), [
+    ('<think>x</think><answer>{"option": "B"}</answer>', "B"),
+    ('<answer> {"option": "A"} </answer>', "A"),
+    ("Step 3: it is there.\nAnswer: A", "A"),
+    ('<answer>{"option": "C"}</answer>', None),
+    ("no idea", None),
+])
+def test_parse_option(text: str, option: str | None) -> None:
+    assert I.parse_option(text) == option
+
+
+def reply(text: str) -> I.Reply:
+    return I.Reply(text, parse_answer(text))
+
+
+@pytest.mark.parametrize(("text", "status", "key", "boxes"), [
+    ('<think>a</think><answer>{"keyframe_timestamp": 4, "bbox_2d_list": [[0, 0, 56, 28]]}</answer>', "ok", 4,
+     [[0.0, 0.0, 16.0, 6.0]]),  # 112² shown, 32×24 video
+    ('<think>a</think><answer>{"keyframe_timestamp": 3, "bbox_2d_list": [[0, 0, 56, 28]]}</answer>',
+     "keyframe_not_shown", 2, [[0.0, 0.0, 16.0, 6.0]]),  # 3 is between shown 2 and 4: the earlier wins
+    ('<think>a</think><answer>{"keyframe_timestamp": 4, "bbox_2d_list": [[200, 0, 300, 28]]}</answer>',
+     "no_boxes", 4, []),  # outside the frame after clipping
+    ("garbage", "parse_failure", 0, []),
+])
+def test_select_prompt(text: str, status: str, key: int, boxes: list) -> None:
+    assert select_prompt(reply(text), [0, 2, 4], 112, 32, 24) == (status, key, boxes)
+
+
+def test_rcot_loop_reselects_after_b_and_stops_at_lambda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop's control flow with scripted completions (a unit test of the loop, not of a model)."""
+    answers = iter([
+        # round 1: two selections; q0's is judged B, q1's A
+        ['<think>a</think><answer>{"keyframe_timestamp": 0, "bbox_2d_list": [[1, 1, 5, 5]]}</answer>',
+         '<think>a</think><answer>{"keyframe_timestamp": 2, "bbox_2d_list": [[1, 1, 5, 5]]}</answer>'],
+        ['<answer>{"option": "B"}</answer>', '<answer>{"option": "A"}</answer>'],
+        # round 2: q0 re-selects 2, judged B again; round 3: unparseable re-selection keeps the last answer
+        ['<think>a</think><answer>{"keyframe_timestamp": 2, "bbox_2d_list": [[1, 1, 5, 5]]}</answer>'],
+        ['<answer>{"option": "B"}</answer>'],
+        ["nonsense"],
+    ])
+    seen: list[list[dict]] = []
+
+    def scripted(model, processor, chats, images, max_new_tokens):
+        seen.extend(chats)
+        return next(answers)
+
+    monkeypatch.setattr(I, "generate", scripted)
+    queries = [I.Query(f"q{i}", "the box", [0, 2, 4], []) for i in range(2)]
+    replies = I.answer_queries(None, None, queries, 16, 4, mode="rcot", max_rounds=5)
+    assert [r.rounds for r in replies] == [[0, 2], [2]]
+    assert [r.n_rounds for r in replies] == [2, 1]
+    assert replies[0].answer.keyframe_timestamp == 2  # the last parsed selection is kept
+    assert queries[0].rejected == [0, 2]
+    assert "<0s>, <2s>" in seen[-1][0]["content"][-1]["text"]  # the re-selection names the rejected frames
+    answers_lambda = iter([['<think>a</think><answer>{"keyframe_timestamp": 0, "bbox_2d_list": []}</answer>'],
+                           ['<answer>{"option": "B"}</answer>']] * 3)
+    monkeypatch.setattr(I, "generate", lambda *a, **k: next(answers_lambda))
+    replies = I.answer_queries(None, None, [I.Query("q", "x", [0, 2], [])], 16, 4, mode="rcot", max_rounds=2)
+    assert replies[0].n_rounds == 2  # λ selections, the last kept without another judgment
+
+
+# --- models: SAM2 prompting and the whole stage ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    from stages.models.tiny_qwen import build_tiny_qwen
+    from stages.models.tiny_sam2 import build_tiny_sam2
+
+    torch.set_num_threads(2)
+    base = tmp_path_factory.mktemp("models")
+    build_tiny_qwen(TinyModelsParams(vocab_size=512, hidden_size=64, num_layers=1, max_image_side=56), base / "qwen")
+    checkpoint, config = build_tiny_sam2(base / "sam2", 128, 0)
+    return base / "qwen", checkpoint, config
+
+
+def test_sam2_prompt_from_a_parsed_answer_fills_every_frame(root: Path, tiny_models, tmp_path: Path) -> None:
+    from stages.segment import load_video_predictor
+
+    _, checkpoint, config = tiny_models
+    predictor = load_video_predictor(str(checkpoint), str(config), device="cpu")
+    spec = VALID[1]
+    names = spec.frame_names()
+    frames = [np.asarray(Image.open(root / "JPEGImages" / spec.key / f"{n}.jpg").convert("RGB")) for n in names]
+    text = '<think>a</think><answer>{"keyframe_timestamp": 2, "bbox_2d_list": [[14, 14, 56, 56]]}</answer>'
+    status, key, boxes = select_prompt(reply(text), [0, 2, 4], 112, spec.width, spec.height)
+    assert (status, key) == ("ok", 2)
+    masks = predict_masks(predictor, frames, [(key, boxes), (0, [])])
+    assert [m.shape for m in masks] == [(5, 24, 32)] * 2
+    assert not masks[1].any()  # no boxes: an empty prediction
+    write_prediction(tmp_path / "pred" / spec.key / "0", names, masks[0])
+    _, table = score_predictions(tmp_path / "pred", root, expressions=[f"{spec.key}#0"])
+    assert table["status"].tolist() == ["ok"]
+
+
+def eval_table(base: Path, root: Path) -> Path:
+    """The real sample + keyframes stages on the tiny root → data/keyframes/eval.parquet."""
+    from stages.keyframes import select_keyframes
+    from stages.sample import sample_pools
+    from tests.stages.test_sample import write_index
+
+    specs = VALID + [simple_video("SRC/train/t")]
+    write_index(base / "index", specs)
+    sample_pools(SampleParams(sft_first_k=1, grpo_size=1), 0, base / "index", base / "sample")
+    select_keyframes(KeyframesParams(n_frames=3, train_size=56), 0, root, base / "index", base / "sample",
+                     base / "kf", RunnerParams(kind="serial"))
+    return base / "kf" / "eval.parquet"
+
+
+@pytest.mark.parametrize("mode", ["veason", "rcot"])
+def test_evaluate_end_to_end_with_tiny_models(root: Path, tiny_models, tmp_path: Path, mode: str) -> None:
+    qwen, checkpoint, config = tiny_models
+    table = eval_table(tmp_path, root)
+    params = EvaluateParams(model_path=str(qwen), n_frames=3, batch_size=4, max_new_tokens=8, mode=mode,
+                            max_rounds=2, report_examples=1)
+    report = evaluate(params, ModelParams(), Sam2Params(checkpoint=str(checkpoint), config=str(config)), 56, root,
+                      table, tmp_path / "out", tmp_path / "reports" / "eval.md")
+    answers = read_table(tmp_path / "out" / "answers.parquet", InferenceSchema)
+    scores = read_table(tmp_path / "out" / "scores.parquet", ExpressionScoresSchema)
+    n = len(pd.read_parquet(table))
+    assert len(answers) == len(scores) == n == report.metrics["n_expressions"]
+    # every frame of every evaluated expression has a 0/255 prediction PNG
+    for row in answers.itertuples():
+        pngs = sorted((tmp_path / "out" / "predictions" / row.video / row.exp_id).glob("*.png"))
+        assert len(pngs) == row.n_video_frames
+        assert set(np.unique(np.asarray(Image.open(pngs[0])))) <= {0, 255}
+    assert (scores["status"] == "ok").all()
+    # a random model does not write the answer format: empty predictions, counted as parse failures
+    failures = int((answers["status"] == "parse_failure").sum())
+    assert report.metrics["n_answer_parse_failure"] == failures
+    assert set(answers["frame_indices"].map(len)) == {3}
+    for key in ("JF_overall", "R_visa_overall", "R_binary_overall", "keyframe_area_ratio", "seconds_per_video"):
+        assert key in report.metrics
+    if mode == "rcot":
+        assert 1 <= report.metrics["rcot_mean_rounds"] <= 2
+    text = (tmp_path / "reports" / "eval.md").read_text()
+    assert "referring J&F" in text and "_boxes.png" in text
+    assert (tmp_path / "out" / "lineage.json").is_file()
+    pictures = list((tmp_path / "reports" / "eval").glob("*.png"))
+    assert pictures and all(Image.open(p).size[0] > 0 for p in pictures)
