@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -52,7 +53,9 @@ def main() -> None:
     ideal = args.concurrency / args.latency
     figures = {"requests": args.requests, "errors": sum(bool(r.error) for r in results), "elapsed_s": elapsed,
                "throughput_rps": args.requests / elapsed, "ideal_rps": ideal,
-               "efficiency": args.requests / elapsed / ideal, "sent": client.sent, "rerun_sent": rerun.sent}
+               "efficiency": args.requests / elapsed / ideal, "sent": client.sent, "rerun_sent": rerun.sent,
+               # the client's ~2 ms of CPU per request competes with the server and everything else here
+               "cpu_count": os.cpu_count(), "load_avg_1m_after": round(os.getloadavg()[0], 2)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(figures, indent=1))
     sys.stdout.write(json.dumps(figures, indent=1) + "\n")

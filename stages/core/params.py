@@ -213,6 +213,75 @@ class EvaluateParams:
     report_examples: int = 2  # best and worst expressions pictured in the report
 
 
+@dataclass(frozen=True)
+class RewardWeights:
+    format: float = 1.0  # weight of each reward component (Veason-R1 / RCoT-Seg / VideoSeg-R1: all 1)
+    keyframe: float = 1.0
+    spatial: float = 1.0
+    consistency: float = 1.0
+    rcot_match: float = 1.0
+    aks_option: float = 1.0
+    negative_point: float = 1.0
+    non_repeat: float = 1.0
+
+
+@dataclass(frozen=True)
+class RewardParams:
+    components: tuple[str, ...] = ("format", "keyframe", "spatial", "consistency")  # Veason-R1's four
+    weights: RewardWeights = field(default_factory=RewardWeights)
+    failure_score: float = 0.0  # total of an unparseable completion
+    iou_threshold: float = 0.5  # RCoT-Seg / VisionReasoner: a match counts when IoU > 0.5
+    box_l1_threshold: float = 10.0  # mean box-corner L1 in pixels at threshold_size (VisionReasoner: 10)
+    point_l1_threshold: float = 30.0  # point distance in pixels at threshold_size (VisionReasoner: 30)
+    threshold_size: int = 840  # image side the pixel thresholds are stated at (RCoT-Seg: 840)
+    length_penalty: bool = False  # VideoSeg-R1 soft length penalty (multiplies the total)
+    length_beta: float = 0.002  # penalty per token over the difficulty budget
+    mask_threshold: float = 0.0  # SAM2 mask logit threshold for the consistency reward
+
+
+@dataclass(frozen=True)
+class GrpoVerlParams:
+    n_gpus_per_node: int = 8
+    nnodes: int = 1
+    rollout_name: Literal["vllm", "sglang"] = "vllm"  # verl's rollout server
+    gpu_memory_utilization: float = 0.6  # of the rollout server
+    micro_batch_size_per_gpu: int = 1  # actor / ref / rollout log-prob micro batch
+    max_prompt_length: int = 4096  # tokens (6 frames at 560² ≈ 2.4K image tokens)
+    sam2_service: str = "vrsflow-sam2"  # named Ray actor serving the consistency reward; "" = SAM2 in-process
+    sam2_gpus: float = 1.0  # GPUs reserved for the SAM2 actor
+    out_dir: str = "data/grpo/verl"  # generated config, parquet copies and launch script
+
+
+@dataclass(frozen=True)
+class GrpoParams:
+    engine: Literal["trl", "verl"] = "trl"  # trl: one machine (CPU default); verl: GPU cluster
+    seed: int = 0
+    model_path: str = "models/sft/merged"  # the SFT merged model GRPO starts from
+    shards_dir: str = "data/shards/grpo"  # GRPO WebDataset shards (shard stage)
+    verl_parquet: str = "data/shards/exports/verl/grpo.parquet"  # verl export of the same pool
+    out_dir: str = "models/grpo"  # adapter/ and merged/
+    checkpoint_dir: str = "models/checkpoints/grpo"  # resumable trainer checkpoints (persist)
+    batch_size: int = 2  # prompts per step (paper: 16)
+    num_generations: int = 4  # rollouts per prompt (paper: 8)
+    max_steps: int = 12  # trl steps; 0 = epochs over the pool (paper: 1 epoch of 10K)
+    epochs: int = 1
+    learning_rate: float = 1e-4  # (paper: 1e-6 on the pretrained model; the tiny model needs more)
+    weight_decay: float = 0.01  # (VideoSeg-R1: 0.01)
+    kl_coef: float = 5e-3  # KL loss coefficient, low_var_kl (paper: 5e-3)
+    kl_type: Literal["low_var_kl"] = "low_var_kl"  # verl kl_loss_type; TRL's k3 estimator is the same
+    max_response_length: int = 160  # tokens (paper: 1024)
+    temperature: float = 1.0  # (paper: 1.0)
+    top_p: float = 1.0
+    grad_clip: float = 1.0  # (paper: 1.0)
+    clip_ratio: float = 0.2  # PPO clip epsilon (verl / TRL default)
+    lora_r: int = 8  # 0 = full fine-tuning
+    lora_alpha: int = 16
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    save_every_steps: int = 4  # trl checkpoint interval (resume after a kill)
+    window: int = 3  # steps averaged for the first / last mean reward (evidence it learns)
+    verl: GrpoVerlParams = field(default_factory=GrpoVerlParams)
+
+
 # -- later stages add their block classes above this line --
 
 
@@ -238,6 +307,8 @@ class Params:
     shard: ShardParams = field(default_factory=ShardParams)
     sft: SftParams = field(default_factory=SftParams)
     evaluate: EvaluateParams = field(default_factory=EvaluateParams)
+    reward: RewardParams = field(default_factory=RewardParams)
+    grpo: GrpoParams = field(default_factory=GrpoParams)
     # -- later stages add their block field above this line (one line each) --
 
 

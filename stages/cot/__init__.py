@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import hashlib
 import io
 import logging
 from collections import Counter
@@ -37,6 +36,7 @@ from stages.teacher.prompts import cot_template_ids, render_cot_prompt, timestam
 from stages.teacher.template_teacher import TEACHER_NAME, template_writer
 
 log = logging.getLogger(__name__)
+FRAME_ENCODING = "jpeg-q90-red-rect-v1"  # part of the request key: what `marked_frame` sends
 
 
 def generate_cot(teacher: TeacherParams, params: CotParams, seed: int, data_root: Path, keyframes_dir: Path,
@@ -60,7 +60,7 @@ def generate_cot(teacher: TeacherParams, params: CotParams, seed: int, data_root
         for trace_index in range(params.traces_per_sample):
             rng = np.random.default_rng(derive_seed(seed, "cot", sample["sample_id"], trace_index))
             template_id = template_ids[int(rng.integers(len(template_ids)))]
-            request = build_request(sample, template_id, trace_index, teacher, Path(data_root), rng)
+            request = build_request(sample, template_id, trace_index, teacher, Path(data_root))
             requests.append(request)
             rows.append({"request_key": request.key, "sample_id": sample["sample_id"], "pool": sample["pool"],
                          "trace_index": trace_index, "template_set": params.template_set, "template_id": template_id,
@@ -89,9 +89,14 @@ def _public(teacher: TeacherParams) -> dict:
     return to_dict(teacher)
 
 
-def build_request(sample: dict, template_id: str, trace_index: int, teacher: TeacherParams, data_root: Path,
-                  rng: np.random.Generator) -> ChatRequest:
-    """The chat request of one sample: interleaved timestamp + marked frame, then the instruction."""
+def build_request(sample: dict, template_id: str, trace_index: int, teacher: TeacherParams,
+                  data_root: Path) -> ChatRequest:
+    """The chat request of one sample: interleaved timestamp + marked frame, then the instruction.
+
+    For the openai backend the messages (base64 JPEGs) are built by `request.build()` only when the
+    request is actually sent, so a run over thousands of samples does not hold every image in memory
+    and a rerun of cached requests decodes no image.
+    """
     timestamps = [int(t) for t in sample["timestamps"]]
     instruction = render_cot_prompt(template_id, expression=sample["text"], n_frames=len(timestamps),
                                     keyframe_timestamp=int(sample["keyframe_timestamp"]),
@@ -106,28 +111,36 @@ def build_request(sample: dict, template_id: str, trace_index: int, teacher: Tea
                                 "template_id": template_id, "instruction": instruction, "trace_index": trace_index}
     if teacher.backend == "template":
         identity.update(teacher=TEACHER_NAME, context=context)
-        messages = [{"role": "user", "content": instruction}]
-    else:
+        return ChatRequest(key=request_key(identity), messages=[{"role": "user", "content": instruction}],
+                           context=context)
+    # frames are identified by (video, frame, boxes drawn, sizes), not by their encoded bytes: the raw data is
+    # versioned by DVC, and this lets a rerun decide "cached" without decoding a single JPEG. Bump
+    # FRAME_ENCODING when `marked_frame` changes what it sends.
+    frames = [str(name) for name in sample["frame_names"]]
+    aks_idx = int(sample["aks_frame_idx"]) if template_set == "rcot_aks" else None
+    identity.update(model=teacher.model, temperature=teacher.temperature, max_tokens=teacher.max_tokens,
+                    video=sample["video"], frames=frames, boxes=context["boxes"], aks_frame_idx=aks_idx,
+                    image_size=teacher.image_size, train_size=int(sample["train_size"]), encoding=FRAME_ENCODING)
+
+    def build() -> list[dict]:
         content: list[dict] = []
-        digests = []
-        for t, name, boxes in zip(timestamps, sample["frame_names"], sample["boxes"], strict=True):
-            jpeg = marked_frame(revos.frame_path(data_root, sample["video"], name), _lists(boxes),
+        for t, name, boxes in zip(timestamps, frames, context["boxes"], strict=True):
+            jpeg = marked_frame(revos.frame_path(data_root, sample["video"], name), boxes or [],
                                 int(sample["train_size"]), teacher.image_size)
-            digests.append(hashlib.sha256(jpeg).hexdigest())
-            url = "data:image/jpeg;base64," + base64.b64encode(jpeg).decode("ascii")
-            content += [{"type": "text", "text": timestamp_tag(t)}, {"type": "image_url", "image_url": {"url": url}}]
-        if template_set == "rcot_aks":  # the candidate frame itself, unmarked (it may not be among those shown)
-            jpeg = marked_frame(candidate_frame_path(data_root, sample["video"], int(sample["aks_frame_idx"])), [],
+            content += [{"type": "text", "text": timestamp_tag(t)}, _image_part(jpeg)]
+        if aks_idx is not None:  # the candidate frame itself, unmarked (it may not be among those shown)
+            jpeg = marked_frame(candidate_frame_path(data_root, sample["video"], aks_idx), [],
                                 int(sample["train_size"]), teacher.image_size)
-            digests.append(hashlib.sha256(jpeg).hexdigest())
-            url = "data:image/jpeg;base64," + base64.b64encode(jpeg).decode("ascii")
-            content += [{"type": "text", "text": f"Candidate keyframe {timestamp_tag(int(sample['aks_frame_idx']))}"},
-                        {"type": "image_url", "image_url": {"url": url}}]
+            content += [{"type": "text", "text": f"Candidate keyframe {timestamp_tag(aks_idx)}"}, _image_part(jpeg)]
         content.append({"type": "text", "text": instruction})
-        messages = [{"role": "user", "content": content}]
-        identity.update(model=teacher.model, temperature=teacher.temperature, max_tokens=teacher.max_tokens,
-                        images=digests)
-    return ChatRequest(key=request_key(identity), messages=messages, context=context)
+        return [{"role": "user", "content": content}]
+
+    return ChatRequest(key=request_key(identity), context=context, build=build)
+
+
+def _image_part(jpeg: bytes) -> dict:
+    url = "data:image/jpeg;base64," + base64.b64encode(jpeg).decode("ascii")
+    return {"type": "image_url", "image_url": {"url": url}}
 
 
 def candidate_frame_path(data_root: Path, video: str, frame_idx: int) -> Path:

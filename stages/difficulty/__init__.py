@@ -117,6 +117,8 @@ def score_difficulty(params: DifficultyParams, teacher: TeacherParams, data_root
         rows.append({"sample_id": sample["sample_id"], "pool": sample["pool"], "expression_id": sample["expression_id"],
                      **ratings, "backend": "heuristic"})
     fallbacks = 0
+    # the response cache is a DVC output (persist: true) whichever backend runs: it must exist
+    Path(params.cache_dir).mkdir(parents=True, exist_ok=True)
     if params.backend == "mllm":
         rows, fallbacks = _rate_with_mllm(rows, samples, params, teacher, Path(data_root))
     table = pd.DataFrame(rows)

@@ -33,9 +33,10 @@ from stages.core.progress import track
 from stages.core.report import StageReport
 from stages.core.rle import to_coco
 from stages.core.runner import RunnerParams
-from stages.evaluate.infer import Query, Reply, answer_queries, uniform_frames
+from stages.evaluate.infer import JUDGE_VERSION, Query, Reply, answer_queries, uniform_frames
 from stages.evaluate.report import write_report
 from stages.evaluate.scorer import GroundTruth, load_ground_truth, score_predictions
+from stages.teacher.prompts import QUESTION_VERSION
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +102,8 @@ def evaluate(params: EvaluateParams, model: ModelParams, sam2: Sam2Params, train
                   inputs={"eval_table": Path(eval_table), "model": Path(model_path)},
                   counts={"expressions": len(answers_df), "videos": len(seconds)},
                   code_modules=["stages.evaluate", "stages.segment", "schemas.evaluate"],
-                  extra={"model_path": str(model_path), "frame_size": size})
+                  extra={"model_path": str(model_path), "frame_size": size, "question_prompt": QUESTION_VERSION,
+                         **({"judge_prompt": JUDGE_VERSION} if params.mode == "rcot" else {})})
     markdown = write_report(report_path, metrics, scores, answers_df, data_root, pred_dir, gt,
                             params.report_examples, model_label=str(model_path))
     table = scores[["expression_id", "type_id", "status", "J", "F", "JF", "R_visa", "R_binary"]]

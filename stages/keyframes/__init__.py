@@ -193,7 +193,8 @@ def _balance_aks(rows: list[dict], seed: int) -> list[dict]:
 
 
 def _no_target_row(job: _Job) -> dict:
-    """Evaluation keeps no-target expressions: frames sampled around the middle, no geometry."""
+    """A no-target sample (evaluation; training pools only when asked): frames around the middle frame,
+    no geometry, every frame a zero-area (AKS option B) frame."""
     sample, video, params = job.sample, job.video, job.params
     T, H, W = int(video["n_frames"]), int(video["height"]), int(video["width"])
     key_idx = T // 2

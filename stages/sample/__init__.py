@@ -187,6 +187,8 @@ def _distribution(candidates: pd.DataFrame, pools: dict[str, pd.DataFrame]) -> p
 
 def _plot(distribution: pd.DataFrame, path: Path) -> None:
     pivot = distribution.pivot_table(index="stratum", columns="group", values="fraction", fill_value=0.0)
+    order = ["source:train", "source:valid", "sft", "grpo", "eval"]  # sources first, pools in DAG order
+    pivot = pivot[[g for g in order if g in pivot.columns] + [g for g in pivot.columns if g not in order]]
     fig, ax = plt.subplots(figsize=(8, 4))
     pivot.plot.bar(ax=ax)
     ax.set_ylabel("fraction of group")

@@ -177,7 +177,7 @@ def propagate_groups(predictor, frames: Sequence[np.ndarray], groups: Sequence[B
         ValueError: a keyframe outside the frames, or frames of different sizes.
     """
     # without the CUDA extension SAM2 warns on every call that hole filling is skipped (harmless)
-    warnings.filterwarnings("ignore", message=".*(post-processing|fill_holes).*")
+    warnings.filterwarnings("ignore", message="(?s).*(post-processing|fill_holes)")
     height, width = frames[0].shape[:2]
     if any(f.shape[:2] != (height, width) for f in frames):
         raise ValueError(f"frames differ in size: {sorted({f.shape[:2] for f in frames})}")

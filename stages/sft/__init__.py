@@ -107,7 +107,7 @@ def train_sft(params: SftParams, model_params: ModelParams, shards_dir: Path, ou
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
             loss = model(**batch).loss / params.grad_accum
         loss.backward()
-        running += float(loss)
+        running += float(loss.detach())
         tokens += int(batch["attention_mask"].sum())
         micro_done += 1
         last = micro == len(order) - 1

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stages.synth.render import shape_mask
 from stages.synth.scene import COLOURS, KINDS, TEXTURES, SimObject, SimVideo
 
 REFERRING, REASONING, NO_TARGET = 0, 1, 2
@@ -24,6 +23,7 @@ VISIBLE_SPEED_RATIO = 1.2  # ... and the visible centroids must agree with at le
 SIZE_RATIO = 1.5  # "largest"/"smallest": shape area factor to every other object
 POSITION_MARGIN = 0.06  # extreme-position statements: centroid lead as a fraction of the frame side
 SPEED_UP_RATIO = 2.0  # measured "speeds up": mean step after / mean step before
+OCCLUSION_MIN = 0.15  # "passes in front of": covered fraction of the back object's pixels
 STILL_PX = 0.5  # centroid change (px) below which a visible object counts as standing still
 
 
@@ -39,12 +39,14 @@ class Expression:
 @dataclass(frozen=True)
 class Facts:
     """What the renderer measured, per frame and object (T, n_objects): visible and unoccluded pixel
-    counts, visible centroids (T, n_objects, 2; NaN when not visible), and whole-shape areas (n_objects)."""
+    counts, visible centroids (T, n_objects, 2; NaN when not visible), whole-shape areas (n_objects), and
+    which objects cover which."""
 
     visible_area: np.ndarray
     full_area: np.ndarray
     centroids: np.ndarray
     shape_area: np.ndarray
+    hidden_by: list[list[tuple[int, ...]]]  # [t][obj_id]: objects in front covering some of its pixels
 
     def visible_frames(self, obj: SimObject) -> np.ndarray:
         """Frame indices where some of `obj` is visible."""
@@ -234,21 +236,54 @@ def enters_last(video: SimVideo, facts: Facts) -> list[Expression]:
 
 def hidden_behind_at_end(video: SimVideo, facts: Facts) -> list[Expression]:
     """'the shape partly hidden behind the blue square at the end' (less than half visible) or '...
-    completely hidden ...' (in the frame, nothing visible), with exactly one object in front overlapping it."""
+    completely hidden ...' (in the frame, nothing visible), when exactly one object covers it."""
     t = video.n_frames - 1
     out = []
-    full = {o.obj_id: shape_mask(o, t, video.height, video.width) for o in video.objects}
     for obj in facts.seen(video):
-        area = int(full[obj.obj_id].sum())
-        seen_area = facts.visible_area[t, obj.obj_id]
-        if area == 0 or seen_area > 0.5 * area:
+        area, seen_area = facts.full_area[t, obj.obj_id], facts.visible_area[t, obj.obj_id]
+        occluders = facts.hidden_by[t][obj.obj_id]
+        if area == 0 or seen_area > 0.5 * area or len(occluders) != 1:
             continue
-        occluders = [o for o in video.objects if o.z > obj.z and (full[o.obj_id] & full[obj.obj_id]).any()]
-        if len(occluders) == 1:
-            how = "partly" if seen_area > 0 else "completely"
-            out.append(Expression(f"the shape {how} hidden behind the {occluders[0].name} at the end",
-                                  REASONING, (obj.obj_id,)))
+        how = "partly" if seen_area > 0 else "completely"
+        front = video.objects[occluders[0]]
+        out.append(Expression(f"the shape {how} hidden behind the {front.name} at the end", REASONING, (obj.obj_id,)))
     return out
+
+
+def passes_in_front(video: SimVideo, facts: Facts) -> list[Expression]:
+    """'the shape that passes in front of the green star': the one moving object that, at some frame,
+    covers at least OCCLUSION_MIN of that object's pixels."""
+    out = []
+    for back in facts.seen(video):
+        passers = set()
+        for t in range(video.n_frames):
+            hidden = facts.full_area[t, back.obj_id] - facts.visible_area[t, back.obj_id]
+            if hidden < OCCLUSION_MIN * max(facts.full_area[t, back.obj_id], 1):
+                continue
+            for front in facts.hidden_by[t][back.obj_id]:
+                if np.abs(video.objects[front].velocities[max(t - 1, 0)]).max() > 0.5:
+                    passers.add(front)
+        if len(passers) == 1:
+            out.append(Expression(f"the shape that passes in front of the {back.name}", REASONING, tuple(passers)))
+    return out
+
+
+def keeps_moving(video: SimVideo, facts: Facts) -> list[Expression]:
+    """'the two objects that keep moving until the end', when every other object stops (and each object
+    is one or the other)."""
+    last = video.n_frames - 1
+    seen = facts.seen(video)
+    stopped = [o for o in seen if _stops(facts, o)]
+    moving = []
+    for o in seen:
+        c = facts.centroids[last - 1:, o.obj_id]
+        if facts.visible_area[last - 1:, o.obj_id].all() and np.linalg.norm(c[1] - c[0]) > 1.0:
+            moving.append(o)
+    if not stopped or not moving or len(stopped) + len(moving) != len(video.objects):
+        return []
+    ids = tuple(o.obj_id for o in moving)
+    return [Expression(_plural(ids, "the object that keeps moving until the end",
+                               "the {n} objects that keep moving until the end"), REASONING, ids)]
 
 
 def _overtakes(facts: Facts, a: SimObject, b: SimObject) -> bool:
@@ -344,12 +379,15 @@ GENERATORS: tuple[Callable[[SimVideo, Facts], list[Expression]], ...] = (
     motion_events,
     enters_last,
     hidden_behind_at_end,
+    passes_in_front,
+    keeps_moving,
     overtakes,
     moving_direction,
     size_extremes,
 )
 
-CAPS = {"position": 3, "unique_attribute": 2}  # at most this many expressions per video from a generator
+# at most this many expressions per video from a generator
+CAPS = {"position": 3, "unique_attribute": 2, "passes_in_front": 2}
 
 
 def generate_expressions(video: SimVideo, facts: Facts, rng: np.random.Generator) -> list[Expression]:

@@ -14,6 +14,7 @@ import numpy as np
 from stages.synth.scene import COLOURS, SimObject, SimVideo
 
 Window = tuple[int, int, int, int]  # y0, y1, x0, x1 (exclusive ends)
+DARK = 0.45  # brightness of the dark stripes / dots of a textured shape
 STAR_INNER = 0.45  # inner/outer radius ratio of the five-pointed star
 
 
@@ -25,11 +26,13 @@ class Visible:
         window: the pixel window holding the object (None when it is outside the frame).
         patch: bool mask of the visible pixels, window-sized (empty when absent).
         full_area: pixels the object would cover in the frame with nothing in front of it.
+        hidden_by: the objects drawn in front of it that cover some of its pixels.
     """
 
     window: Window | None
     patch: np.ndarray
     full_area: int
+    hidden_by: tuple[int, ...] = ()  # obj_ids of the objects in front that cover some of its pixels
 
     @property
     def area(self) -> int:
@@ -96,11 +99,19 @@ def shape_inside(kind: str, radius: float, dx: np.ndarray, dy: np.ndarray) -> np
     return (dy <= r * 0.8) & (dy >= -r) & (np.abs(dx) <= (dy + r) * 0.55)  # triangle, apex up
 
 
-def _shape_in_window(obj: SimObject, t: int, window: Window) -> np.ndarray:
+def _offsets(obj: SimObject, t: int, window: Window) -> tuple[np.ndarray, np.ndarray]:
+    """Pixel-centre offsets from the object's centre: dx (1, w) and dy (h, 1), broadcastable."""
     y0, y1, x0, x1 = window
     cx, cy = obj.centres[t]
-    yy, xx = np.mgrid[y0:y1, x0:x1].astype(np.float32)
-    return shape_inside(obj.kind, obj.radius, xx + 0.5 - cx, yy + 0.5 - cy)
+    dx = (np.arange(x0, x1, dtype=np.float32) + np.float32(0.5 - cx))[None, :]
+    dy = (np.arange(y0, y1, dtype=np.float32) + np.float32(0.5 - cy))[:, None]
+    return dx, dy
+
+
+def _shape_in_window(obj: SimObject, t: int, window: Window) -> np.ndarray:
+    dx, dy = _offsets(obj, t, window)
+    inside = shape_inside(obj.kind, obj.radius, dx, dy)
+    return np.broadcast_to(inside, (window[1] - window[0], window[3] - window[2]))
 
 
 def full_shape_area(kind: str, radius: float) -> int:
@@ -110,32 +121,22 @@ def full_shape_area(kind: str, radius: float) -> int:
     return int(shape_inside(kind, radius, xx + 0.5, yy + 0.5).sum())
 
 
-def shape_mask(obj: SimObject, t: int, H: int, W: int) -> np.ndarray:
-    """Full (unoccluded) mask of `obj` at frame `t`, bool (H, W); empty when outside the frame."""
-    mask = np.zeros((H, W), dtype=bool)
-    window = _window(obj, t, H, W)
-    if window is not None:
-        y0, y1, x0, x1 = window
-        mask[y0:y1, x0:x1] = _shape_in_window(obj, t, window)
-    return mask
-
-
 def _texture_in_window(obj: SimObject, t: int, window: Window) -> np.ndarray:
-    """The object's colour (h, w, 3) in its window, with its texture (stripes or dots move with it)."""
+    """The object's colour (h, w, 3) uint8 in its window, with its texture (stripes or dots move with it)."""
     y0, y1, x0, x1 = window
-    colour = np.array(COLOURS[obj.colour], dtype=np.float32)
+    colour = np.array(COLOURS[obj.colour], dtype=np.uint8)
     if obj.texture == "plain":
         return np.broadcast_to(colour, (y1 - y0, x1 - x0, 3))
-    cx, cy = obj.centres[t]
-    yy, xx = np.mgrid[y0:y1, x0:x1].astype(np.float32)
+    dx, dy = _offsets(obj, t, window)
     period = max(obj.radius / 2.5, 2.0)
     if obj.texture == "striped":
-        dark = ((xx - cx + yy - cy) // period) % 2 == 0
+        dark = ((dx + dy) // period) % 2 == 0
     else:  # dotted
-        fx = ((xx - cx) % period) - period / 2
-        fy = ((yy - cy) % period) - period / 2
+        fx = (dx % period) - period / 2
+        fy = (dy % period) - period / 2
         dark = fx * fx + fy * fy < (period * 0.3) ** 2
-    return np.where(dark[..., None], colour * 0.45, colour)
+    shaded = (colour * DARK).astype(np.uint8)
+    return np.where(dark[..., None], shaded, colour)
 
 
 def render_frame(video: SimVideo, bg: np.ndarray, t: int) -> tuple[np.ndarray, dict[int, Visible]]:
@@ -154,9 +155,9 @@ def render_frame(video: SimVideo, bg: np.ndarray, t: int) -> tuple[np.ndarray, d
             y0, y1, x0, x1 = window
             inside = _shape_in_window(obj, t, window)
             patch = image[y0:y1, x0:x1]
-            patch[inside] = np.clip(_texture_in_window(obj, t, window)[inside], 0, 255).astype(np.uint8)
+            patch[inside] = _texture_in_window(obj, t, window)[inside]
         shapes[obj.obj_id] = (window, inside)
-    occupied = np.zeros((H, W), dtype=bool)
+    owner = np.full((H, W), -1, dtype=np.int16)  # front-most object at each pixel so far
     visible: dict[int, Visible] = {}
     for obj in sorted(video.objects, key=lambda o: -o.z):
         window, inside = shapes[obj.obj_id]
@@ -164,7 +165,10 @@ def render_frame(video: SimVideo, bg: np.ndarray, t: int) -> tuple[np.ndarray, d
             visible[obj.obj_id] = Visible(None, inside, 0)
             continue
         y0, y1, x0, x1 = window
-        seen = inside & ~occupied[y0:y1, x0:x1]
-        occupied[y0:y1, x0:x1] |= inside
-        visible[obj.obj_id] = Visible(window, seen, int(inside.sum()))
+        region = owner[y0:y1, x0:x1]
+        taken = region >= 0
+        seen = inside & ~taken
+        hidden_by = tuple(int(i) for i in np.unique(region[inside & taken]))
+        region[seen] = obj.obj_id
+        visible[obj.obj_id] = Visible(window, seen, int(inside.sum()), hidden_by)
     return image, visible

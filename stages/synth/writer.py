@@ -48,10 +48,10 @@ def encode_window(patch: np.ndarray, window: tuple[int, int, int, int], height: 
         runs.insert(0, 0)  # COCO runs start with a (possibly empty) run of zeros
     runs[0] += x0 * height
     after = (width - x1) * height
-    if flat[-1]:
-        runs.append(after)
-    else:
+    if not flat[-1]:
         runs[-1] += after
+    elif after:
+        runs.append(after)
     rle = mask_utils.frPyObjects({"size": [height, width], "counts": runs}, height, width)
     return {"size": [height, width], "counts": rle["counts"].decode("ascii")}
 
@@ -85,12 +85,14 @@ def _write_video(out_dir: Path, key: str, seed: int, scale: SynthScale, anno_sta
     visible_area = np.zeros((video.n_frames, n_obj), dtype=np.int64)
     full_area = np.zeros((video.n_frames, n_obj), dtype=np.int64)
     centroids = np.full((video.n_frames, n_obj, 2), np.nan)
+    hidden_by: list[list[tuple[int, ...]]] = []
     rles: list[list[dict | None]] = [[] for _ in range(n_obj)]
     for t, name in enumerate(names):
         image, visible = render_frame(video, bg, t)
         buffer = io.BytesIO()
         Image.fromarray(image).save(buffer, format="JPEG", quality=scale.jpeg_quality)
         (folder / f"{name}.jpg").write_bytes(buffer.getvalue())
+        hidden_by.append([visible[obj_id].hidden_by for obj_id in range(n_obj)])
         for obj_id in range(n_obj):
             seen = visible[obj_id]
             visible_area[t, obj_id] = seen.area
@@ -98,7 +100,7 @@ def _write_video(out_dir: Path, key: str, seed: int, scale: SynthScale, anno_sta
             centroids[t, obj_id] = seen.centroid()
             rles[obj_id].append(_encode_visible(seen, video.height, video.width))
     shape_area = np.array([full_shape_area(o.kind, o.radius) for o in video.objects], dtype=np.int64)
-    facts = Facts(visible_area, full_area, centroids, shape_area)
+    facts = Facts(visible_area, full_area, centroids, shape_area, hidden_by)
     expressions = generate_expressions(video, facts, rng)
     anno_of = {obj.obj_id: anno_start + obj.obj_id for obj in video.objects}
     meta_exprs = {

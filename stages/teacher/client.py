@@ -15,11 +15,12 @@ fails is returned as a record with its error; it never raises.
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import logging
 import os
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,9 +38,10 @@ class ChatRequest:
     """What to send. `key` identifies the answer (cache key); `context` feeds the template backend."""
 
     key: str
-    messages: list[dict[str, Any]]
+    messages: list[dict[str, Any]] = field(default_factory=list)
     context: dict[str, Any] = field(default_factory=dict)
     response_format: dict[str, Any] | None = None
+    build: Callable[[], list[dict[str, Any]]] | None = None  # lazy messages, built (in a thread) only when sent
 
 
 @dataclass
@@ -142,10 +144,13 @@ class TeacherClient:
         p = self.params
         start = time.monotonic()
         error = ""
+        messages = request.messages
+        if not messages and request.build is not None and p.backend != "template":
+            messages = await asyncio.to_thread(request.build)  # image encoding off the event loop
         for attempt in range(1, p.max_retries + 2):
             await limiter.wait()
             try:
-                result = await self._send(request)
+                result = await self._send(request, messages)
                 result.attempts = attempt
                 # the template backend is not timed: its output (and the table) stays byte-identical
                 result.latency_s = 0.0 if p.backend == "template" else round(time.monotonic() - start, 4)
@@ -163,7 +168,7 @@ class TeacherClient:
         return ChatResult(key=request.key, attempts=p.max_retries + 1, error=error,
                           latency_s=round(time.monotonic() - start, 4))
 
-    async def _send(self, request: ChatRequest) -> ChatResult:
+    async def _send(self, request: ChatRequest, messages: list[dict[str, Any]]) -> ChatResult:
         if self.params.backend == "template":
             if self.template_writer is None:
                 raise RuntimeError("template backend needs a template writer")
@@ -171,7 +176,7 @@ class TeacherClient:
             return ChatResult(key=request.key, text=text, finish_reason="stop",
                               completion_tokens=len(text.split()))
         self.sent += 1
-        kwargs: dict[str, Any] = {"model": self.params.model, "messages": request.messages,
+        kwargs: dict[str, Any] = {"model": self.params.model, "messages": messages,
                                   "temperature": self.params.temperature, "max_tokens": self.params.max_tokens}
         if request.response_format is not None:
             kwargs["response_format"] = request.response_format
@@ -213,10 +218,24 @@ def _parse(key: str, response: Any) -> ChatResult:
 
 
 def _retry_after(err: openai.APIStatusError) -> float | None:
-    value = err.response.headers.get("retry-after") if err.response is not None else None
+    return parse_retry_after(err.response.headers if err.response is not None else {})
+
+
+def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:
+    """Seconds to wait from `retry-after-ms` (OpenAI) or `Retry-After` (seconds or an HTTP date); None if absent."""
+    lowered = {k.lower(): v for k, v in headers.items()}
     try:
-        return float(value) if value is not None else None
-    except ValueError:
+        if "retry-after-ms" in lowered:
+            return max(0.0, float(lowered["retry-after-ms"]) / 1000)
+        value = lowered.get("retry-after")
+        if value is None:
+            return None
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            when = email.utils.parsedate_to_datetime(value).timestamp()
+            return max(0.0, when - (time.time() if now is None else now))
+    except (TypeError, ValueError, IndexError):
         return None
 
 

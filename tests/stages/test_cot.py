@@ -82,11 +82,10 @@ def test_images_are_data_urls_with_timestamps(data: Path) -> None:
     from stages.cot import build_request
 
     sample = pd.read_parquet(data / "keyframes" / "sft.parquet").iloc[0].to_dict()
-    import numpy as np
-
     request = build_request(sample, "veason/v1/style_a", 0, TeacherParams(backend="openai", image_size=64),
-                            data / "root", np.random.default_rng(0))
-    content = request.messages[0]["content"]
+                            data / "root")
+    assert not request.messages  # built only when sent
+    content = request.build()[0]["content"]
     assert [c["type"] for c in content[:2]] == ["text", "image_url"]
     assert content[0]["text"] == f"<{int(sample['timestamps'][0])}s>"
     assert content[1]["image_url"]["url"].startswith("data:image/jpeg;base64,")
@@ -94,7 +93,7 @@ def test_images_are_data_urls_with_timestamps(data: Path) -> None:
     assert sum(c["type"] == "image_url" for c in content) == len(sample["timestamps"])
     # AKS: the candidate frame follows the sampled frames, and the instruction names its timestamp
     aks = build_request(sample, "rcot_aks/v1/style_b", 0, TeacherParams(backend="openai", image_size=64),
-                        data / "root", np.random.default_rng(0)).messages[0]["content"]
+                        data / "root").build()[0]["content"]
     assert sum(c["type"] == "image_url" for c in aks) == len(sample["timestamps"]) + 1
     assert aks[-3]["text"] == f"Candidate keyframe <{int(sample['aks_frame_idx'])}s>"
     assert f"Candidate keyframe: {int(sample['aks_frame_idx'])}s" in aks[-1]["text"]

@@ -58,10 +58,11 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_heuristic_backend(data: Path, tmp_path: Path) -> None:
-    report = score_difficulty(DifficultyParams(), TeacherParams(), data / "root", data / "index",
-                              data / "keyframes", tmp_path)
+    params = DifficultyParams(cache_dir=str(tmp_path / "cache"))
+    report = score_difficulty(params, TeacherParams(), data / "root", data / "index", data / "keyframes", tmp_path)
     scores = pd.read_parquet(tmp_path / "scores.parquet")
     assert len(scores) == report.metrics["samples"] > 0
+    assert (tmp_path / "cache").is_dir()  # a DVC output (persist: true) even when no request is sent
     multi = scores[scores["expression_id"].str.endswith("#1")]
     single = scores[scores["expression_id"].str.endswith("#0")]
     # "both boxes" (reasoning, two targets, one absent in a frame) is rated harder than "the left box"

@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from stages.core.params import FilterParams
 from stages.filter import build_response, judge, response_for, rules
+from stages.teacher.template_teacher import location_of, location_phrase
 
 GOOD = ("Step 1: A red circle moves from the left to the right while a blue square stays still.\n"
         "Step 2: At 4s the circle is fully visible and largest, so this frame matches the moving circle best.\n"
@@ -95,3 +98,21 @@ def test_responses_per_template_set() -> None:
     assert json.loads(ktg.split("<answer>")[1].removesuffix("</answer>")) == \
         {"keyframe_timestamp": 4, "bbox_2d_list": [[80, 5, 100, 25]], "point_2d_list": [[90, 15]]}
     assert response_for("rcot_aks", "t", sample) == '<think>t</think><answer>{"option": "A"}</answer>'
+
+
+boxes = st.tuples(st.floats(0, 100), st.floats(0, 100), st.floats(1, 60), st.floats(1, 60)).map(
+    lambda b: [b[0], b[1], min(112.0, b[0] + b[2]), min(112.0, b[1] + b[3])])
+
+
+@given(box=boxes)
+def test_location_words_of_the_box_itself_are_faithful(box: list[float]) -> None:
+    """Property: step 3 written from a box's own location (the template teacher's words) always passes;
+    the mirrored horizontal word fails whenever the box centre is in an outer third."""
+    phrase = location_phrase(box, 112, 112)
+    text = f"Step 1: a.\nStep 2: b.\nStep 3: The target is in {phrase} of the frame."
+    assert rules.location_faithful(text, [box], 112) is None
+    horizontal, _ = location_of(box, 112, 112)
+    if horizontal in ("left", "right"):
+        mirrored = "right" if horizontal == "left" else "left"
+        wrong = f"Step 1: a.\nStep 2: b.\nStep 3: The target is on the {mirrored}."
+        assert rules.location_faithful(wrong, [box], 112) == "location_contradicts_box"

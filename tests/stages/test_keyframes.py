@@ -97,6 +97,14 @@ def test_keyframe_is_among_top_k_and_seeded(areas: list[float], seed: int) -> No
     assert choose_keyframe(areas, 5, "max_area", np.random.default_rng(seed))[0] == top[0]
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(1, 10_000), min_size=2, max_size=60), st.integers(0, 2**32))
+def test_different_seeds_draw_different_keyframes(areas: list[int], seed: int) -> None:
+    # with ≥ 2 candidates, 64 seeds drawing the same frame has probability ≤ 2⁻⁶³
+    draws = {choose_keyframe(areas, 5, "topk_random", np.random.default_rng(seed + s))[0] for s in range(64)}
+    assert len(draws) > 1 and draws <= set(top_k_frames(areas, 5))
+
+
 def test_top_k_draw_is_uniform_and_seeds_differ() -> None:
     areas = [5, 50, 40, 0, 30, 20, 10, 45]
     top = top_k_frames(areas, 5)

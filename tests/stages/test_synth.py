@@ -329,6 +329,20 @@ def check(v: Video, e: dict) -> str:  # noqa: C901 - one branch per expression f
             touching = ndimage.binary_dilation(v.masks[ids[0]][last], iterations=2) & v.masks[front[0]][last]
             assert touching.any(), text
         return "hidden"
+    if match := re.match(r"^the shape that passes in front of the (.+)$", text):
+        back = [a for a, n in v.names.items() if match[1] == " ".join(p for p in n if p != "plain")]
+        assert len(back) == 1 and back[0] not in ids, text
+        near = [t for t in range(v.T) if (ndimage.binary_dilation(v.masks[ids[0]][t], iterations=2)
+                                          & v.masks[back[0]][t]).any()]
+        assert any(v.area[back[0]][t] < v.area[back[0]].max() for t in near), text  # it covers part of it
+        return "passes_in_front"
+    if text.endswith(("keeps moving until the end", "keep moving until the end")):
+        for a in ids:
+            assert v.area[a][-1] and v.area[a][-2], text
+            assert np.linalg.norm(v.centroid(a, v.T - 1) - v.centroid(a, v.T - 2)) > 1.0, text
+        for a in others:  # the others stand still at the end
+            assert not v.area[a][-1] or np.array_equal(v.masks[a][-1], v.masks[a][-2]), text
+        return "keeps_moving"
     if text == "which shape overtakes another one moving the same way?":
         def flips(b: int) -> bool:
             both = [t for t in range(v.T) if v.area[ids[0]][t] and v.area[b][t]]
@@ -359,7 +373,8 @@ def test_expressions_are_true_of_the_masks(root: Path) -> None:
         for expression in video["expressions"].values():
             families[check(v, expression)] += 1
     expected = {"appearance", "group", "position", "speed", "leaves", "enters", "enters_last", "direction",
-                "stops", "hidden", "overtakes", "size", "unique_attribute", "no_target"}
+                "stops", "hidden", "overtakes", "size", "unique_attribute", "no_target", "passes_in_front",
+                "keeps_moving", "speeds_up"}
     assert expected <= set(families), families
 
 

@@ -1,0 +1,244 @@
+"""Benchmark: evaluation metrics and (with --gpu) seconds per 100-frame video of the whole evaluate path.
+
+Metrics (default): J + F + R over a (T, H, W) stack, ours (`stages.evaluate.metrics`: whole-stack numpy,
+F by one cropped exact distance transform per chunk of frames) against the published evaluators'
+structure — a per-frame loop of DAVIS's `f_measure` (boundary map, dilation of each boundary by a disk,
+here with scipy since cv2 is not a dependency) plus per-frame J and R. Both are checked to agree before
+timing. Synthetic masks: moving ellipses at ReVOS-like 720p, the prediction a shifted, noisier copy.
+
+    python bench/bench_metrics.py [--frames 100] [--height 720] [--width 1280]
+
+GPU (`--gpu`): seconds per 100-frame video for one expression: a Qwen2.5-VL-3B-shaped model with random
+weights answers (N frames at 560², greedy, `--new-tokens` tokens), then a SAM2.1-large-shaped random
+model tracks 2 boxes forward and backward over all frames at 1024 (bf16), through the stage's own
+functions. Published: 36 s (Veason-R1-3B, 8 frames) and 31 s (RCoT-Seg) per video on an L20; goal ≤ 5 s
+on one H100. `--shapes tiny` runs the same path with tiny shapes (a CPU smoke run; timings meaningless).
+
+    python bench/bench_metrics.py --gpu [--frames 100] [--n-frames 8] [--new-tokens 128]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy import ndimage
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from stages.evaluate import metrics as M  # noqa: E402
+
+# --- metrics ----------------------------------------------------------------------------------------------
+
+
+def synthetic_masks(frames: int, height: int, width: int, seed: int = 0) -> tuple[np.ndarray, ...]:
+    """(gt uint8 summed over 2 objects, prediction 0/255 uint8, foreground uint8), each (T, H, W)."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[:height, :width]
+    gt = np.zeros((frames, height, width), np.uint8)
+    pred = np.zeros_like(gt)
+    for t in range(frames):
+        for k, (cy, cx, ry, rx) in enumerate([(0.4, 0.3, 0.15, 0.1), (0.6, 0.6, 0.1, 0.2)]):
+            y0, x0 = cy * height + 2 * t * (k + 1) % (height // 4), cx * width + 3 * t % (width // 4)
+            inside = ((yy - y0) / (ry * height)) ** 2 + ((xx - x0) / (rx * width)) ** 2 <= 1
+            gt[t] += inside
+            shifted = ((yy - y0 - 6) / (ry * height * 1.05)) ** 2 + ((xx - x0 + 4) / (rx * width)) ** 2 <= 1
+            pred[t] |= shifted
+        pred[t] |= rng.random((height, width)) < 0.0005  # scattered false positives
+    return gt, pred * np.uint8(255), (gt > 0).astype(np.uint8)
+
+
+def _davis_f_one_frame(pred: np.ndarray, gt: np.ndarray, bound_th: float = M.BOUND_TH) -> float:
+    radius = math.ceil(bound_th * math.hypot(*gt.shape))
+    fg_b, gt_b = M.boundary_map(pred)[0], M.boundary_map(gt)[0]
+    fg_dil = ndimage.binary_dilation(fg_b, M.disk(radius))
+    gt_dil = ndimage.binary_dilation(gt_b, M.disk(radius))
+    n_fg, n_gt = fg_b.sum(), gt_b.sum()
+    if n_fg == 0 and n_gt > 0:
+        p, r = 1.0, 0.0
+    elif n_fg > 0 and n_gt == 0:
+        p, r = 0.0, 1.0
+    elif n_fg == 0 and n_gt == 0:
+        p, r = 1.0, 1.0
+    else:
+        p, r = np.sum(fg_b & gt_dil) / float(n_fg), np.sum(gt_b & fg_dil) / float(n_gt)
+    return 0.0 if p + r == 0 else 2 * p * r / (p + r)
+
+
+def per_frame_loop(gt: np.ndarray, pred: np.ndarray, fg: np.ndarray) -> dict[str, float]:
+    """The published evaluators' structure: one frame at a time."""
+    j, f, r = [], [], []
+    for g, p, b in zip(gt, pred, fg, strict=True):
+        gb, pb = g.astype(bool), p.astype(bool)
+        union = np.sum(gb | pb)
+        j.append(1.0 if union == 0 else np.sum(gb & pb) / union)
+        f.append(_davis_f_one_frame(p, g))
+        neg = ((1 - g) * p).sum()
+        r.append(max(1 - neg / (b.sum() + 1e-6), 0.0))
+    return {"J": float(np.mean(j)), "F": float(np.mean(f)), "R_visa": float(np.mean(r))}
+
+
+def vectorised(gt: np.ndarray, pred: np.ndarray, fg: np.ndarray) -> dict[str, float]:
+    """`stages.evaluate.metrics` on the whole stack."""
+    return {"J": float(M.j_measure(gt, pred).mean()), "F": float(M.f_measure(gt, pred).mean()),
+            "R_visa": float(M.r_visa(gt, pred, fg).mean())}
+
+
+def bench_metrics(frames: int, height: int, width: int, repeats: int) -> dict:
+    gt, pred, fg = synthetic_masks(frames, height, width)
+    ours, base = vectorised(gt, pred, fg), per_frame_loop(gt, pred, fg)
+    for key in ours:
+        if not math.isclose(ours[key], base[key], abs_tol=1e-12):
+            raise AssertionError(f"{key}: vectorised {ours[key]} != per-frame {base[key]}")
+    timings = {}
+    for name, fn in (("vectorised", vectorised), ("per_frame_loop", per_frame_loop)):
+        best = math.inf
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn(gt, pred, fg)
+            best = min(best, time.perf_counter() - start)
+        timings[name] = best
+    return {"frames": frames, "height": height, "width": width, "values": ours,
+            "seconds": timings, "frames_per_s": {k: frames / v for k, v in timings.items()},
+            "speedup": timings["per_frame_loop"] / timings["vectorised"]}
+
+
+# --- GPU: seconds per video ------------------------------------------------------------------------------
+
+
+def _qwen_3b(tiny: bool, folder: Path):
+    """A Qwen2.5-VL-3B-shaped (or tiny) random model + processor saved to and loaded from `folder`."""
+    import torch
+    from transformers import (
+        Qwen2_5_VLConfig,
+        Qwen2_5_VLForConditionalGeneration,
+        Qwen2_5_VLProcessor,
+        Qwen2VLImageProcessor,
+        Qwen2VLVideoProcessor,
+    )
+
+    from stages.models.tiny_qwen import CHAT_TEMPLATE, SPECIAL_TOKENS, build_tokenizer
+
+    tokenizer = build_tokenizer(1024, 0)
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
+    side = 112 if tiny else 560
+    pixels = {"size": {"shortest_edge": 28 * 28, "longest_edge": side * side}, "patch_size": 14,
+              "temporal_patch_size": 2, "merge_size": 2}
+    processor = Qwen2_5_VLProcessor(image_processor=Qwen2VLImageProcessor(**pixels), tokenizer=tokenizer,
+                                    video_processor=Qwen2VLVideoProcessor(**pixels), chat_template=CHAT_TEMPLATE)
+    text = ({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "vocab_size": 2048, "mrope": [4, 2, 2]} if tiny else
+            {"hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 36, "num_attention_heads": 16,
+             "num_key_value_heads": 2, "vocab_size": 151936, "mrope": [16, 24, 24]})
+    vision = ({"depth": 1, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "fullatt_block_indexes": [0]}
+              if tiny else {"depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16,
+                            "fullatt_block_indexes": [7, 15, 23, 31]})
+    mrope = text.pop("mrope")
+    config = Qwen2_5_VLConfig(
+        text_config={**text, "max_position_embeddings": 32768, "tie_word_embeddings": True,
+                     "rope_parameters": {"rope_type": "default", "rope_theta": 1_000_000.0, "mrope_section": mrope},
+                     "bos_token_id": ids["<|endoftext|>"], "eos_token_id": ids["<|im_end|>"],
+                     "pad_token_id": ids["<|endoftext|>"]},
+        vision_config={**vision, "out_hidden_size": text["hidden_size"], "patch_size": 14, "spatial_merge_size": 2,
+                       "temporal_patch_size": 2, "window_size": 112, "tokens_per_second": 2},
+        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"])
+    torch.manual_seed(0)
+    model = Qwen2_5_VLForConditionalGeneration(config).to(torch.bfloat16 if not tiny else torch.float32)
+    model.generation_config.eos_token_id = -1  # never stop early: time exactly --new-tokens tokens
+    model.generation_config.pad_token_id = ids["<|endoftext|>"]
+    model.save_pretrained(folder)
+    processor.save_pretrained(folder)
+
+
+def _sam2_large(tiny: bool, folder: Path) -> tuple[str, str]:
+    """A SAM2.1-large-shaped (or micro) random checkpoint + config in `folder`."""
+    import torch
+    import yaml
+    from sam2.build_sam import build_sam2
+
+    from stages.models.tiny_sam2 import BASE_CONFIG, MICRO_OVERRIDES
+
+    base, overrides = (BASE_CONFIG, ["++model.image_size=256", *MICRO_OVERRIDES]) if tiny else (
+        "configs/sam2.1/sam2.1_hiera_l.yaml", [])
+    torch.manual_seed(0)
+    model = build_sam2(base, ckpt_path=None, device="cpu", hydra_overrides_extra=overrides)
+    checkpoint, config = folder / "model.pt", folder / "config.yaml"
+    torch.save({"model": model.state_dict()}, checkpoint)
+    config.write_text(yaml.safe_dump({"base": base, "overrides": overrides}))
+    return str(checkpoint), str(config)
+
+
+def bench_video(frames: int, n_frames: int, new_tokens: int, tiny: bool, repeats: int) -> dict:
+    import torch
+    from PIL import Image
+
+    from stages.evaluate import predict_masks
+    from stages.evaluate.infer import Query, answer_queries, uniform_frames
+    from stages.models import load_vlm
+    from stages.segment import load_video_predictor
+
+    if not tiny and not torch.cuda.is_available():
+        raise SystemExit("--gpu needs CUDA (use --shapes tiny for a CPU smoke run)")
+    height, width, size = (120, 160, 56) if tiny else (720, 1280, 560)
+    with tempfile.TemporaryDirectory() as tmp:
+        _qwen_3b(tiny, Path(tmp) / "qwen")
+        checkpoint, config = _sam2_large(tiny, Path(tmp))
+        vlm, processor = load_vlm(Path(tmp) / "qwen", "float32" if tiny else "bfloat16")
+        predictor = load_video_predictor(checkpoint, config)
+    rng = np.random.default_rng(0)
+    video = [rng.integers(0, 255, (height, width, 3), dtype=np.uint8) for _ in range(frames)]
+    runs = []
+    for _ in range(repeats):
+        sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+        start = time.perf_counter()
+        shown_idx = uniform_frames(frames, n_frames)
+        shown = [Image.fromarray(video[t]).resize((size, size)) for t in shown_idx]
+        answer_queries(vlm, processor, [Query("q", "the object that moves fastest", shown_idx, shown)],
+                       new_tokens, 1)
+        sync()
+        middle = time.perf_counter()
+        box = [[width * 0.2, height * 0.2, width * 0.5, height * 0.6], [width * 0.6, height * 0.3, width * 0.9,
+                                                                         height * 0.8]]
+        predict_masks(predictor, video, [(shown_idx[len(shown_idx) // 2], box)])
+        sync()
+        end = time.perf_counter()
+        runs.append({"vlm_s": middle - start, "sam2_s": end - middle, "total_s": end - start})
+    best = min(runs, key=lambda r: r["total_s"])
+    return {"shapes": "tiny" if tiny else "qwen2.5-vl-3b + sam2.1-large", "video_frames": frames,
+            "frames_shown": n_frames, "new_tokens": new_tokens, "frame_size": f"{width}x{height}",
+            "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu", **best,
+            "published_s": {"veason_r1_3b_L20": 36.0, "rcot_seg_L20": 31.0}, "goal_s": 5.0}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--frames", type=int, default=100)
+    parser.add_argument("--height", type=int, default=720)
+    parser.add_argument("--width", type=int, default=1280)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--gpu", action="store_true", help="seconds per video with 3B / large shaped models")
+    parser.add_argument("--shapes", choices=["real", "tiny"], default="real")
+    parser.add_argument("--n-frames", type=int, default=8)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    if args.gpu:
+        figures = bench_video(args.frames, args.n_frames, args.new_tokens, args.shapes == "tiny", args.repeats)
+        out = args.out or Path("bench/out/metrics_gpu.json")
+    else:
+        figures = bench_metrics(args.frames, args.height, args.width, args.repeats)
+        out = args.out or Path("bench/out/metrics.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(figures, indent=1) + "\n")
+    sys.stdout.write(json.dumps(figures, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,231 @@
+"""Benchmark: LoRA SFT step throughput.
+
+CPU (default): the tiny Qwen2.5-VL of the default pipeline (built in a temporary folder from the
+`tiny_models` defaults) on synthetic SFT samples shaped like the default pipeline's (N frames at
+`keyframes.train_size`, a template-teacher-length response). Reports samples/s and tokens/s of
+forward + backward (LoRA, fp32), with and without gradient checkpointing (the ratio is its cost).
+
+GPU (`--gpu`): a randomly initialised model with Qwen2.5-VL-3B's shapes, 6 frames at 560 × 560, bf16,
+LoRA r=8 on every linear layer of the language model. Reports step time, tokens/s, the FLOPs actually
+executed (torch's FlopCounterMode over one step) and model FLOPs utilisation against the device's dense
+bf16 peak, and peak memory.
+
+    python bench/bench_sft.py [--steps 8] [--out bench/out/sft.json]
+    python bench/bench_sft.py --gpu [--steps 10] [--gradient-checkpointing] [--peak-tflops 989]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from stages.core.params import KeyframesParams, SftParams, TinyModelsParams  # noqa: E402
+from stages.sft.data import assistant_labels, messages  # noqa: E402
+from stages.teacher.template_teacher import write_trace  # noqa: E402
+
+# dense bf16 peak (TFLOP/s, no sparsity) by device-name fragment: NVIDIA datasheets
+PEAK_BF16_TFLOPS = {"H200": 989.0, "H100 PCIe": 756.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 70.0}
+
+# Qwen2.5-VL-3B-Instruct's config.json shapes (random weights: the hub is not reachable)
+QWEN25VL_3B_TEXT = {"vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 36,
+                    "num_attention_heads": 16, "num_key_value_heads": 2, "max_position_embeddings": 128000,
+                    "rope_parameters": {"rope_type": "default", "rope_theta": 1_000_000.0,
+                                        "mrope_section": [16, 24, 24]},
+                    "bos_token_id": 151643, "eos_token_id": 151645, "pad_token_id": 151643, "tie_word_embeddings": True}
+QWEN25VL_3B_VISION = {"depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16,
+                      "out_hidden_size": 2048, "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2,
+                      "window_size": 112, "fullatt_block_indexes": [7, 15, 23, 31], "tokens_per_second": 2}
+IMAGE_TOKEN, VISION_START, VISION_END = 151655, 151652, 151653
+
+
+def synthetic_samples(n: int, n_frames: int, size: int) -> list[dict]:
+    """SFT samples like the shard stage's: random frames, 1 FPS timestamps, a template-teacher response."""
+    rng = np.random.default_rng(0)
+    samples = []
+    for i in range(n):
+        timestamps = sorted(int(t) for t in rng.choice(30, size=n_frames, replace=False))
+        key = timestamps[n_frames // 2]
+        boxes = [[[10.0, 12.0, 40.0 + i % 7, 50.0]] for _ in timestamps]
+        trace = write_trace({"expression": "the red striped square", "timestamps": timestamps,
+                             "keyframe_timestamp": key, "train_size": size, "boxes": boxes,
+                             "union_areas": [900.0] * n_frames, "n_instances": 1})
+        response = (f"<think>{trace}</think><answer>{{\"keyframe_timestamp\": {key}, "
+                    f"\"bbox_2d_list\": [[10, 12, {40 + i % 7}, 50]]}}</answer>")
+        frames = [Image.fromarray(rng.integers(0, 255, (size, size, 3), dtype=np.uint8)) for _ in timestamps]
+        samples.append({"meta": {"expression": "the red striped square", "timestamps": timestamps,
+                                 "response": response}, "frames": frames})
+    return samples
+
+
+def lora_model(model, params: SftParams, gradient_checkpointing: bool):
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(r=params.lora_r, lora_alpha=params.lora_alpha, lora_dropout=params.lora_dropout,
+                        target_modules=list(params.target_modules), task_type="CAUSAL_LM")
+    model = get_peft_model(model, config)
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+        model.enable_input_require_grads()
+    return model
+
+
+def time_steps(model, batches: list[dict], device: str, autocast: bool) -> tuple[float, int]:
+    """Seconds and tokens for forward + backward + optimizer step over `batches` (after one warm-up step)."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=1e-4)
+
+    def step(batch: dict) -> None:
+        with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=autocast):
+            loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    step(batches[0])
+    if device == "cuda":
+        torch.cuda.synchronize()
+    started = time.perf_counter()
+    for batch in batches:
+        step(batch)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - started, sum(int(b["attention_mask"].sum()) for b in batches)
+
+
+def bench_cpu(steps: int, threads: int) -> dict:
+    from stages.models import build_tiny_models, load_vlm
+
+    torch.set_num_threads(threads)
+    size = KeyframesParams().train_size
+    work = Path(tempfile.mkdtemp(prefix="vrsflow-bench-sft-"))
+    build_tiny_models(TinyModelsParams(), work)
+    results: dict = {"device": "cpu", "threads": threads, "train_size": size, "steps": steps}
+    for checkpointing in (False, True):
+        model, processor = load_vlm(work / "qwen25vl", "float32", "cpu")
+        params = SftParams()
+        model = lora_model(model, replace_modules(params, model), checkpointing)
+        model.train()
+        batches = [encode(processor, s) for s in synthetic_samples(steps, KeyframesParams().n_frames, size)]
+        seconds, tokens = time_steps(model, batches, "cpu", autocast=False)
+        key = "checkpointing" if checkpointing else "plain"
+        results[key] = {"samples_per_s": round(steps / seconds, 3), "tokens_per_s": round(tokens / seconds, 1),
+                        "s_per_step": round(seconds / steps, 4), "tokens_per_sample": tokens // steps}
+    results["checkpointing_slowdown"] = round(results["plain"]["samples_per_s"]
+                                              / results["checkpointing"]["samples_per_s"], 3)
+    return results
+
+
+def replace_modules(params: SftParams, model) -> SftParams:
+    """The SFT params with only the target modules that the model has."""
+    from dataclasses import replace
+
+    names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    return replace(params, target_modules=tuple(m for m in params.target_modules if m in names))
+
+
+def encode(processor, sample: dict) -> dict:
+    text = processor.apply_chat_template(messages(sample["meta"], sample["meta"]["response"]), tokenize=False)
+    inputs = dict(processor(text=[text], images=[sample["frames"]], return_tensors="pt"))
+    inputs["labels"] = assistant_labels(inputs["input_ids"], processor.tokenizer)
+    return inputs
+
+
+def gpu_batch(n_frames: int, size: int, text_tokens: int, response_tokens: int, device: str) -> dict:
+    """Model inputs of one 3B-shaped sample built directly (random token ids; grid as the processor makes it)."""
+    patches = (size // 14) ** 2  # 14-px patches per frame, before the 2 × 2 merge
+    per_image = patches // 4
+    rng = np.random.default_rng(0)
+    ids: list[int] = []
+    for _ in range(n_frames):
+        ids += [int(t) for t in rng.integers(0, 151000, 4)] + [VISION_START] + [IMAGE_TOKEN] * per_image + [VISION_END]
+    ids += [int(t) for t in rng.integers(0, 151000, text_tokens + response_tokens)]
+    input_ids = torch.tensor([ids], device=device)
+    labels = torch.full_like(input_ids, -100)
+    labels[0, -response_tokens:] = input_ids[0, -response_tokens:]
+    grid = torch.tensor([[1, size // 14, size // 14]] * n_frames, device=device)
+    pixels = torch.randn(n_frames * patches, 3 * 2 * 14 * 14, device=device, dtype=torch.bfloat16)
+    return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids), "labels": labels,
+            "pixel_values": pixels, "image_grid_thw": grid}
+
+
+def bench_gpu(steps: int, gradient_checkpointing: bool, peak_tflops: float | None, smoke: bool = False) -> dict:
+    """3B-shaped LoRA steps on CUDA; `smoke` runs the same code on CPU with shrunken shapes (a check, no figures)."""
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    text, vision, size, device = dict(QWEN25VL_3B_TEXT), dict(QWEN25VL_3B_VISION), 560, "cuda"
+    if smoke:
+        text.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, rope_parameters={"rope_type": "default", "rope_theta": 1e6,
+                                                            "mrope_section": [4, 2, 2]})
+        vision.update(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64,
+                      fullatt_block_indexes=[1])
+        size, device = 112, "cpu"
+    elif not torch.cuda.is_available():
+        raise SystemExit("--gpu needs a CUDA device")
+    name = torch.cuda.get_device_name() if device == "cuda" else "cpu (smoke)"
+    peak = peak_tflops or next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
+    config = Qwen2_5_VLConfig(text_config=text, vision_config=vision, image_token_id=IMAGE_TOKEN,
+                              video_token_id=151656, vision_start_token_id=VISION_START,
+                              vision_end_token_id=VISION_END, tie_word_embeddings=True)
+    config._attn_implementation = "sdpa"
+    default_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)  # build in bf16 directly: no fp32 copy of 3.8B parameters
+    try:
+        with torch.device(device):
+            model = Qwen2_5_VLForConditionalGeneration(config)
+    finally:
+        torch.set_default_dtype(default_dtype)
+    n_params = sum(p.numel() for p in model.parameters())
+    model = lora_model(model, SftParams(lora_dropout=0.0), gradient_checkpointing)
+    model.train()
+    batch = gpu_batch(6, size, 200, 400, device)
+    tokens = int(batch["attention_mask"].sum())
+    with FlopCounterMode(display=False) as counter:
+        model(**batch).loss.backward()
+    flops = counter.get_total_flops()
+    model.zero_grad(set_to_none=True)
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    seconds, _ = time_steps(model, [batch] * steps, device, autocast=False)
+    per_step = seconds / steps
+    achieved = flops / per_step / 1e12
+    return {"device": name, "parameters": n_params, "tokens_per_step": tokens, "frames": 6, "frame_size": size,
+            "gradient_checkpointing": gradient_checkpointing, "s_per_step": round(per_step, 4),
+            "tokens_per_s": round(tokens / per_step, 1), "tflops_per_step": round(flops / 1e12, 3),
+            "achieved_tflops": round(achieved, 2), "peak_tflops_bf16": peak,
+            "mfu": None if peak is None else round(achieved / peak, 4),
+            "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if device == "cuda" else None}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--gpu", action="store_true", help="3B-shaped model on CUDA instead of the tiny one on CPU")
+    parser.add_argument("--steps", type=int, default=8, help="timed steps (one more is run as warm-up)")
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads")
+    parser.add_argument("--gradient-checkpointing", action="store_true", help="GPU mode: checkpoint activations")
+    parser.add_argument("--peak-tflops", type=float, default=None, help="GPU mode: dense bf16 peak override")
+    parser.add_argument("--smoke", action="store_true", help="GPU mode's code on CPU with tiny shapes (a check)")
+    parser.add_argument("--out", type=Path, default=Path("bench/out/sft.json"))
+    args = parser.parse_args()
+    if args.gpu or args.smoke:
+        result = bench_gpu(args.steps, args.gradient_checkpointing, args.peak_tflops, smoke=args.smoke)
+    else:
+        result = bench_cpu(args.steps, args.threads)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    sys.stdout.write(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

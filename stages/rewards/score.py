@@ -1,0 +1,194 @@
+"""The registry of reward components, `compute_score` (verl's custom_reward_function signature) and the
+grouped scorer that runs SAM2 once per prompt for all its rollouts (TRL, the SAM2 service)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from schemas.answer import GroundTruth, parse_answer
+from stages.core.params import RewardParams, load_params
+from stages.rewards import components as c
+
+log = logging.getLogger(__name__)
+
+Component = Callable[[c.RewardContext], float]
+REGISTRY: Mapping[str, Component] = {
+    "format": c.format_reward,
+    "keyframe": c.keyframe_reward,
+    "spatial": c.spatial_reward,
+    "consistency": c.consistency_reward,
+    "rcot_match": c.rcot_match_reward,
+    "aks_option": c.aks_option_reward,
+    "negative_point": c.negative_point_reward,
+    "non_repeat": c.non_repeat_reward,
+}
+LENGTH_PENALTY = "length_penalty"
+
+
+def resolve_components(names: Sequence[str]) -> dict[str, Component]:
+    """The component functions for `names`, in order.
+
+    Raises:
+        ValueError: an unknown or repeated name (listing the known ones).
+    """
+    unknown = [n for n in names if n not in REGISTRY]
+    if unknown:
+        raise ValueError(f"unknown reward component(s) {unknown}; known: {sorted(REGISTRY)}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"reward components repeat: {list(names)}")
+    if not names:
+        raise ValueError("reward.components is empty")
+    return {n: REGISTRY[n] for n in names}
+
+
+def check_params(params: RewardParams) -> None:
+    """Validate the reward block once, before training starts.
+
+    Raises:
+        ValueError: unknown components, negative weights or thresholds.
+    """
+    resolve_components(params.components)
+    for name in params.components:
+        if getattr(params.weights, name) < 0:
+            raise ValueError(f"reward.weights.{name} must be ≥ 0")
+    if params.length_beta < 0 or params.threshold_size <= 0:
+        raise ValueError("reward.length_beta must be ≥ 0 and reward.threshold_size > 0")
+
+
+def max_score(params: RewardParams) -> float:
+    """The largest total the params allow (every component 1, no length penalty)."""
+    return float(sum(getattr(params.weights, n) for n in params.components))
+
+
+def length_penalty(used: int, budget: int, beta: float) -> float:
+    """VideoSeg-R1 soft length penalty: 1 − β·(used − budget) over budget, else 1; clipped to [0, 1]."""
+    if used <= budget:
+        return 1.0
+    return float(min(max(1.0 - beta * (used - budget), 0.0), 1.0))
+
+
+def _reasoning_tokens(think: str, response_tokens: int | None) -> int:
+    # The trainer's token count when it gives one; otherwise whitespace words of the reasoning.
+    return int(response_tokens) if response_tokens is not None else len(think.split())
+
+
+def score_answer(text: str, gt: GroundTruth, params: RewardParams, masks_for: c.MasksFor | None = None,
+                 response_tokens: int | None = None) -> dict[str, float]:
+    """Score one completion against loaded ground truth: {"score", "parsed", <component>: value, …}.
+
+    A completion that does not parse scores `params.failure_score` with every component 0.
+    """
+    fns = resolve_components(params.components)
+    result = {name: 0.0 for name in fns}
+    if params.length_penalty:
+        result[LENGTH_PENALTY] = 0.0
+    answer = parse_answer(text)
+    if answer is None:
+        return {"score": float(params.failure_score), "parsed": 0.0, **result}
+    ctx = c.RewardContext(answer, gt, params, masks_for=masks_for, response_tokens=response_tokens)
+    total = 0.0
+    for name, fn in fns.items():
+        result[name] = float(fn(ctx))
+        total += getattr(params.weights, name) * result[name]
+    if params.length_penalty:
+        if gt.token_budget is None:
+            raise ValueError("reward.length_penalty needs ground-truth token_budget (difficulty stage)")
+        factor = length_penalty(_reasoning_tokens(answer.think, response_tokens), gt.token_budget,
+                                params.length_beta)
+        result[LENGTH_PENALTY] = factor
+        total *= factor
+    return {"score": float(total), "parsed": 1.0, **result}
+
+
+@lru_cache(maxsize=8)
+def _params_from(path: str) -> RewardParams:
+    return load_params(Path(path)).reward
+
+
+def compute_score(data_source: str, solution_str: str, ground_truth: str | Mapping, extra_info: Mapping | None = None,
+                  *, params: RewardParams | None = None, params_path: str | None = None,
+                  masks_for: c.MasksFor | None = None, response_tokens: int | None = None,
+                  **kwargs: Any) -> dict[str, float]:
+    """verl's `custom_reward_function`: {"score": total, "parsed": 0|1, <component>: value, …}.
+
+    Args:
+        data_source: the parquet row's data source (logged only; one reward for all sources).
+        solution_str: the decoded completion.
+        ground_truth: the GroundTruth JSON (docs/contracts.md) or its dict.
+        extra_info: the row's extra_info; `response_tokens` there is used by the length penalty.
+        params: the reward block; else loaded from `params_path` (verl passes it through
+            `reward.custom_reward_function.reward_kwargs`), else the embedded defaults.
+        masks_for: SAM2 propagation for the consistency component.
+        response_tokens: reasoning length in tokens for the length penalty.
+
+    Returns:
+        The total and every configured component. A malformed completion gets `failure_score`.
+
+    Raises:
+        ValueError: bad ground truth or bad params (data / configuration bugs, never model output).
+    """
+    if params is None:
+        params = _params_from(params_path) if params_path else RewardParams()
+    gt = GroundTruth.from_json(ground_truth)
+    if response_tokens is None and extra_info is not None and extra_info.get("response_tokens") is not None:
+        response_tokens = int(extra_info["response_tokens"])
+    return score_answer(solution_str, gt, params, masks_for=masks_for, response_tokens=response_tokens)
+
+
+def rollout_groups(texts: Sequence[str], gt: GroundTruth) -> list[tuple[int, tuple[tuple[float, ...], ...]] | None]:
+    """Per rollout: (keyframe position, matched boxes) that the consistency reward will propagate, or None."""
+    out: list[tuple[int, tuple[tuple[float, ...], ...]] | None] = []
+    for text in texts:
+        answer = parse_answer(text)
+        match = c.match_boxes(answer, gt) if answer is not None else None
+        if match is None or len(match.rows) == 0:
+            out.append(None)
+            continue
+        out.append((match.position, tuple(tuple(float(v) for v in match.pred[r]) for r in sorted(match.rows))))
+    return out
+
+
+def precompute_masks(texts: Sequence[str], gt: GroundTruth, frames: Sequence[np.ndarray], predictor,
+                     threshold: float = 0.0) -> c.MasksFor:
+    """SAM2 masks for every rollout of one prompt at once (shared frame encoding), as a `masks_for` lookup.
+
+    The frames are the shown frames at the ground truth's image size. Rollouts that chose the same
+    keyframe are tracked as objects of one SAM2 state; identical requests are computed once.
+    """
+    from stages.segment import BoxGroup, propagate_groups
+
+    height, width = gt.image_size
+    if frames and tuple(frames[0].shape[:2]) != (height, width):
+        raise ValueError(f"frames are {frames[0].shape[:2]}, ground truth image_size is {gt.image_size}")
+    requests = sorted({r for r in rollout_groups(texts, gt) if r is not None})
+    masks = propagate_groups(predictor, frames, [BoxGroup(k, list(b)) for k, b in requests], threshold) \
+        if requests else []
+    table = {req: m.any(axis=0) for req, m in zip(requests, masks, strict=True)}
+
+    def masks_for(position: int, boxes: tuple[tuple[float, ...], ...]) -> np.ndarray:
+        return table[(position, boxes)]
+
+    return masks_for
+
+
+def score_group(texts: Sequence[str], ground_truth: str | Mapping, params: RewardParams,
+                frames: Sequence[np.ndarray] | None = None, predictor=None,
+                response_tokens: Sequence[int | None] | None = None) -> list[dict[str, float]]:
+    """Score the rollouts of ONE prompt; SAM2 runs once for the group when `consistency` is configured.
+
+    Raises:
+        ValueError: bad ground truth; RuntimeError: consistency configured without frames and predictor.
+    """
+    gt = GroundTruth.from_json(ground_truth)
+    masks_for = None
+    if "consistency" in params.components and predictor is not None and frames is not None:
+        masks_for = precompute_masks(texts, gt, frames, predictor, params.mask_threshold)
+    tokens = list(response_tokens) if response_tokens is not None else [None] * len(texts)
+    return [score_answer(t, gt, params, masks_for=masks_for, response_tokens=n)
+            for t, n in zip(texts, tokens, strict=True)]
