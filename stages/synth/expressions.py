@@ -252,7 +252,7 @@ def hidden_behind_at_end(video: SimVideo, facts: Facts) -> list[Expression]:
 
 def passes_in_front(video: SimVideo, facts: Facts) -> list[Expression]:
     """'the shape that passes in front of the green star': the one moving object that, at some frame,
-    covers at least OCCLUSION_MIN of that object's pixels."""
+    covers at least OCCLUSION_MIN of that object's pixels (which is seen uncovered at another frame)."""
     out = []
     for back in facts.seen(video):
         passers = set()
@@ -260,6 +260,8 @@ def passes_in_front(video: SimVideo, facts: Facts) -> list[Expression]:
             hidden = facts.full_area[t, back.obj_id] - facts.visible_area[t, back.obj_id]
             if hidden < OCCLUSION_MIN * max(facts.full_area[t, back.obj_id], 1):
                 continue
+            if facts.visible_area[:, back.obj_id].max() < facts.full_area[t, back.obj_id]:
+                continue  # never seen whole at that size elsewhere: a viewer could not tell it is covered
             for front in facts.hidden_by[t][back.obj_id]:
                 if np.abs(video.objects[front].velocities[max(t - 1, 0)]).max() > 0.5:
                     passers.add(front)

@@ -1,0 +1,126 @@
+"""Per-step GRPO curves (reward total and per component, response length, KL) for `dvc plots`, and the
+first/last-window summary that shows whether the reward rises.
+
+Both engines end here: TRL's log history, or verl's file log (`verl_log.jsonl`: score mean, response
+length, KL loss per step) joined with our reward log (`reward_log/*.jsonl`, one line per scored rollout)
+and verl's rollout dumps (`rollouts/<step>.jsonl`), which say which rollouts belong to which step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from stages.core.io import atomic_write_text
+
+CURVE_COLUMNS = ("step", "reward", "reward_std", "kl", "response_length")
+TRL_KEYS = {"reward": "reward", "reward_std": "reward_std", "kl": "kl", "response_length": "completions/mean_length"}
+
+
+def curve_from_trl(log_history: Sequence[dict], component_prefix: str = "reward_components/") -> list[dict]:
+    """One row per logged training step from TRL's `trainer.state.log_history`."""
+    rows = []
+    for entry in log_history:
+        if "reward" not in entry or "step" not in entry:
+            continue  # the final train summary and eval entries
+        row = {"step": int(entry["step"])}
+        for column, key in TRL_KEYS.items():
+            row[column] = float(entry.get(key, float("nan")))
+        for key, value in entry.items():
+            if key.startswith(component_prefix):
+                row[f"reward_{key[len(component_prefix):]}"] = float(value)
+        rows.append(row)
+    rows.sort(key=lambda r: r["step"])
+    return rows
+
+
+def curve_from_verl(verl_dir: Path) -> list[dict]:
+    """One row per step from a verl run directory written by the generated launch script."""
+    from stages.rewards.verl_entry import rollout_key
+
+    verl_dir = Path(verl_dir)
+    scored: dict[str, dict] = {}
+    for path in sorted((verl_dir / "reward_log").glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            entry = json.loads(line)
+            scored[entry.pop("key")] = entry
+    per_step: dict[int, dict] = {}
+    log_path = verl_dir / "verl_log.jsonl"
+    for line in log_path.read_text().splitlines() if log_path.is_file() else []:
+        entry = json.loads(line)
+        data = entry["data"]
+        per_step[int(entry["step"])] = {
+            "step": int(entry["step"]), "reward": float(data.get("critic/score/mean", float("nan"))),
+            "reward_std": float("nan"), "kl": float(data.get("actor/kl_loss", float("nan"))),
+            "response_length": float(data.get("response_length/mean", float("nan")))}
+    for path in sorted((verl_dir / "rollouts").glob("*.jsonl")):
+        step = int(path.stem)
+        results = []
+        for line in path.read_text().splitlines():
+            rollout = json.loads(line)
+            result = scored.get(rollout_key(rollout["output"], rollout["gts"]))
+            if result is not None:
+                results.append(result)
+        row = per_step.setdefault(step, {"step": step, "reward": float("nan"), "reward_std": float("nan"),
+                                         "kl": float("nan"), "response_length": float("nan")})
+        if results:
+            row["reward_std"] = float(np.std([r["score"] for r in results]))
+            for key in results[0]:
+                if key != "score":
+                    row[f"reward_{key}"] = float(np.mean([r[key] for r in results]))
+    return [per_step[s] for s in sorted(per_step)]
+
+
+def write_curve(rows: Sequence[dict], path: Path) -> None:
+    """CSV with a fixed column order (dvc plots reads it); rewritten whole."""
+    columns = list(CURVE_COLUMNS) + sorted({k for r in rows for k in r} - set(CURVE_COLUMNS))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [",".join(columns)]
+    for row in rows:
+        lines.append(",".join(_fmt(row.get(c, float("nan"))) for c in columns))
+    atomic_write_text(path, "\n".join(lines) + "\n")
+
+
+def read_curve(path: Path) -> list[dict]:
+    """The rows of a curve CSV (floats; step as int)."""
+    with open(path) as handle:
+        return [{k: (int(float(v)) if k == "step" else float(v)) for k, v in row.items()} for row in csv.DictReader(handle)]
+
+
+def _fmt(value: float) -> str:
+    return str(int(value)) if isinstance(value, int) else f"{float(value):.6g}"
+
+
+def window_summary(rows: Sequence[dict], window: int) -> dict[str, float]:
+    """Mean reward over the first and last `window` steps, their difference, and per-component last-window means."""
+    if not rows:
+        return {"steps": 0}
+    rewards = [r["reward"] for r in rows]
+    w = max(1, min(window, len(rows) // 2 or 1))
+    summary = {"steps": len(rows), "window": w, "reward_first": float(np.mean(rewards[:w])),
+               "reward_last": float(np.mean(rewards[-w:]))}
+    summary["reward_gain"] = summary["reward_last"] - summary["reward_first"]
+    for key in sorted(k for k in rows[-1] if k.startswith("reward_") and k not in ("reward_std",)):
+        summary[f"{key}_last"] = float(np.mean([r.get(key, float("nan")) for r in rows[-w:]]))
+    summary["response_length_last"] = float(np.mean([r["response_length"] for r in rows[-w:]]))
+    summary["kl_last"] = float(np.mean([r["kl"] for r in rows[-w:]]))
+    return summary
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """`python -m stages.grpo.curves --verl-dir DIR --out metrics/grpo_curve.csv` (end of launch.sh)."""
+    parser = argparse.ArgumentParser(description="per-step GRPO curves from a verl run")
+    parser.add_argument("--verl-dir", required=True)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    write_curve(curve_from_verl(Path(args.verl_dir)), Path(args.out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""GRPO with TRL's GRPOTrainer (the one-machine engine; the embedded default runs it on CPU).
+
+Reads top to bottom: data, reward, model, config, train (resuming from the last checkpoint), save
+(adapter + merged), metrics. Same reward as verl (`stages.rewards`), scored per prompt group so SAM2
+encodes the frames once for all rollouts of a prompt.
+
+Hyper-parameter names, verl → TRL: data.train_batch_size (prompts) → per_device_train_batch_size ×
+gradient_accumulation_steps / num_generations (completions); rollout.n → num_generations;
+kl_loss_coef + kl_loss_type=low_var_kl → beta (TRL's k3 estimator, without verl's ±10 clip);
+loss_agg_mode=token-mean → loss_type="bnpo"; data.max_response_length → max_completion_length;
+actor.grad_clip → max_grad_norm; actor.clip_ratio → epsilon.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from stages.core.params import GrpoParams, RewardParams, Sam2Params
+from stages.rewards import score_group
+
+log = logging.getLogger(__name__)
+COMPONENT_PREFIX = "reward_components/"
+
+
+class GroupReward:
+    """TRL batch reward: completions arrive prompt-major; each prompt's rollouts are scored together."""
+
+    def __init__(self, params: RewardParams, predictor=None) -> None:
+        self.params = params
+        self.predictor = predictor
+        self.__name__ = "vrsflow"  # TRL names the reward column after it
+        self.seconds = 0.0  # time spent scoring (reported)
+
+    def __call__(self, prompts, completions, ground_truth, sample_id, images=None, completion_ids=None,
+                 log_metric=None, **kwargs: Any) -> list[float]:
+        start = time.perf_counter()
+        texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]
+        order: dict[str, list[int]] = {}
+        for i, sid in enumerate(sample_id):
+            order.setdefault(sid, []).append(i)
+        results: list[dict[str, float]] = [{}] * len(texts)
+        for idx in order.values():
+            frames = None
+            if images is not None and self.predictor is not None:
+                frames = [np.asarray(img.convert("RGB")) for img in images[idx[0]]]
+            tokens = [len(completion_ids[i]) for i in idx] if completion_ids is not None else None
+            scored = score_group([texts[i] for i in idx], ground_truth[idx[0]], self.params, frames, self.predictor,
+                                 tokens)
+            for i, result in zip(idx, scored, strict=True):
+                results[i] = result
+        if log_metric is not None:
+            for key in results[0]:
+                if key != "score":
+                    log_metric(f"{COMPONENT_PREFIX}{key}", float(np.mean([r[key] for r in results])))
+        self.seconds += time.perf_counter() - start
+        return [r["score"] for r in results]
+
+
+def _last_checkpoint(folder: Path) -> str | None:
+    points = sorted(folder.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    return str(points[-1]) if points else None
+
+
+def train_trl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, dataset, out_dir: Path,
+              checkpoint_dir: Path) -> dict[str, Any]:
+    """Run GRPO; write `out_dir/adapter` (LoRA) and `out_dir/merged`; returns the trainer's log history + timing.
+
+    Resumes from the newest `checkpoint_dir/checkpoint-*` when one exists.
+    """
+    import torch
+    from peft import LoraConfig
+    from transformers import set_seed
+    from trl import GRPOConfig, GRPOTrainer
+
+    from stages.models import load_vlm
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    set_seed(grpo.seed)
+    cuda = torch.cuda.is_available()
+    model, processor = load_vlm(grpo.model_path)
+    processor.tokenizer.padding_side = "left"  # not saved with the tokenizer; generation needs it
+    predictor = None
+    if "consistency" in reward.components:
+        from stages.segment import load_video_predictor
+
+        predictor = load_video_predictor(sam2.checkpoint, sam2.config)
+    reward_fn = GroupReward(reward, predictor)
+    max_steps = grpo.max_steps if grpo.max_steps > 0 else -1
+    args = GRPOConfig(
+        output_dir=str(checkpoint_dir), use_cpu=not cuda, bf16=cuda, fp16=False,
+        per_device_train_batch_size=grpo.batch_size * grpo.num_generations, gradient_accumulation_steps=1,
+        num_generations=grpo.num_generations, max_completion_length=grpo.max_response_length,
+        temperature=grpo.temperature, top_p=grpo.top_p, beta=grpo.kl_coef, loss_type="bnpo", scale_rewards="group",
+        num_iterations=1, epsilon=grpo.clip_ratio, learning_rate=grpo.learning_rate, max_grad_norm=grpo.grad_clip,
+        weight_decay=grpo.weight_decay, lr_scheduler_type="constant", warmup_steps=0,
+        num_train_epochs=grpo.epochs, max_steps=max_steps, logging_steps=1, report_to="none",
+        save_strategy="steps", save_steps=grpo.save_every_steps, save_only_model=False,
+        remove_unused_columns=False, dataloader_num_workers=0, seed=grpo.seed, data_seed=grpo.seed,
+        log_completions=False, shuffle_dataset=True,
+    )
+    peft_config = None
+    if grpo.lora_r > 0:
+        peft_config = LoraConfig(r=grpo.lora_r, lora_alpha=grpo.lora_alpha, lora_dropout=0.0, task_type="CAUSAL_LM",
+                                 target_modules=list(grpo.target_modules))
+    trainer = GRPOTrainer(model=model, reward_funcs=[reward_fn], args=args, train_dataset=dataset,
+                          processing_class=processor, peft_config=peft_config)
+    resume = _last_checkpoint(Path(checkpoint_dir))
+    if resume:
+        log.info("resuming GRPO from %s", resume)
+    start = time.perf_counter()
+    trainer.train(resume_from_checkpoint=resume)
+    wall = time.perf_counter() - start
+    out_dir = Path(out_dir)
+    trained = trainer.model
+    if peft_config is not None:
+        trained.save_pretrained(out_dir / "adapter")
+        trained = trained.merge_and_unload()
+    trained.save_pretrained(out_dir / "merged")
+    processor.save_pretrained(out_dir / "merged")
+    return {"log_history": list(trainer.state.log_history), "wall_s": wall, "reward_s": reward_fn.seconds,
+            "resumed_from": resume or "", "global_step": int(trainer.state.global_step)}

@@ -1,0 +1,189 @@
+"""GRPO with verl (the cluster engine): config from params, validated with verl's own Hydra config and
+`validate_config`, plus the parquet and a launch script. Training itself needs GPUs and a vLLM/SGLang
+rollout server (docs/grpo_verl.md); everything here runs offline on CPU.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+from pathlib import Path
+from typing import Any
+
+from stages.core.params import GrpoParams, RewardParams, Sam2Params
+from stages.rewards import check_params
+
+VLLM_MAX_LORA_RANK = 512  # verl vllm_rollout/utils.py fallback when vLLM is absent
+VERL_ENTRY = Path(__file__).resolve().parents[1] / "rewards" / "verl_entry.py"
+
+
+def verl_overrides(grpo: GrpoParams, reward: RewardParams, model_path: str, train_parquet: str, val_parquet: str,
+                   out_dir: str, params_path: str) -> list[str]:
+    """verl Hydra overrides (`key=value`) for Veason-R1's GRPO recipe, from params.
+
+    Paper values that live in params: batch 16 (`grpo.batch_size`), 8 rollouts (`num_generations`), lr 1e-6,
+    KL loss low_var_kl 5e-3, max response 1024, temperature 1.0, grad clip 1.0.
+    """
+    v = grpo.verl
+    mbs = v.micro_batch_size_per_gpu
+    lora = []
+    if grpo.lora_r > 0:
+        lora = [f"actor_rollout_ref.model.lora_rank={grpo.lora_r}",
+                f"actor_rollout_ref.model.lora_alpha={grpo.lora_alpha}",
+                f"actor_rollout_ref.model.target_modules=[{','.join(grpo.target_modules)}]"]
+    reward_kwargs = {"params_path": params_path, "sam2_service": v.sam2_service if "consistency" in reward.components
+                     else "", "log_dir": str(Path(out_dir) / "reward_log")}
+    return [
+        "algorithm.adv_estimator=grpo",
+        "algorithm.use_kl_in_reward=false",
+        f"data.train_files={train_parquet}",
+        f"data.val_files={val_parquet}",
+        f"data.train_batch_size={grpo.batch_size}",
+        f"data.max_prompt_length={v.max_prompt_length}",
+        f"data.max_response_length={grpo.max_response_length}",
+        "data.image_key=images",
+        "data.filter_overlong_prompts=true",
+        f"data.seed={grpo.seed}",
+        f"actor_rollout_ref.model.path={model_path}",
+        *lora,
+        f"actor_rollout_ref.actor.optim.lr={grpo.learning_rate}",
+        f"actor_rollout_ref.actor.optim.weight_decay={grpo.weight_decay}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={grpo.batch_size}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={mbs}",
+        "actor_rollout_ref.actor.use_kl_loss=true",
+        f"actor_rollout_ref.actor.kl_loss_coef={grpo.kl_coef}",
+        f"actor_rollout_ref.actor.kl_loss_type={grpo.kl_type}",
+        f"actor_rollout_ref.actor.clip_ratio={grpo.clip_ratio}",
+        f"actor_rollout_ref.actor.grad_clip={grpo.grad_clip}",
+        "actor_rollout_ref.actor.loss_agg_mode=token-mean",
+        "actor_rollout_ref.actor.entropy_coeff=0",
+        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={mbs}",
+        f"actor_rollout_ref.rollout.name={v.rollout_name}",
+        f"actor_rollout_ref.rollout.n={grpo.num_generations}",
+        f"actor_rollout_ref.rollout.temperature={grpo.temperature}",
+        f"actor_rollout_ref.rollout.top_p={grpo.top_p}",
+        f"actor_rollout_ref.rollout.gpu_memory_utilization={v.gpu_memory_utilization}",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={mbs}",
+        f"reward.custom_reward_function.path={VERL_ENTRY}",
+        "reward.custom_reward_function.name=compute_score",
+        f"+reward.custom_reward_function.reward_kwargs={_hydra_dict(reward_kwargs)}",
+        f"trainer.n_gpus_per_node={v.n_gpus_per_node}",
+        f"trainer.nnodes={v.nnodes}",
+        f"trainer.total_epochs={grpo.epochs}",
+        "data.shuffle=true",
+        "trainer.logger=[console,file]",
+        "trainer.project_name=vrsflow",
+        "trainer.experiment_name=grpo",
+        f"trainer.default_local_dir={Path(out_dir) / 'checkpoints'}",
+        f"trainer.rollout_data_dir={Path(out_dir) / 'rollouts'}",
+        "trainer.critic_warmup=0",
+        "trainer.val_before_train=false",
+        f"trainer.save_freq={grpo.save_every_steps}",
+        "trainer.resume_mode=auto",
+    ]
+
+
+def _hydra_dict(values: dict[str, str]) -> str:
+    # Hydra's override grammar: {key:'value',…}; quoting keeps paths with slashes intact
+    return "{" + ",".join(f"{k}:'{v}'" for k, v in values.items()) + "}"
+
+
+def compose_config(overrides: list[str]):
+    """verl's `ppo_trainer` Hydra config with our overrides (as `python -m verl.trainer.main_ppo` builds it)."""
+    import verl
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    config_dir = str(Path(verl.__file__).parent / "trainer" / "config")
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        return compose(config_name="ppo_trainer", overrides=overrides)
+
+
+def validate(config) -> None:
+    """verl's own `validate_config` (the check main_ppo runs before touching a GPU).
+
+    Raises:
+        AssertionError / ValueError: from verl, naming the offending keys.
+    """
+    import warnings
+
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    import importlib.util
+
+    from omegaconf import OmegaConf, open_dict
+
+    rank = int(config.actor_rollout_ref.model.get("lora_rank", 0) or 0)
+    if rank > 0 and config.actor_rollout_ref.rollout.name == "vllm" and importlib.util.find_spec("vllm") is None:
+        # verl's last check imports vLLM only to read its allowed LoRA ranks; without vLLM (CPU machines)
+        # check the rank against verl's own fallback list and run every other check unchanged.
+        if rank > VLLM_MAX_LORA_RANK:
+            raise ValueError(f"lora_rank must be less than or equal to {VLLM_MAX_LORA_RANK}, but got {rank}")
+        config = OmegaConf.create(OmegaConf.to_container(config))
+        with open_dict(config):
+            config.actor_rollout_ref.model.lora_rank = 0
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Disabled critic")
+        validate_config(config=config, use_reference_policy=need_reference_policy(config),
+                        use_critic=need_critic(config))
+
+
+def prepare_job(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, params_path: str | Path) -> dict[str, Any]:
+    """Write `grpo.verl.out_dir/{config.yaml, overrides.txt, launch.sh, data/*.parquet}`; returns a summary.
+
+    The parquet is the shard stage's verl export (grpo pool; also the validation file). The config is
+    composed and validated with verl's own code before anything is written.
+    """
+    from omegaconf import OmegaConf
+
+    check_params(reward)
+    out = Path(grpo.verl.out_dir).resolve()
+    data = out / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    src = Path(grpo.verl_parquet)
+    if not src.is_file():
+        raise FileNotFoundError(f"{src}: verl parquet missing (shard stage with shard.export_verl: true)")
+    train = data / "train.parquet"
+    shutil.copyfile(src, train)
+    params_path = str(Path(params_path).resolve())
+    overrides = verl_overrides(grpo, reward, str(Path(grpo.model_path).resolve()), str(train), str(train),
+                               str(out), params_path)
+    config = compose_config(overrides)
+    validate(config)
+    (out / "config.yaml").write_text(OmegaConf.to_yaml(config, resolve=False))
+    (out / "overrides.txt").write_text("\n".join(overrides) + "\n")
+    launch = out / "launch.sh"
+    launch.write_text(launch_script(grpo, reward, sam2, overrides, str(train)))
+    launch.chmod(0o755)
+    return {"config": str(out / "config.yaml"), "launch": str(launch), "n_overrides": len(overrides)}
+
+
+def launch_script(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, overrides: list[str],
+                  parquet: str) -> str:
+    """A bash script: Ray head (if none), the SAM2 service, verl's trainer, then our per-step curves."""
+    project = Path(__file__).resolve().parents[2]
+    v = grpo.verl
+    lines = ["#!/usr/bin/env bash", "# generated by vrsflow grpo (engine verl); see docs/grpo_verl.md", "set -euo pipefail",
+             f"export PYTHONPATH={shlex.quote(str(project))}${{PYTHONPATH:+:$PYTHONPATH}}",
+             f"export VERL_FILE_LOGGER_PATH={shlex.quote(str(Path(v.out_dir).resolve() / 'verl_log.jsonl'))}",
+             "ray status >/dev/null 2>&1 || ray start --head"]
+    if "consistency" in reward.components and v.sam2_service:
+        lines.append(" ".join(shlex.quote(x) for x in [
+            "python", "-m", "stages.rewards.sam2_service", "--name", v.sam2_service,
+            "--checkpoint", str(Path(sam2.checkpoint).resolve()), "--config", sam2.config, "--parquet", parquet,
+            "--num-gpus", str(v.sam2_gpus), "--group-size", str(grpo.num_generations)]))
+    lines.append("python -m verl.trainer.main_ppo \\\n  " + " \\\n  ".join(shlex.quote(o) for o in overrides))
+    lines.append(" ".join(shlex.quote(x) for x in [
+        "python", "-m", "stages.grpo.curves", "--verl-dir", str(Path(v.out_dir).resolve()),
+        "--out", str(project / "metrics" / "grpo_curve.csv")]))
+    return "\n".join(lines) + "\n"
+
+
+def cuda_available() -> bool:
+    """Whether this process sees a GPU (verl's trainer needs several)."""
+    import torch
+
+    return torch.cuda.is_available() and os.environ.get("CUDA_VISIBLE_DEVICES", "x") != ""

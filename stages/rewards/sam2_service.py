@@ -1,0 +1,181 @@
+"""SAM2 as a GPU service for verl's CPU-only reward workers (docs/grpo_verl.md).
+
+verl scores one rollout at a time in reward workers that see no GPU. The consistency reward therefore
+asks a named Ray actor (`vrsflow-sam2` by default, on the Ray cluster verl already runs) for masks.
+The actor batches by prompt: requests for the same sample that arrive within `max_wait_s` (or until
+`group_size` = rollout.n of them are in) are answered by ONE `propagate_groups` call — the frames are
+encoded once and rollouts with the same keyframe are tracked as objects of one SAM2 state.
+
+Frames come from the verl parquet (`images` bytes, `extra_info.sample_id`), so requests carry only
+(sample id, keyframe position, boxes). `GroupBatcher` is the engine-free batching core (asyncio);
+`Sam2Server` wraps it with a predictor and a frame source; `start_service` launches it on Ray.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+Request = tuple[int, tuple[tuple[float, ...], ...]]  # (keyframe position, boxes)
+
+
+@dataclass
+class _Pending:
+    requests: list[Request] = field(default_factory=list)
+    futures: list[asyncio.Future] = field(default_factory=list)
+    timer: asyncio.TimerHandle | None = None
+
+
+class GroupBatcher:
+    """Collect mask requests per sample and answer each sample's batch with one compute call.
+
+    Args:
+        compute: (sample id, requests) → one (T, H, W) union mask per request (runs in a thread).
+        group_size: flush a sample as soon as this many requests are waiting (verl's rollout.n).
+        max_wait_s: flush a sample this long after its first waiting request at the latest.
+    """
+
+    def __init__(self, compute: Callable[[str, Sequence[Request]], list[np.ndarray]], group_size: int = 8,
+                 max_wait_s: float = 0.05) -> None:
+        self.compute = compute
+        self.group_size = group_size
+        self.max_wait_s = max_wait_s
+        self.pending: dict[str, _Pending] = {}
+        self.batches: list[tuple[str, int]] = []  # (sample id, requests answered together), for metrics
+
+    async def masks(self, sample_id: str, position: int, boxes: Sequence[Sequence[float]]) -> np.ndarray:
+        """The union mask per shown frame of `boxes` propagated from frame `position` of `sample_id`."""
+        loop = asyncio.get_running_loop()
+        entry = self.pending.setdefault(sample_id, _Pending())
+        future: asyncio.Future = loop.create_future()
+        entry.requests.append((int(position), tuple(tuple(float(v) for v in b) for b in boxes)))
+        entry.futures.append(future)
+        if len(entry.requests) >= self.group_size:
+            self._flush(sample_id)
+        elif entry.timer is None:
+            entry.timer = loop.call_later(self.max_wait_s, self._flush, sample_id)
+        return await future
+
+    def _flush(self, sample_id: str) -> Awaitable | None:
+        entry = self.pending.pop(sample_id, None)
+        if entry is None:
+            return None
+        if entry.timer is not None:
+            entry.timer.cancel()
+        self.batches.append((sample_id, len(entry.requests)))
+        return asyncio.ensure_future(self._run(sample_id, entry))
+
+    async def _run(self, sample_id: str, entry: _Pending) -> None:
+        try:
+            results = await asyncio.to_thread(self.compute, sample_id, entry.requests)
+        except Exception as err:  # noqa: BLE001 - handed to every waiting caller, who re-raises it
+            for future in entry.futures:
+                future.set_exception(err)
+            return
+        for future, result in zip(entry.futures, results, strict=True):
+            future.set_result(result)
+
+
+class ParquetFrames:
+    """Shown frames per sample id from a verl parquet (`images` bytes + `extra_info.sample_id`)."""
+
+    def __init__(self, paths: Sequence[str]) -> None:
+        import pyarrow.parquet as pq
+
+        self.rows: dict[str, list[bytes]] = {}
+        for path in paths:
+            table = pq.read_table(path, columns=["images", "extra_info"]).to_pylist()
+            for row in table:
+                self.rows[row["extra_info"]["sample_id"]] = [image["bytes"] for image in row["images"]]
+        self.frames = lru_cache(maxsize=256)(self._decode)
+
+    def _decode(self, sample_id: str) -> tuple[np.ndarray, ...]:
+        from PIL import Image
+
+        if sample_id not in self.rows:
+            raise KeyError(f"sample {sample_id} is not in the SAM2 service's parquet files")
+        return tuple(np.asarray(Image.open(io.BytesIO(b)).convert("RGB")) for b in self.rows[sample_id])
+
+
+class Sam2Server:
+    """The actor body: a SAM2 predictor, a frame source and a GroupBatcher."""
+
+    def __init__(self, checkpoint: str, config: str, parquet: Sequence[str], group_size: int = 8,
+                 max_wait_s: float = 0.05, threshold: float = 0.0) -> None:
+        from stages.segment import load_video_predictor
+
+        self.predictor = load_video_predictor(checkpoint, config)
+        self.frames = ParquetFrames(parquet)
+        self.threshold = threshold
+        self.batcher = GroupBatcher(self._compute, group_size, max_wait_s)
+
+    def _compute(self, sample_id: str, requests: Sequence[Request]) -> list[np.ndarray]:
+        from stages.segment import BoxGroup, propagate_groups
+
+        frames = list(self.frames.frames(sample_id))
+        unique = sorted(set(requests))
+        masks = propagate_groups(self.predictor, frames, [BoxGroup(k, list(b)) for k, b in unique], self.threshold)
+        table = {req: m.any(axis=0) for req, m in zip(unique, masks, strict=True)}
+        return [table[r] for r in requests]
+
+    async def masks(self, sample_id: str, position: int, boxes: list[list[float]]) -> np.ndarray:
+        """See GroupBatcher.masks."""
+        return await self.batcher.masks(sample_id, position, boxes)
+
+    def stats(self) -> dict[str, float]:
+        """Batches served and the mean number of requests answered per SAM2 call."""
+        n = len(self.batcher.batches)
+        return {"batches": n, "mean_batch": float(np.mean([b for _, b in self.batcher.batches])) if n else 0.0}
+
+
+def start_service(name: str, checkpoint: str, config: str, parquet: Sequence[str], num_gpus: float = 1.0,
+                  group_size: int = 8, max_wait_s: float = 0.05):
+    """Start (or find) the named, detached SAM2 actor on the current Ray cluster; returns its handle."""
+    import ray
+
+    ray.init(address="auto", ignore_reinit_error=True)
+    actor_cls = ray.remote(num_gpus=num_gpus, max_concurrency=1024)(Sam2Server)
+    return actor_cls.options(name=name, lifetime="detached", get_if_exists=True).remote(
+        checkpoint, config, list(parquet), group_size, max_wait_s)
+
+
+def ray_masks_for(name: str, sample_id: str):
+    """A `masks_for` callable for the consistency reward that asks the named actor."""
+    import ray
+
+    actor = ray.get_actor(name)
+
+    def masks_for(position: int, boxes: tuple[tuple[float, ...], ...]) -> np.ndarray:
+        return ray.get(actor.masks.remote(sample_id, position, [list(b) for b in boxes]))
+
+    return masks_for
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """`python -m stages.rewards.sam2_service --name … --checkpoint … --config … --parquet …` (launch.sh)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--parquet", nargs="+", required=True)
+    parser.add_argument("--num-gpus", type=float, default=1.0)
+    parser.add_argument("--group-size", type=int, default=8)
+    args = parser.parse_args(argv)
+    import ray
+
+    handle = start_service(args.name, args.checkpoint, args.config, args.parquet, args.num_gpus, args.group_size)
+    ray.get(handle.stats.remote())  # waits until the actor (and its predictor) is up
+    logging.getLogger(__name__).info("SAM2 service %s is up", args.name)
+
+
+if __name__ == "__main__":
+    main()
