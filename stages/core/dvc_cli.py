@@ -38,14 +38,20 @@ def run_dvc(args: Sequence[str], project_dir: Path, capture: bool = False) -> st
     # the stage commands (`vrsflow stage …`) must resolve to this environment's console script
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     log.info("$ %s", " ".join(cmd))
+    if capture:  # machine-readable output: warnings on stderr must not end up in the JSON
+        done = subprocess.run(cmd, cwd=project_dir, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise DvcError(f"`{' '.join(cmd)}` failed with exit code {done.returncode}:\n{done.stderr[-4000:]}")
+        if done.stderr.strip():
+            log.info("%s", done.stderr.strip())
+        return done.stdout
     proc = subprocess.Popen(cmd, cwd=project_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, bufsize=1)
     lines = []
     assert proc.stdout is not None
     for line in proc.stdout:
         lines.append(line)
-        if not capture:
-            log.info("%s", line.rstrip())
+        log.info("%s", line.rstrip())
     code = proc.wait()
     output = "".join(lines)
     if code != 0:

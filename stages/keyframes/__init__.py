@@ -67,7 +67,7 @@ def select_keyframes(params: KeyframesParams, seed: int, data_root: Path, index_
     tracks = read_table(index_dir / "tracks.parquet", TracksSchema)
     wanted = {int(a) for pool in pools.values() for ids in pool["anno_ids"] for a in ids}
     rles = _read_rles(data_root, wanted)
-    geometry = _geometry(tracks[tracks["anno_id"].isin(wanted)], videos)
+    geometry = _geometry(tracks[tracks["anno_id"].isin(wanted)])
 
     out_dir.mkdir(parents=True, exist_ok=True)
     quarantine: list[dict] = []
@@ -107,12 +107,15 @@ def _read_rles(root: Path, wanted: set[int]) -> dict[int, list[dict | None]]:
     return found
 
 
-def _geometry(tracks: pd.DataFrame, videos: pd.DataFrame) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """anno_id → (areas (T,), boxes (T, 4)) from the tracks table."""
-    out = {}
-    for anno, rows in tracks.sort_values(["anno_id", "frame_idx"]).groupby("anno_id"):
-        out[int(anno)] = (rows["area"].to_numpy(), rows[["x1", "y1", "x2", "y2"]].to_numpy(dtype=float))
-    return out
+def _geometry(tracks: pd.DataFrame) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """anno_id → (areas (T,), boxes (T, 4)) from the tracks table (one sort, then array slices)."""
+    ordered = tracks.sort_values(["anno_id", "frame_idx"])
+    annos = ordered["anno_id"].to_numpy()
+    areas = ordered["area"].to_numpy()
+    boxes = ordered[["x1", "y1", "x2", "y2"]].to_numpy(dtype=float)
+    starts = np.flatnonzero(np.r_[True, annos[1:] != annos[:-1]]) if len(annos) else np.zeros(0, dtype=int)
+    ends = np.r_[starts[1:], len(annos)]
+    return {int(annos[s]): (areas[s:e], boxes[s:e]) for s, e in zip(starts, ends, strict=True)}
 
 
 def _job(row: dict, videos: dict, geometry: dict, rles: dict, params: KeyframesParams, seed: int) -> _Job:

@@ -74,6 +74,8 @@ def match_boxes(answer: Answer, gt: GroundTruth) -> Match | None:
     gt_boxes = np.asarray([b for _, b in present], dtype=np.float64).reshape(-1, 4)
     iou = iou_matrix(pred, gt_boxes)
     rows, cols = hungarian(1.0 - iou)
+    keep = iou[rows, cols] > 0  # a pair with no overlap is not a match (nothing to propagate)
+    rows, cols = rows[keep], cols[keep]
     return Match(position, pred, gt_boxes, tuple(k for k, _ in present), rows, cols, iou)
 
 

@@ -57,8 +57,12 @@ def background(video: SimVideo) -> np.ndarray:
         span = max(float(np.ptp(along)), 1.0)
         img = base * (0.6 + 0.8 * (along - along.min()) / span)
     elif video.background == "noise":
+        # blocky noise plus a little pixel noise: textured, yet it keeps 720p JPEGs (and the `large`
+        # preset on disk) small, which i.i.d. pixel noise does not
         rng = np.random.default_rng(video.noise_seed)
-        img = base + rng.normal(0, 18, size=(H, W, 3))
+        cell = max(min(H, W) // 90, 2)
+        coarse = rng.normal(0, 18, size=(H // cell + 1, W // cell + 1, 3)).repeat(cell, 0).repeat(cell, 1)
+        img = base + coarse[:H, :W] + rng.normal(0, 3, size=(H, W, 3))
     elif video.background == "stripes":
         img = base * (1.0 + 0.35 * ((along // max(min(H, W) // 10, 2)) % 2))
     else:  # checker

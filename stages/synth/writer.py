@@ -112,19 +112,21 @@ def _write_video(out_dir: Path, key: str, seed: int, scale: SynthScale, anno_sta
             "expressions": meta_exprs}
     mask_items = {str(anno_of[obj_id]): rles[obj_id] for obj_id in range(n_obj)}
     used = sorted({o for e in expressions for o in e.obj_ids})
+    return meta, mask_items, _foreground([rles[o] for o in used], video.n_frames, video.height, video.width)
+
+
+def _foreground(tracks: list[list[dict | None]], n_frames: int, height: int, width: int) -> dict:
+    """mask_dict_foreground entry: per frame the union RLE of the given tracks and its area ratio."""
     fg_rles, fg_ratio = [], []
-    for t in range(video.n_frames):
-        frame_rles = [rles[o][t] for o in used if rles[o][t] is not None]
+    for t in range(n_frames):
+        frame_rles = [_bytes_rle(track[t]) for track in tracks if track[t] is not None]
         if frame_rles:
-            merged = mask_utils.merge([_bytes_rle(r) for r in frame_rles], intersect=False)
-            area = float(mask_utils.area(merged))
-            fg_rles.append({"size": [int(v) for v in merged["size"]], "counts": merged["counts"].decode("ascii")})
+            merged = mask_utils.merge(frame_rles, intersect=False)
         else:
-            empty = mask_utils.encode(np.zeros((video.height, video.width), dtype=np.uint8, order="F"))
-            area = 0.0
-            fg_rles.append({"size": [int(v) for v in empty["size"]], "counts": empty["counts"].decode("ascii")})
-        fg_ratio.append(round(area / (video.height * video.width), 6))
-    return meta, mask_items, {"masks_rle": fg_rles, "foreground_ratio": fg_ratio}
+            merged = mask_utils.encode(np.zeros((height, width), dtype=np.uint8, order="F"))
+        fg_rles.append({"size": [height, width], "counts": merged["counts"].decode("ascii")})
+        fg_ratio.append(round(float(mask_utils.area(merged)) / (height * width), 6))
+    return {"masks_rle": fg_rles, "foreground_ratio": fg_ratio}
 
 
 def _write_video_task(task: tuple) -> tuple[dict, dict, dict]:

@@ -1,0 +1,75 @@
+"""`grpo` stage: GRPO with the verifiable reward (stages/rewards), engine `trl` (one machine, CPU default)
+or `verl` (GPU cluster: validated config, parquet, launch script; docs/grpo_verl.md).
+
+Outputs: `models/grpo/{adapter,merged}` + lineage (trl), `metrics/grpo_curve.csv` (per step: reward total
+and per component, response length, KL) and `metrics/grpo.json` (first/last-window mean reward).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pandas as pd
+
+from stages.core.lineage import write_lineage
+from stages.core.params import GrpoParams, RewardParams, Sam2Params
+from stages.core.report import StageReport
+from stages.grpo.curves import curve_from_trl, window_summary, write_curve
+from stages.rewards import check_params
+
+log = logging.getLogger(__name__)
+
+
+def run_grpo(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, curve_path: Path,
+             params_path: Path = Path("params.yaml")) -> StageReport:
+    """Train with the configured engine and write the checkpoint, the per-step curve and the summary.
+
+    Args:
+        grpo, reward, sam2: params blocks.
+        curve_path: per-step curve CSV (`metrics/grpo_curve.csv`).
+        params_path: params.yaml (verl's reward workers read the reward block from it).
+
+    Raises:
+        ValueError: bad reward params. FileNotFoundError: missing shards / model / parquet.
+        RuntimeError: engine verl on a machine without GPUs (after writing the validated job).
+    """
+    check_params(reward)
+    if grpo.engine == "verl":
+        return _run_verl(grpo, reward, sam2, params_path)
+    from stages.grpo.data import build_dataset, read_grpo_shards
+    from stages.grpo.trl_engine import train_trl
+
+    samples = read_grpo_shards(Path(grpo.shards_dir))
+    if not samples:
+        raise ValueError(f"{grpo.shards_dir}: the GRPO pool is empty")
+    out_dir = Path(grpo.out_dir)
+    result = train_trl(grpo, reward, sam2, build_dataset(samples), out_dir, Path(grpo.checkpoint_dir))
+    rows = curve_from_trl(result["log_history"])
+    write_curve(rows, curve_path)
+    summary = window_summary(rows, grpo.window)
+    summary.update({"samples": len(samples), "wall_s": round(result["wall_s"], 3),
+                    "reward_s": round(result["reward_s"], 3)})
+    write_lineage(out_dir, "grpo", {"grpo": grpo, "reward": reward, "sam2": sam2}, seed=grpo.seed,
+                  inputs={"shards": Path(grpo.shards_dir), "model": Path(grpo.model_path)},
+                  counts={"samples": len(samples), "steps": result["global_step"]},
+                  code_modules=["stages.grpo", "stages.rewards", "stages.segment", "schemas.answer"])
+    log.info("grpo: reward %.3f → %.3f over %d steps", summary.get("reward_first", float("nan")),
+             summary.get("reward_last", float("nan")), summary["steps"])
+    return StageReport("grpo", metrics=summary, tables={"curve": pd.DataFrame(rows)})
+
+
+def _run_verl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, params_path: Path) -> StageReport:
+    import subprocess
+
+    from stages.grpo.curves import curve_from_verl
+    from stages.grpo.verl_engine import cuda_available, prepare_job
+
+    job = prepare_job(grpo, reward, sam2, params_path)
+    if not cuda_available():
+        raise RuntimeError(f"engine verl needs GPUs and a vLLM/SGLang rollout server; the validated job is in "
+                           f"{grpo.verl.out_dir} — run {job['launch']} on the cluster (docs/grpo_verl.md)")
+    subprocess.run(["bash", job["launch"]], check=True)
+    rows = curve_from_verl(Path(grpo.verl.out_dir))
+    return StageReport("grpo", metrics={**window_summary(rows, grpo.window), "engine_verl": 1},
+                       tables={"curve": pd.DataFrame(rows)})
