@@ -96,9 +96,16 @@ def compose_config(overrides: list[str]):
     from hydra.core.global_hydra import GlobalHydra
 
     config_dir = str(Path(verl.__file__).parent / "trainer" / "config")
+    # sam2 initialises Hydra globally on import (its config module); lend Hydra to verl, then give it back
+    previous = GlobalHydra.instance().hydra if GlobalHydra.instance().is_initialized() else None
     GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=config_dir, version_base=None):
-        return compose(config_name="ppo_trainer", overrides=overrides)
+    try:
+        with initialize_config_dir(config_dir=config_dir, version_base=None):
+            return compose(config_name="ppo_trainer", overrides=overrides)
+    finally:
+        GlobalHydra.instance().clear()
+        if previous is not None:
+            GlobalHydra.instance().initialize(previous)
 
 
 def validate(config) -> None:

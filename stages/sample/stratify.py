@@ -41,9 +41,13 @@ def allocate(size: int, source: Mapping[str, int], available: Mapping[str, int])
     counts = {s: 0 for s in strata}
     remaining = size
     weights = {s: float(source.get(s, 0)) for s in strata}
+    first = True
     while remaining > 0:
-        open_strata = {s: w for s, w in weights.items() if available.get(s, 0) - counts[s] > 0}
-        if not open_strata:
+        # rule 1 apportions over every source stratum (an empty one keeps its quota, unfilled); the
+        # top-up rounds of rule 2 only over the strata that still have spare items
+        open_strata = {s: w for s, w in weights.items() if first or available.get(s, 0) - counts[s] > 0}
+        first = False
+        if not any(available.get(s, 0) - counts[s] > 0 for s in open_strata):
             break
         if sum(open_strata.values()) <= 0:  # strata absent from the source: share evenly
             open_strata = {s: 1.0 for s in open_strata}
