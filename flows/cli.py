@@ -4,6 +4,7 @@
     vrsflow lineage PATH                        print the chain from an output back to the raw data
     vrsflow serve [--project DIR]               serve the pipeline deployment for Prefect UI runs
     vrsflow remote [--params params.yaml]       set the DVC remote from params / environment
+    vrsflow profile NAME                        print `-S key=value` overrides of profiles/NAME.yaml
     vrsflow evaluate --pred DIR --data ROOT     score VISA-layout predictions against a ReVOS root
 """
 
@@ -80,6 +81,34 @@ def _evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _profile(args: argparse.Namespace) -> int:
+    import shlex
+    from pathlib import Path
+
+    import yaml
+
+    from stages.core.dvc_cli import format_overrides
+    from stages.core.params import Params, ParamsError, load_params
+    from stages.core.typed_config import deep_merge, build, to_dict
+
+    path = Path(args.dir) / f"{args.name}.yaml"
+    overrides = yaml.safe_load(path.read_text()) or {}
+    nested: dict = {}
+    for dotted, value in overrides.items():
+        node = nested
+        *parents, last = dotted.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[last] = value
+    try:  # every key and type checked before dvc sees it
+        build(Params, deep_merge(to_dict(load_params(args.params)), nested))
+    except ParamsError as err:
+        sys.stderr.write(f"{path}: {err}\n")
+        return 2
+    sys.stdout.write(" ".join(shlex.quote(arg) for arg in format_overrides(overrides)) + "\n")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (sub-commands register here)."""
     parser = argparse.ArgumentParser(
@@ -105,6 +134,12 @@ def build_parser() -> argparse.ArgumentParser:
     remote = sub.add_parser("remote", help="configure the DVC remote from params.yaml / environment")
     remote.add_argument("--params", default="params.yaml")
     remote.set_defaults(func=_remote)
+
+    profile = sub.add_parser("profile", help="print a params profile as `dvc exp run -S` arguments")
+    profile.add_argument("name", help="profile name, e.g. revos-paper")
+    profile.add_argument("--dir", default="profiles", help="folder of profiles (default: profiles)")
+    profile.add_argument("--params", default="params.yaml")
+    profile.set_defaults(func=_profile)
 
     evaluate = sub.add_parser("evaluate", help="score a VISA-layout predictions folder (<video>/<exp_id>/<frame>.png) "
                                                "against a ReVOS-layout root, as VISA's evaluator does")

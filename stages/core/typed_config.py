@@ -50,7 +50,7 @@ def build(cls: type[T], mapping: Any, where: str = "") -> T:
             if dataclasses.is_dataclass(hints[name]) and default is not None and isinstance(value, Mapping):
                 # A partly given block keeps the rest of its *field's* default (e.g. a preset's own
                 # values), not the bare class defaults.
-                value = _deep_merge(to_dict(default), value)
+                value = deep_merge(to_dict(default), value)
             values[name] = _convert(hints[name], value, key)
         elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
             raise ParamsError(f"{key}: missing required key")
@@ -76,11 +76,11 @@ def _default_of(field: dataclasses.Field) -> Any:
     return None
 
 
-def _deep_merge(base: Mapping, override: Mapping) -> dict:
+def deep_merge(base: Mapping, override: Mapping) -> dict:
     merged = dict(base)
     for key, value in override.items():
         if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = _deep_merge(merged[key], value)
+            merged[key] = deep_merge(merged[key], value)
         else:
             merged[key] = value
     return merged
