@@ -89,7 +89,7 @@ def _profile(args: argparse.Namespace) -> int:
 
     from stages.core.dvc_cli import format_overrides
     from stages.core.params import Params, ParamsError, load_params
-    from stages.core.typed_config import deep_merge, build, to_dict
+    from stages.core.typed_config import build, deep_merge, to_dict
 
     path = Path(args.dir) / f"{args.name}.yaml"
     overrides = yaml.safe_load(path.read_text()) or {}
