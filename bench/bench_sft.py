@@ -212,7 +212,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gpu", action="store_true", help="3B-shaped model on CUDA instead of the tiny one on CPU")
     parser.add_argument("--steps", type=int, default=8, help="timed steps (one more is run as warm-up)")
-    parser.add_argument("--threads", type=int, default=2, help="CPU threads")
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads (sft.cpu_threads default: 1)")
     parser.add_argument("--gradient-checkpointing", action="store_true", help="GPU mode: checkpoint activations")
     parser.add_argument("--peak-tflops", type=float, default=None, help="GPU mode: dense bf16 peak override")
     parser.add_argument("--smoke", action="store_true", help="GPU mode's code on CPU with tiny shapes (a check)")

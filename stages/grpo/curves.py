@@ -90,7 +90,8 @@ def write_curve(rows: Sequence[dict], path: Path) -> None:
 def read_curve(path: Path) -> list[dict]:
     """The rows of a curve CSV (floats; step as int)."""
     with open(path) as handle:
-        return [{k: (int(float(v)) if k == "step" else float(v)) for k, v in row.items()} for row in csv.DictReader(handle)]
+        rows = list(csv.DictReader(handle))
+    return [{k: (int(float(v)) if k == "step" else float(v)) for k, v in row.items()} for row in rows]
 
 
 def _fmt(value: float) -> str:

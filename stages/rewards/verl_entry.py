@@ -18,7 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from stages.rewards.score import _params_from, compute_score as _score
+from stages.rewards.score import _params_from
+from stages.rewards.score import compute_score as _score
 
 
 def rollout_key(solution_str: str, ground_truth: str | Mapping) -> str:

@@ -9,10 +9,11 @@ Two entry points:
   and backward over every frame (evaluation over a whole video; frames as numpy arrays or a JPEG folder).
 - `propagate_groups(predictor, frames, groups)`: many box sets over the SAME frames (the rollouts of one
   GRPO prompt differ only in keyframe and boxes). The image encoder runs once, batched over the frames;
-  every keyframe group is then tracked as the objects of one inference state built on those cached
-  features — rollouts that chose the same keyframe become objects of one state, so their tracking is
-  batched too. `propagate_groups(..., share_encoding=False)` is the released Veason-R1 reward's way (a
-  fresh state that re-encodes the frames for every group) and exists as the benchmark baseline.
+  every keyframe group is then tracked in one inference state built on those cached features;
+  rollouts that chose the same keyframe are tracked together, all their boxes as ONE batch per
+  frame (`_track_batched`: SAM2 1.1's own propagate_in_video runs objects one at a time).
+  `propagate_groups(..., share_encoding=False)` is the released Veason-R1 reward's way (a fresh state
+  that re-encodes the frames for every group) and exists as the benchmark baseline.
 """
 
 from __future__ import annotations
@@ -158,6 +159,41 @@ def _track(predictor, state: dict, key_idx: int, boxes: Sequence[Sequence[float]
     return masks
 
 
+def _track_batched(predictor, state: dict, key_idx: int, boxes: Sequence[Sequence[float]], threshold: float,
+                   height: int, width: int) -> np.ndarray:
+    """`_track` with every box in ONE batch per frame (SAM2 1.1's propagate_in_video loops over objects).
+
+    Same steps as SAM2's own video predictor — box prompt as corner points (labels 2, 3) on the
+    keyframe as an initial conditioning frame, then frame-by-frame tracking forward and backward with
+    the memory bank shared by both directions — but each step runs all boxes as one batch on the
+    cached (expanded) image features. The keyframe's memory is encoded from the SAM head's own mask
+    rather than a re-consolidated one, so masks can differ slightly from `_track`.
+    """
+    n, frames = len(boxes), state["num_frames"]
+    device = state["device"]
+    corners = torch.as_tensor(np.asarray(boxes, dtype=np.float32)).reshape(n, 2, 2)
+    corners = corners / torch.tensor([width, height], dtype=torch.float32) * predictor.image_size
+    point_inputs = {"point_coords": corners.to(device),
+                    "point_labels": torch.tensor([[2, 3]] * n, dtype=torch.int32, device=device)}
+    memory: dict[str, dict] = {"cond_frame_outputs": {}, "non_cond_frame_outputs": {}}
+    masks = np.zeros((n, frames, height, width), dtype=bool)
+
+    def step(t: int, reverse: bool, first: bool) -> None:
+        out, low_res = predictor._run_single_frame_inference(
+            inference_state=state, output_dict=memory, frame_idx=t, batch_size=n, is_init_cond_frame=first,
+            point_inputs=point_inputs if first else None, mask_inputs=None, reverse=reverse, run_mem_encoder=True)
+        memory["cond_frame_outputs" if first else "non_cond_frame_outputs"][t] = out
+        _, video_res = predictor._get_orig_video_res_output(state, low_res)
+        masks[:, t] = (video_res[:, 0] > threshold).cpu().numpy()
+
+    step(key_idx, False, True)
+    for t in range(key_idx + 1, frames):
+        step(t, False, False)
+    for t in range(key_idx - 1, -1, -1):
+        step(t, True, False)
+    return masks
+
+
 @torch.inference_mode()
 def propagate_groups(predictor, frames: Sequence[np.ndarray], groups: Sequence[BoxGroup],
                      threshold: float = 0.0, share_encoding: bool = True) -> list[np.ndarray]:
@@ -203,7 +239,7 @@ def propagate_groups(predictor, frames: Sequence[np.ndarray], groups: Sequence[B
             predictor.reset_state(state)  # same frames, tracking starts afresh
             state["cached_features"] = dict(features)  # shared encoding: no image-encoder pass below
             boxes = [box for g in members for box in groups[g].boxes]
-            masks = _track(predictor, state, key_idx, boxes, threshold, height, width)
+            masks = _track_batched(predictor, state, key_idx, boxes, threshold, height, width)
             start = 0
             for g in members:
                 n = len(groups[g].boxes)

@@ -66,8 +66,17 @@ def encode_example(processor, sample: dict) -> dict[str, torch.Tensor]:
 
 def encode_prompt(processor, sample: dict) -> dict[str, torch.Tensor]:
     """Processor inputs of the question only, ending with the assistant header (for generation)."""
-    text = processor.apply_chat_template(messages(sample["meta"]), tokenize=False, add_generation_prompt=True)
-    return dict(processor(text=[text], images=[list(sample["frames"])], return_tensors="pt"))
+    return encode_prompts(processor, [sample])
+
+
+def encode_prompts(processor, samples: list[dict]) -> dict[str, torch.Tensor]:
+    """A left-padded batch of questions (generation continues every row from its last position)."""
+    texts = [processor.apply_chat_template(messages(s["meta"]), tokenize=False, add_generation_prompt=True)
+             for s in samples]
+    # padding_side is not saved with the tokenizer, so it is set here, every time
+    processor.tokenizer.padding_side = "left"
+    return dict(processor(text=texts, images=[list(s["frames"]) for s in samples], padding=True,
+                          return_tensors="pt"))
 
 
 def meta_json(sample: dict) -> str:

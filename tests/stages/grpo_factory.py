@@ -32,7 +32,8 @@ def ground_truth(**overrides) -> dict:
     boxes, areas = [], []
     for m in masks:
         ys, xs = np.nonzero(m)
-        boxes.append([[float(xs.min()), float(ys.min()), float(xs.max() + 1), float(ys.max() + 1)]] if len(xs) else [None])
+        box = [float(xs.min()), float(ys.min()), float(xs.max() + 1), float(ys.max() + 1)] if len(xs) else None
+        boxes.append([box])
         areas.append([float(m.sum())])
     gt = {"timestamps": TIMESTAMPS, "image_size": [SIZE, SIZE], "boxes": boxes, "areas": areas,
           "union_areas": [a[0] for a in areas], "masks": [rle.encode(m) for m in masks], "keyframe_timestamp": 2,

@@ -231,3 +231,16 @@ def test_merged_weights_reload_with_the_adapter_logits(setup, tmp_path: Path) ->
         assert not torch.allclose(base_model(**batch).logits, m, atol=1e-3)  # training changed the model
     metrics = json.loads((tmp_path / "sft" / "lineage.json").read_text())
     assert metrics["stage"] == "sft"
+
+
+def test_batched_generation_equals_one_by_one(setup) -> None:
+    from stages.models import load_vlm
+    from stages.sft import format_rate
+
+    base, model_params = setup
+    model, processor = load_vlm(model_params.path, "float32", "cpu")
+    samples = read_shards(base / "shards" / "sft")[:3]
+    samples[1] = {**samples[1], "meta": {**samples[1]["meta"], "expression": "a much longer expression text here"}}
+    _, batched = format_rate(model, processor, samples, max_new_tokens=6, batch_size=3)
+    _, single = format_rate(model, processor, samples, max_new_tokens=6, batch_size=1)
+    assert batched == single and len(batched) == 3
