@@ -101,9 +101,12 @@ def write_lineage(
     input_records = {}
     for name, path in sorted((inputs or {}).items()):
         path = Path(path)
-        upstream_file = (path if path.is_dir() else path.parent) / LINEAGE_FILE
+        # the input's own lineage: in the folder itself, or in the stage folder holding it
+        # (data/keyframes/eval.parquet, models/sft/merged)
+        candidates = ([path / LINEAGE_FILE] if path.is_dir() else []) + [path.parent / LINEAGE_FILE]
+        upstream_file = next((c for c in candidates if c.is_file()), candidates[0])
         record: dict[str, Any] = {"path": path.as_posix(), "sha256": sha256_tree(path)}
-        if upstream_file.is_file() and upstream_file.parent != out_dir:
+        if upstream_file.is_file() and upstream_file.parent.resolve() != out_dir.resolve():
             upstream = json.loads(upstream_file.read_text())
             record["upstream"] = {"stage": upstream.get("stage"), "lineage": upstream}
         input_records[name] = record

@@ -28,6 +28,7 @@ from schemas.sample import KeyframesSchema
 from stages.core import revos
 from stages.core.io import read_table, write_table
 from stages.core.lineage import write_lineage
+from stages.core.model_card import write_model_card
 from stages.core.params import EvaluateParams, ModelParams, Sam2Params
 from stages.core.progress import track
 from stages.core.report import StageReport
@@ -104,6 +105,8 @@ def evaluate(params: EvaluateParams, model: ModelParams, sam2: Sam2Params, train
                   code_modules=["stages.evaluate", "stages.segment", "schemas.evaluate"],
                   extra={"model_path": str(model_path), "frame_size": size, "question_prompt": QUESTION_VERSION,
                          **({"judge_prompt": JUDGE_VERSION} if params.mode == "rcot" else {})})
+    # the released model's card: the evaluated checkpoint's whole chain (raw data → weights) + eval metrics
+    write_model_card(out_dir, f"vrsflow model card: {model_path}", metrics={"evaluation": metrics})
     markdown = write_report(report_path, metrics, scores, answers_df, data_root, pred_dir, gt,
                             params.report_examples, model_label=str(model_path))
     table = scores[["expression_id", "type_id", "status", "J", "F", "JF", "R_visa", "R_binary"]]

@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from stages.core.lineage import write_lineage
+from stages.core.model_card import write_model_card
 from stages.core.params import GrpoParams, RewardParams, Sam2Params
 from stages.core.report import StageReport
 from stages.grpo.curves import curve_from_trl, window_summary, write_curve
@@ -54,6 +55,7 @@ def run_grpo(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, curve_pat
                   inputs={"shards": Path(grpo.shards_dir), "model": Path(grpo.model_path)},
                   counts={"samples": len(samples), "steps": result["global_step"]},
                   code_modules=["stages.grpo", "stages.rewards", "stages.segment", "schemas.answer"])
+    write_model_card(out_dir, "vrsflow GRPO checkpoint (Qwen2.5-VL, verifiable reward)", metrics={"grpo": summary})
     log.info("grpo: reward %.3f → %.3f over %d steps", summary.get("reward_first", float("nan")),
              summary.get("reward_last", float("nan")), summary["steps"])
     return StageReport("grpo", metrics=summary, tables={"curve": pd.DataFrame(rows)})
