@@ -146,7 +146,7 @@ class TinyModelsParams:
     seed: int = 0
     out_dir: str = "models/tiny"  # qwen25vl/ and sam2/ are written below it
     vocab_size: int = 1024  # toy byte-level BPE (a small vocabulary keeps GRPO log-probs cheap on CPU)
-    hidden_size: int = 128  # text hidden size (head_dim = hidden_size / num_heads)
+    hidden_size: int = 256  # text hidden size (head_dim = hidden_size / num_heads); 256 learns the format in SFT
     num_layers: int = 2
     num_heads: int = 4
     max_image_side: int = 112  # processor's longest_edge in pixels (28-pixel multiples)
@@ -270,7 +270,7 @@ class GrpoParams:
     weight_decay: float = 0.01  # (VideoSeg-R1: 0.01)
     kl_coef: float = 5e-3  # KL loss coefficient, low_var_kl (paper: 5e-3)
     kl_type: Literal["low_var_kl"] = "low_var_kl"  # verl kl_loss_type; TRL's k3 estimator is the same
-    max_response_length: int = 160  # tokens (paper: 1024)
+    max_response_length: int = 256  # tokens (paper: 1024); the template traces are ~175 tokens
     temperature: float = 1.0  # (paper: 1.0)
     top_p: float = 1.0
     grad_clip: float = 1.0  # (paper: 1.0)

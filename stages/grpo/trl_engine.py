@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,31 @@ def _last_checkpoint(folder: Path) -> str | None:
     return str(points[-1]) if points else None
 
 
+def run_fingerprint(grpo: GrpoParams, reward: RewardParams, n_samples: int) -> str:
+    """What a checkpoint must match to be resumed: the params and the starting model (its config and file
+    sizes — cheap even for a multi-GB checkpoint) and the pool size."""
+    import hashlib
+    import json
+
+    from stages.core.typed_config import to_dict
+
+    model = Path(grpo.model_path)
+    files = sorted((p.relative_to(model).as_posix(), p.stat().st_size) for p in model.rglob("*") if p.is_file())
+    config = (model / "config.json").read_text() if (model / "config.json").is_file() else ""
+    payload = [to_dict(grpo), to_dict(reward), files, config, n_samples]
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _prepare_checkpoints(folder: Path, fingerprint: str) -> None:
+    """Keep checkpoints only when they come from the same run; otherwise start afresh."""
+    stamp = folder / "fingerprint.txt"
+    if folder.exists() and (not stamp.is_file() or stamp.read_text().strip() != fingerprint):
+        log.info("GRPO checkpoints in %s are from other params or another model: starting afresh", folder)
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(fingerprint + "\n")
+
+
 def train_trl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, dataset, out_dir: Path,
               checkpoint_dir: Path) -> dict[str, Any]:
     """Run GRPO; write `out_dir/adapter` (LoRA) and `out_dir/merged`; returns the trainer's log history + timing.
@@ -110,6 +136,7 @@ def train_trl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, dataset,
                                  target_modules=list(grpo.target_modules))
     trainer = GRPOTrainer(model=model, reward_funcs=[reward_fn], args=args, train_dataset=dataset,
                           processing_class=processor, peft_config=peft_config)
+    _prepare_checkpoints(Path(checkpoint_dir), run_fingerprint(grpo, reward, len(dataset)))
     resume = _last_checkpoint(Path(checkpoint_dir))
     if resume:
         log.info("resuming GRPO from %s", resume)
@@ -123,5 +150,7 @@ def train_trl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, dataset,
         trained = trained.merge_and_unload()
     trained.save_pretrained(out_dir / "merged")
     processor.save_pretrained(out_dir / "merged")
-    return {"log_history": list(trainer.state.log_history), "wall_s": wall, "reward_s": reward_fn.seconds,
+    history = list(trainer.state.log_history)
+    shutil.rmtree(checkpoint_dir, ignore_errors=True)  # finished: nothing left to resume
+    return {"log_history": history, "wall_s": wall, "reward_s": reward_fn.seconds,
             "resumed_from": resume or "", "global_step": int(trainer.state.global_step)}
