@@ -28,7 +28,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from scipy import ndimage
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -54,23 +53,6 @@ def synthetic_masks(frames: int, height: int, width: int, seed: int = 0) -> tupl
     return gt, pred * np.uint8(255), (gt > 0).astype(np.uint8)
 
 
-def _davis_f_one_frame(pred: np.ndarray, gt: np.ndarray, bound_th: float = M.BOUND_TH) -> float:
-    radius = math.ceil(bound_th * math.hypot(*gt.shape))
-    fg_b, gt_b = M.boundary_map(pred)[0], M.boundary_map(gt)[0]
-    fg_dil = ndimage.binary_dilation(fg_b, M.disk(radius))
-    gt_dil = ndimage.binary_dilation(gt_b, M.disk(radius))
-    n_fg, n_gt = fg_b.sum(), gt_b.sum()
-    if n_fg == 0 and n_gt > 0:
-        p, r = 1.0, 0.0
-    elif n_fg > 0 and n_gt == 0:
-        p, r = 0.0, 1.0
-    elif n_fg == 0 and n_gt == 0:
-        p, r = 1.0, 1.0
-    else:
-        p, r = np.sum(fg_b & gt_dil) / float(n_fg), np.sum(gt_b & fg_dil) / float(n_gt)
-    return 0.0 if p + r == 0 else 2 * p * r / (p + r)
-
-
 def per_frame_loop(gt: np.ndarray, pred: np.ndarray, fg: np.ndarray) -> dict[str, float]:
     """The published evaluators' structure: one frame at a time."""
     j, f, r = [], [], []
@@ -78,7 +60,7 @@ def per_frame_loop(gt: np.ndarray, pred: np.ndarray, fg: np.ndarray) -> dict[str
         gb, pb = g.astype(bool), p.astype(bool)
         union = np.sum(gb | pb)
         j.append(1.0 if union == 0 else np.sum(gb & pb) / union)
-        f.append(_davis_f_one_frame(p, g))
+        f.append(M.f_measure_reference(p, g))
         neg = ((1 - g) * p).sum()
         r.append(max(1 - neg / (b.sum() + 1e-6), 0.0))
     return {"J": float(np.mean(j)), "F": float(np.mean(f)), "R_visa": float(np.mean(r))}

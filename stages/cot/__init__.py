@@ -29,7 +29,6 @@ from stages.core.lineage import write_lineage
 from stages.core.params import CotParams, TeacherParams
 from stages.core.progress import ProgressReporter
 from stages.core.report import StageReport
-from stages.core.typed_config import to_dict
 from stages.teacher.cache import ResponseCache, request_key
 from stages.teacher.client import ChatRequest, ChatResult, TeacherClient
 from stages.teacher.prompts import cot_template_ids, render_cot_prompt, timestamp_tag
@@ -77,16 +76,12 @@ def generate_cot(teacher: TeacherParams, params: CotParams, seed: int, data_root
                          columns=list(GenerationsSchema.to_schema().columns))
     write_table(table, GenerationsSchema, Path(out_dir) / "generations.parquet")
     report = _report(table, results, client.sent, teacher)
-    write_lineage(Path(out_dir), "cot", {"teacher": _public(teacher), "cot": params}, seed=seed,
+    # TeacherParams holds the key's env var NAME, never the key: safe to record
+    write_lineage(Path(out_dir), "cot", {"teacher": teacher, "cot": params}, seed=seed,
                   inputs={"keyframes": Path(keyframes_dir)}, counts={"requests": len(table)},
                   code_modules=["stages.cot", "stages.teacher"],
                   extra={"teacher": teacher_name, "template_counts": dict(Counter(table["template_id"]))})
     return report
-
-
-def _public(teacher: TeacherParams) -> dict:
-    """Teacher params for lineage: they hold the key's env var NAME only (the value is read at request time)."""
-    return to_dict(teacher)
 
 
 def build_request(sample: dict, template_id: str, trace_index: int, teacher: TeacherParams,

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
+from scipy import ndimage
 from scipy.spatial import cKDTree
 
 BOUND_TH = 0.008  # DAVIS boundary tolerance, fraction of the image diagonal
@@ -209,3 +210,22 @@ def aggregate(table: pd.DataFrame, metrics: Sequence[str] = METRICS) -> dict[str
     for metric in names:
         out[f"{metric}_overall"] = (out[f"{metric}_referring"] + out[f"{metric}_reasoning"]) / 2
     return out
+
+
+def f_measure_reference(pred: np.ndarray, gt: np.ndarray, bound_th: float = BOUND_TH) -> float:
+    """One frame of DAVIS's F written out as the published code does it (boundary maps, disk dilation,
+    precision/recall cases). Slow; it is the oracle of the tests and the baseline of bench/bench_metrics.py."""
+    radius = bound_th if bound_th >= 1 else math.ceil(bound_th * math.hypot(*gt.shape))
+    fg_b, gt_b = boundary_map(pred)[0], boundary_map(gt)[0]
+    fg_dil = ndimage.binary_dilation(fg_b, disk(radius))
+    gt_dil = ndimage.binary_dilation(gt_b, disk(radius))
+    n_fg, n_gt = int(fg_b.sum()), int(gt_b.sum())
+    if n_fg == 0 and n_gt > 0:
+        p, r = 1.0, 0.0
+    elif n_fg > 0 and n_gt == 0:
+        p, r = 0.0, 1.0
+    elif n_fg == 0 and n_gt == 0:
+        p, r = 1.0, 1.0
+    else:
+        p, r = (fg_b & gt_dil).sum() / n_fg, (gt_b & fg_dil).sum() / n_gt
+    return 0.0 if p + r == 0 else 2 * p * r / (p + r)

@@ -155,7 +155,7 @@ def _write_pool(records: list[dict], folder: Path, per_shard: int) -> dict:
     for path in sorted(folder.glob("shard-*.tar")):
         data = path.read_bytes()
         shards.append({"name": path.name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
-                       "count": sum(1 for r in records[len(shards) * per_shard:(len(shards) + 1) * per_shard])})
+                       "count": len(records[len(shards) * per_shard:(len(shards) + 1) * per_shard])})
     return {"count": len(records), "shards": shards}
 
 
