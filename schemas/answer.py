@@ -124,6 +124,43 @@ def _split_tags(text: str) -> tuple[str | None, str | None, bool]:
     return think, payload, exact
 
 
+def box_well_formed(box: tuple[float, ...]) -> bool:
+    """A box whose corners are ordered: x1 < x2 and y1 < y2 (four finite numbers already checked)."""
+    return box[0] < box[2] and box[1] < box[3]
+
+
+def well_formed_box_share(boxes: tuple[Box, ...]) -> float:
+    """Share of the boxes that are well formed; 0 for no boxes."""
+    return sum(map(box_well_formed, boxes)) / len(boxes) if boxes else 0.0
+
+
+def format_credit(text: str) -> tuple[bool, float]:
+    """(tags exact, share of well-formed boxes) for ANY completion, parseable or not.
+
+    The released Veason-R1 reward scores the tags and the boxes separately: a completion whose tags are
+    right but whose answer JSON is broken (a 3-number box, a fractional timestamp) still earns the tag
+    credit, and the box credit is spread over the `bbox_2d_list` entries that are four finite numbers
+    with ordered corners. Same bounds as `parse_answer`: a text over MAX_TEXT earns nothing.
+    """
+    if not isinstance(text, str) or len(text) > MAX_TEXT:
+        return False, 0.0
+    _, payload, exact = _split_tags(text)
+    if payload is None or len(payload) > MAX_ANSWER_JSON:
+        return exact, 0.0
+    try:
+        data = json.loads(payload.strip(), parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
+        return exact, 0.0
+    raw = data.get("bbox_2d_list") if isinstance(data, dict) else None
+    if not isinstance(raw, list) or not raw or len(raw) > MAX_BOXES:
+        return exact, 0.0
+    good = 0
+    for item in raw:
+        box = _vectors([item], 4)
+        good += box is not None and box_well_formed(box[0])
+    return exact, good / len(raw)
+
+
 def parse_answer(text: str) -> Answer | None:
     """Parse a completion; None when there is no parseable `<answer>` JSON.
 

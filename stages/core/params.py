@@ -230,7 +230,7 @@ class RewardWeights:
 class RewardParams:
     components: tuple[str, ...] = ("format", "keyframe", "spatial", "consistency")  # Veason-R1's four
     weights: RewardWeights = field(default_factory=RewardWeights)
-    failure_score: float = 0.0  # total of an unparseable completion
+    failure_score: float = 0.0  # base total of an unparseable completion (≤ 0), plus its format credit
     iou_threshold: float = 0.5  # RCoT-Seg / VisionReasoner: a match counts when IoU > 0.5
     box_l1_threshold: float = 10.0  # mean box-corner L1 in pixels at threshold_size (VisionReasoner: 10)
     point_l1_threshold: float = 30.0  # point distance in pixels at threshold_size (VisionReasoner: 30)
@@ -264,8 +264,9 @@ class GrpoParams:
     checkpoint_dir: str = "models/checkpoints/grpo"  # resumable trainer checkpoints (persist)
     batch_size: int = 2  # prompts per step (paper: 16)
     num_generations: int = 4  # rollouts per prompt (paper: 8)
-    max_steps: int = 12  # trl steps; 0 = epochs over the pool (paper: 1 epoch of 10K)
+    max_steps: int = 12  # rollout rounds (one generation each); 0 = epochs over the pool (paper: 1 epoch of 10K)
     epochs: int = 1
+    ppo_epochs: int = 1  # optimizer passes over each round's rollouts: verl ppo_epochs, TRL num_iterations (paper: 1)
     learning_rate: float = 1e-4  # (paper: 1e-6 on the pretrained model; the tiny model needs more)
     weight_decay: float = 0.01  # (VideoSeg-R1: 0.01)
     kl_coef: float = 5e-3  # KL loss coefficient, low_var_kl (paper: 5e-3)
@@ -279,7 +280,7 @@ class GrpoParams:
     lora_alpha: int = 16
     target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
     save_every_steps: int = 4  # trl checkpoint interval (resume after a kill)
-    window: int = 3  # steps averaged for the first / last mean reward (evidence it learns)
+    window: int = 0  # steps averaged for the first / last mean reward; 0 = one pass over the pool (same prompts)
     verl: GrpoVerlParams = field(default_factory=GrpoVerlParams)
 
 

@@ -98,8 +98,15 @@ def _fmt(value: float) -> str:
     return str(int(value)) if isinstance(value, int) else f"{float(value):.6g}"
 
 
+def pool_pass_steps(n_samples: int, batch_size: int) -> int:
+    """Steps of one pass over the GRPO pool: the default window, so that the first and the last window
+    score the same prompts and prompt difficulty cancels out of their difference."""
+    return max(1, -(-n_samples // max(1, batch_size)))
+
+
 def window_summary(rows: Sequence[dict], window: int) -> dict[str, float]:
-    """Mean reward over the first and last `window` steps, their difference, and per-component last-window means."""
+    """Mean reward over the first and last `window` steps, their difference, and per-component means of both
+    windows (at most half the run each, so they never overlap)."""
     if not rows:
         return {"steps": 0}
     rewards = [r["reward"] for r in rows]
@@ -108,6 +115,7 @@ def window_summary(rows: Sequence[dict], window: int) -> dict[str, float]:
                "reward_last": float(np.mean(rewards[-w:]))}
     summary["reward_gain"] = summary["reward_last"] - summary["reward_first"]
     for key in sorted(k for k in rows[-1] if k.startswith("reward_") and k not in ("reward_std",)):
+        summary[f"{key}_first"] = float(np.mean([r.get(key, float("nan")) for r in rows[:w]]))
         summary[f"{key}_last"] = float(np.mean([r.get(key, float("nan")) for r in rows[-w:]]))
     summary["response_length_last"] = float(np.mean([r["response_length"] for r in rows[-w:]]))
     summary["kl_last"] = float(np.mean([r["kl"] for r in rows[-w:]]))

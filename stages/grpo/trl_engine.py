@@ -8,7 +8,8 @@ Hyper-parameter names, verl → TRL: data.train_batch_size (prompts) → per_dev
 gradient_accumulation_steps / num_generations (completions); rollout.n → num_generations;
 kl_loss_coef + kl_loss_type=low_var_kl → beta (TRL's k3 estimator, without verl's ±10 clip);
 loss_agg_mode=token-mean → loss_type="bnpo"; data.max_response_length → max_completion_length;
-actor.grad_clip → max_grad_norm; actor.clip_ratio → epsilon.
+actor.grad_clip → max_grad_norm; actor.clip_ratio → epsilon; actor.ppo_epochs → num_iterations (TRL's
+max_steps = grpo.max_steps × ppo_epochs optimizer steps; the curve has one row per rollout round).
 """
 
 from __future__ import annotations
@@ -117,16 +118,18 @@ def train_trl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, dataset,
 
         predictor = load_video_predictor(sam2.checkpoint, sam2.config)
     reward_fn = GroupReward(reward, predictor)
-    max_steps = grpo.max_steps if grpo.max_steps > 0 else -1
+    # TRL counts optimizer steps; params count rollout rounds (as verl does), each reused for ppo_epochs steps
+    max_steps = grpo.max_steps * grpo.ppo_epochs if grpo.max_steps > 0 else -1
     args = GRPOConfig(
         output_dir=str(checkpoint_dir), use_cpu=not cuda, bf16=cuda, fp16=False,
         per_device_train_batch_size=grpo.batch_size * grpo.num_generations, gradient_accumulation_steps=1,
         num_generations=grpo.num_generations, max_completion_length=grpo.max_response_length,
         temperature=grpo.temperature, top_p=grpo.top_p, beta=grpo.kl_coef, loss_type="bnpo", scale_rewards="group",
-        num_iterations=1, epsilon=grpo.clip_ratio, learning_rate=grpo.learning_rate, max_grad_norm=grpo.grad_clip,
+        num_iterations=grpo.ppo_epochs, epsilon=grpo.clip_ratio, learning_rate=grpo.learning_rate,
+        max_grad_norm=grpo.grad_clip,
         weight_decay=grpo.weight_decay, lr_scheduler_type="constant", warmup_steps=0,
         num_train_epochs=grpo.epochs, max_steps=max_steps, logging_steps=1, report_to="none",
-        save_strategy="steps", save_steps=grpo.save_every_steps, save_only_model=False,
+        save_strategy="steps", save_steps=grpo.save_every_steps * grpo.ppo_epochs, save_only_model=False,
         remove_unused_columns=False, dataloader_num_workers=0, seed=grpo.seed, data_seed=grpo.seed,
         log_completions=False, shuffle_dataset=True,
     )

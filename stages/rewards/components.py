@@ -1,8 +1,8 @@
 """Reward components: small pure functions of one parsed rollout, each in [0, 1].
 
 Every component receives a `RewardContext` (the parsed answer — never None here: a parse failure is
-scored by `compute_score` before any component runs — the ground truth and the reward params) and
-returns a float in [0, 1]. Sources:
+scored by `compute_score` before any component runs, with only the format credit its tags earn — the
+ground truth and the reward params) and returns a float in [0, 1]. Sources:
 - Veason-R1 (paper eq. 3–8 and `SitongGong/Veason-R1` `verl/utils/reward_score/video_match_keyframe_sam_sft_mod.py`):
   format, keyframe, spatial, consistency.
 - RCoT-Seg / VisionReasoner: thresholded IoU / box-L1 / point-L1 Hungarian match (`rcot_match`), AKS option.
@@ -18,7 +18,7 @@ from functools import cached_property
 
 import numpy as np
 
-from schemas.answer import Answer, GroundTruth
+from schemas.answer import Answer, GroundTruth, format_credit, well_formed_box_share
 from stages.core import rle
 from stages.core.params import RewardParams
 from stages.rewards.geometry import box_centres, clip_boxes, hungarian, iou_matrix, mask_iou
@@ -80,12 +80,21 @@ def match_boxes(answer: Answer, gt: GroundTruth) -> Match | None:
 
 
 def format_reward(ctx: RewardContext) -> float:
-    """0.5 for exactly `<think>…</think><answer>…</answer>` + 0.5 for an answer JSON with at least one box.
+    """0.5 for exactly `<think>…</think><answer>…</answer>` + 0.5 × the share of well-formed boxes
+    (four numbers, x1 < x2, y1 < y2); an answer with no box gets no box half.
 
-    The released Veason-R1 code gives 1 + 1 (tags, well-formed boxes); halved here so every component
-    lies in [0, 1] and the weights say how much each counts.
+    The released Veason-R1 code gives 1 + 1 (tags, spread over well-formed boxes); halved here so every
+    component lies in [0, 1] and the weights say how much each counts. A completion whose answer does
+    not parse is scored by `unparsed_format_reward` instead.
     """
-    return 0.5 * ctx.answer.well_formed + 0.5 * (len(ctx.answer.boxes) > 0)
+    return 0.5 * ctx.answer.well_formed + 0.5 * well_formed_box_share(ctx.answer.boxes)
+
+
+def unparsed_format_reward(text: str) -> float:
+    """The format credit of a completion whose answer JSON does not parse: the same two halves, read
+    leniently (`schemas.answer.format_credit`), so right tags around a broken box still count."""
+    exact, share = format_credit(text)
+    return 0.5 * exact + 0.5 * share
 
 
 def keyframe_reward(ctx: RewardContext) -> float:

@@ -57,6 +57,8 @@ def check_params(params: RewardParams) -> None:
     for name in params.components:
         if getattr(params.weights, name) < 0:
             raise ValueError(f"reward.weights.{name} must be ≥ 0")
+    if params.failure_score > 0:
+        raise ValueError("reward.failure_score must be ≤ 0 (a malformed completion must not outscore a wrong one)")
     if params.length_beta < 0 or params.threshold_size <= 0:
         raise ValueError("reward.length_beta must be ≥ 0 and reward.threshold_size > 0")
 
@@ -82,7 +84,8 @@ def score_answer(text: str, gt: GroundTruth, params: RewardParams, masks_for: c.
                  response_tokens: int | None = None) -> dict[str, float]:
     """Score one completion against loaded ground truth: {"score", "parsed", <component>: value, …}.
 
-    A completion that does not parse scores `params.failure_score` with every component 0.
+    A completion that does not parse scores `params.failure_score` plus the format credit it earns
+    (right tags around broken JSON, as the released Veason-R1 reward); every other component is 0.
     """
     fns = resolve_components(params.components)
     result = {name: 0.0 for name in fns}
@@ -90,7 +93,11 @@ def score_answer(text: str, gt: GroundTruth, params: RewardParams, masks_for: c.
         result[LENGTH_PENALTY] = 0.0
     answer = parse_answer(text)
     if answer is None:
-        return {"score": float(params.failure_score), "parsed": 0.0, **result}
+        total = float(params.failure_score)
+        if "format" in fns:
+            result["format"] = c.unparsed_format_reward(text)
+            total += params.weights.format * result["format"]
+        return {"score": total, "parsed": 0.0, **result}
     ctx = c.RewardContext(answer, gt, params, masks_for=masks_for, response_tokens=response_tokens)
     total = 0.0
     for name, fn in fns.items():
@@ -128,7 +135,8 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str | Mappi
         response_tokens: reasoning length in tokens for the length penalty.
 
     Returns:
-        The total and every configured component. A malformed completion gets `failure_score`.
+        The total and every configured component. A malformed completion gets `failure_score` plus its
+        format credit.
 
     Raises:
         ValueError: bad ground truth or bad params (data / configuration bugs, never model output).

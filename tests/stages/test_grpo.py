@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from stages.core.params import GrpoParams, GrpoVerlParams, RewardParams, Sam2Params, TinyModelsParams
-from stages.grpo.curves import read_curve, window_summary
+from stages.grpo.curves import pool_pass_steps, read_curve, window_summary
 from tests.stages.grpo_factory import write_grpo_shards
 
 PAPER = replace(GrpoParams(), batch_size=16, num_generations=8, learning_rate=1e-6, max_response_length=1024)
@@ -30,6 +30,17 @@ def test_verl_config_validates_with_paper_values():
     assert (actor.optim.lr, actor.grad_clip, config.actor_rollout_ref.model.lora_rank) == (1e-6, 1.0, 8)
     assert config.reward.custom_reward_function.name == "compute_score"
     assert config.reward.custom_reward_function.reward_kwargs.sam2_service == "vrsflow-sam2"
+    assert actor.ppo_epochs == 1 and config.trainer.total_training_steps == PAPER.max_steps
+
+
+def test_verl_rounds_and_ppo_epochs_follow_params():
+    pytest.importorskip("verl")
+    from stages.grpo.verl_engine import compose_config, validate, verl_overrides
+
+    params = replace(PAPER, max_steps=0, ppo_epochs=2)
+    config = compose_config(verl_overrides(params, RewardParams(), "/m", "/t", "/t", "/o", "/p"))
+    validate(config)
+    assert config.actor_rollout_ref.actor.ppo_epochs == 2 and config.trainer.total_training_steps is None
 
 
 def test_verl_validation_rejects_indivisible_batch():
@@ -94,8 +105,34 @@ def test_trl_resumes_from_checkpoint(tiny_run):
     assert [r["step"] for r in read_curve(root / "curve2.csv")] == [1, 2]
 
 
-@pytest.mark.parametrize(("rewards", "first", "last"), [([0, 1, 2, 3, 4, 5], 0.5, 4.5), ([1.0], 1.0, 1.0)])
-def test_window_summary(rewards, first, last):
-    rows = [{"step": i + 1, "reward": r, "kl": 0.0, "response_length": 5.0} for i, r in enumerate(rewards)]
-    summary = window_summary(rows, 2)
+@pytest.mark.parametrize(("rewards", "window", "first", "last"), [
+    ([0, 1, 2, 3, 4, 5], 2, 0.5, 4.5), ([1.0], 2, 1.0, 1.0),
+    ([0, 1, 2, 3, 4, 5], 5, 1.0, 4.0),  # never more than half the run: the windows do not overlap
+])
+def test_window_summary(rewards, window, first, last):
+    rows = [{"step": i + 1, "reward": r, "reward_format": r / 10, "kl": 0.0, "response_length": 5.0}
+            for i, r in enumerate(rewards)]
+    summary = window_summary(rows, window)
     assert (summary["reward_first"], summary["reward_last"]) == (first, last)
+    assert summary["reward_gain"] == last - first
+    assert (summary["reward_format_first"], summary["reward_format_last"]) == pytest.approx((first / 10, last / 10))
+
+
+def test_default_window_is_one_pass_over_the_pool():
+    assert GrpoParams().window == 0
+    assert [pool_pass_steps(n, 2) for n in (1, 2, 23, 24, 25)] == [1, 1, 12, 12, 13]
+
+
+def test_trl_ppo_epochs_reuse_each_round(tiny_run, tmp_path):
+    """grpo.max_steps counts rollout rounds (as verl does); each round feeds ppo_epochs optimizer steps."""
+    from stages.grpo.curves import curve_from_trl
+    from stages.grpo.data import build_dataset, read_grpo_shards
+    from stages.grpo.trl_engine import train_trl
+
+    root, params, reward, _ = tiny_run
+    params = replace(params, max_steps=1, ppo_epochs=2, out_dir=str(tmp_path / "out"),
+                     checkpoint_dir=str(tmp_path / "ckpt"))
+    result = train_trl(params, reward, Sam2Params(), build_dataset(read_grpo_shards(root / "shards")),
+                       tmp_path / "out", tmp_path / "ckpt")
+    assert result["global_step"] == 2
+    assert len(curve_from_trl(result["log_history"])) == 1  # one row per round: the reward of its rollouts

@@ -12,7 +12,15 @@ from hypothesis import strategies as st
 
 from schemas.answer import MAX_BOXES, GroundTruth, parse_answer
 from stages.core.params import RewardParams, RewardWeights
-from stages.rewards import REGISTRY, compute_score, length_penalty, max_score, resolve_components, score_group
+from stages.rewards import (
+    REGISTRY,
+    check_params,
+    compute_score,
+    length_penalty,
+    max_score,
+    resolve_components,
+    score_group,
+)
 from tests.stages.grpo_factory import answer, ground_truth, square_masks
 
 GT = json.dumps(ground_truth())
@@ -61,25 +69,46 @@ def test_components_literal(text, expected):
     assert result["score"] == pytest.approx(sum(result[n] for n in ALL.components))
 
 
-@pytest.mark.parametrize("text", [
-    "", "no tags at all", "<think>x</think><answer>{not json}</answer>",
-    "<think>x</think><answer>{\"keyframe_timestamp\": 2}</answer>",
-    "<think>x</think><answer>{\"keyframe_timestamp\": 2.5, \"bbox_2d_list\": []}</answer>",
-    "<think>x</think><answer>{\"keyframe_timestamp\": 2, \"bbox_2d_list\": [[1, 2, 3]]}</answer>",
-    "<think>x</think><answer>{\"keyframe_timestamp\": 2, \"bbox_2d_list\": [[1, 2, 3, NaN]]}</answer>",
-    "<think>x</think><answer>{\"keyframe_timestamp\": true, \"bbox_2d_list\": []}</answer>",
-    "<think>x</think><answer>{\"keyframe_timestamp\": 2, \"bbox_2d_list\": [], \"extra\": 1}</answer>",
-    "<think>x</think><answer>" + json.dumps({"keyframe_timestamp": 2, "bbox_2d_list": [[0, 0, 1, 1]] * (MAX_BOXES + 1)})
-    + "</answer>",
-    "<think>x</think><answer>" + "[" * 5000 + "</answer>",
-    answer() + "x" * 1_000_000,  # a megabyte of text
-    "<answer>" * 200_000,
+@pytest.mark.parametrize(("text", "format_credit"), [
+    ("", 0.0), ("no tags at all", 0.0),
+    ("<answer>{not json}</answer>", 0.0),  # tags not exact: no credit
+    # right tags around a broken answer JSON: the tag half, and the box half over well-formed entries
+    ("<think>x</think><answer>{not json}</answer>", 0.5),
+    ("<think>x</think><answer>{\"keyframe_timestamp\": 2}</answer>", 0.5),
+    ("<think>x</think><answer>{\"keyframe_timestamp\": 2.5, \"bbox_2d_list\": []}</answer>", 0.5),
+    ("<think>x</think><answer>{\"keyframe_timestamp\": 2.5, \"bbox_2d_list\": [[1, 2, 3, 4]]}</answer>", 1.0),
+    ("<think>x</think><answer>{\"keyframe_timestamp\": 2, \"bbox_2d_list\": [[1, 2, 3]]}</answer>", 0.5),
+    ("<think>x</think><answer>{\"keyframe_timestamp\": 2, \"bbox_2d_list\": [[1, 2, 3], [1, 2, 3, 4]]}</answer>",
+     0.75),
+    ("<think>x</think><answer>{\"keyframe_timestamp\": 2, \"bbox_2d_list\": [[1, 2, 3, NaN]]}</answer>", 0.5),
+    ("<think>x</think><answer>{\"keyframe_timestamp\": true, \"bbox_2d_list\": []}</answer>", 0.5),
+    ("<think>x</think><answer>{\"keyframe_timestamp\": 2, \"bbox_2d_list\": [], \"extra\": 1}</answer>", 0.5),
+    ("<think>x</think><answer>"
+     + json.dumps({"keyframe_timestamp": 2, "bbox_2d_list": [[0, 0, 1, 1]] * (MAX_BOXES + 1)}) + "</answer>", 0.5),
+    ("<think>x</think><answer>" + "[" * 5000 + "</answer>", 0.5),
+    (answer() + "x" * 1_000_000, 0.0),  # a megabyte of text: nothing, not even for the tags
+    ("<answer>" * 200_000, 0.0),
 ])
-def test_malformed_gets_failure_score(text):
+def test_malformed_gets_failure_score_plus_format_credit(text, format_credit):
     params = replace(ALL, failure_score=-1.0)
     result = score(text, params=params)
-    assert result["score"] == -1.0 and result["parsed"] == 0.0
-    assert all(result[n] == 0.0 for n in ALL.components)
+    assert result["parsed"] == 0.0 and result["format"] == format_credit
+    assert result["score"] == pytest.approx(-1.0 + format_credit)
+    assert all(result[n] == 0.0 for n in ALL.components if n != "format")
+    no_format = score(text, params=replace(params, components=("keyframe", "spatial")))
+    assert no_format["score"] == -1.0
+
+
+def test_inverted_boxes_lose_the_box_half():
+    # corners swapped: parses, but the box is not well formed (and overlaps nothing after clipping)
+    result = score(answer(boxes=[[32, 30, 12, 10]]))
+    assert result["parsed"] == 1.0 and result["format"] == 0.5 and result["spatial"] == 0.0
+    assert score(answer(boxes=[GT_BOX, [32, 30, 12, 10]]))["format"] == 0.75
+
+
+def test_positive_failure_score_is_refused():
+    with pytest.raises(ValueError, match="failure_score"):
+        check_params(replace(ALL, failure_score=0.5))
 
 
 def test_bad_ground_truth_raises():
