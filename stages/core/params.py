@@ -74,7 +74,7 @@ class RemoteParams:
 
 @dataclass(frozen=True)
 class SampleParams:
-    sft_first_k: int = 5  # SFT candidates: the first k expressions of each training video (Veason-R1: 10)
+    sft_first_k: int = 12  # SFT candidates: the first k expressions of each training video (Veason-R1: 10)
     sft_size: int = 0  # SFT pool size after the first-k rule; 0 = all (ReVOS: ~5.8K)
     grpo_size: int = 24  # GRPO pool size (paper: 10K)
     eval_size: int = 0  # evaluation pool size from the valid split; 0 = all
@@ -177,7 +177,7 @@ class ShardParams:
 @dataclass(frozen=True)
 class SftParams:
     seed: int = 0
-    epochs: int = 16  # passes over the SFT data (paper: 1; the tiny random model needs more)
+    epochs: int = 8  # passes over the SFT data (paper: 1; the tiny random model needs more)
     learning_rate: float = 5e-3  # (paper: 1e-4 for LoRA on the pretrained model)
     lr_scheduler: Literal["cosine"] = "cosine"
     warmup_ratio: float = 0.03
@@ -263,11 +263,11 @@ class GrpoParams:
     out_dir: str = "models/grpo"  # adapter/ and merged/
     checkpoint_dir: str = "models/checkpoints/grpo"  # resumable trainer checkpoints (persist)
     batch_size: int = 2  # prompts per step (paper: 16)
-    num_generations: int = 4  # rollouts per prompt (paper: 8)
-    max_steps: int = 12  # rollout rounds (one generation each); 0 = epochs over the pool (paper: 1 epoch of 10K)
+    num_generations: int = 8  # rollouts per prompt (paper: 8)
+    max_steps: int = 60  # rollout rounds (one generation each); 0 = epochs over the pool (paper: 1 epoch of 10K)
     epochs: int = 1
     ppo_epochs: int = 1  # optimizer passes over each round's rollouts: verl ppo_epochs, TRL num_iterations (paper: 1)
-    learning_rate: float = 1e-4  # (paper: 1e-6 on the pretrained model; the tiny model needs more)
+    learning_rate: float = 1e-3  # (paper: 1e-6 on the pretrained model; the tiny model needs more)
     weight_decay: float = 0.01  # (VideoSeg-R1: 0.01)
     kl_coef: float = 5e-3  # KL loss coefficient, low_var_kl (paper: 5e-3)
     kl_type: Literal["low_var_kl"] = "low_var_kl"  # verl kl_loss_type; TRL's k3 estimator is the same
@@ -278,7 +278,7 @@ class GrpoParams:
     clip_ratio: float = 0.2  # PPO clip epsilon (verl / TRL default)
     lora_r: int = 8  # 0 = full fine-tuning
     lora_alpha: int = 16
-    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
     save_every_steps: int = 4  # trl checkpoint interval (resume after a kill)
     window: int = 0  # steps averaged for the first / last mean reward; 0 = one pass over the pool (same prompts)
     verl: GrpoVerlParams = field(default_factory=GrpoVerlParams)
