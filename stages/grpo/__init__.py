@@ -73,10 +73,10 @@ def _run_verl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, params_p
                            f"{grpo.verl.out_dir} — run {job['launch']} on the cluster (docs/grpo_verl.md)")
     subprocess.run(["bash", job["launch"]], check=True)
     rows = curve_from_verl(Path(grpo.verl.out_dir))
-    # verl's window default: one pass over the parquet's prompts (rows ÷ train batch), as for trl
-    import pyarrow.parquet as pq
+    window = grpo.window
+    if not window:  # one pass over the parquet's prompts (rows ÷ train batch), as for trl
+        import pyarrow.parquet as pq
 
-    pool = pq.ParquetFile(grpo.verl_parquet).metadata.num_rows
-    window = grpo.window or pool_pass_steps(pool, grpo.batch_size)
+        window = pool_pass_steps(pq.ParquetFile(grpo.verl_parquet).metadata.num_rows, grpo.batch_size)
     return StageReport("grpo", metrics={**window_summary(rows, window), "engine_verl": 1},
                        tables={"curve": pd.DataFrame(rows)})
