@@ -18,6 +18,7 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -95,10 +96,12 @@ def _prepare_checkpoints(folder: Path, fingerprint: str) -> None:
 
 
 def train_trl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, dataset, out_dir: Path,
-              checkpoint_dir: Path) -> dict[str, Any]:
+              checkpoint_dir: Path, reward_fn: Callable[..., list[float]] | None = None) -> dict[str, Any]:
     """Run GRPO; write `out_dir/adapter` (LoRA) and `out_dir/merged`; returns the trainer's log history + timing.
 
-    Resumes from the newest `checkpoint_dir/checkpoint-*` when one exists.
+    Resumes from the newest `checkpoint_dir/checkpoint-*` when one exists. `reward_fn` replaces the
+    verifiable reward (a TRL reward function with a `__name__`); the tests use it to check that the
+    trainer moves the policy towards a reward at all.
     """
     import torch
     from peft import LoraConfig
@@ -112,12 +115,13 @@ def train_trl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, dataset,
     cuda = torch.cuda.is_available()
     model, processor = load_vlm(grpo.model_path)
     processor.tokenizer.padding_side = "left"  # not saved with the tokenizer; generation needs it
-    predictor = None
-    if "consistency" in reward.components:
-        from stages.segment import load_video_predictor
+    if reward_fn is None:
+        predictor = None
+        if "consistency" in reward.components:
+            from stages.segment import load_video_predictor
 
-        predictor = load_video_predictor(sam2.checkpoint, sam2.config)
-    reward_fn = GroupReward(reward, predictor)
+            predictor = load_video_predictor(sam2.checkpoint, sam2.config)
+        reward_fn = GroupReward(reward, predictor)
     # TRL counts optimizer steps; params count rollout rounds (as verl does), each reused for ppo_epochs steps
     max_steps = grpo.max_steps * grpo.ppo_epochs if grpo.max_steps > 0 else -1
     args = GRPOConfig(
@@ -155,5 +159,5 @@ def train_trl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, dataset,
     processor.save_pretrained(out_dir / "merged")
     history = list(trainer.state.log_history)
     shutil.rmtree(checkpoint_dir, ignore_errors=True)  # finished: nothing left to resume
-    return {"log_history": history, "wall_s": wall, "reward_s": reward_fn.seconds,
+    return {"log_history": history, "wall_s": wall, "reward_s": getattr(reward_fn, "seconds", 0.0),
             "resumed_from": resume or "", "global_step": int(trainer.state.global_step)}
