@@ -264,7 +264,7 @@ class GrpoParams:
     checkpoint_dir: str = "models/checkpoints/grpo"  # resumable trainer checkpoints (persist)
     batch_size: int = 2  # prompts per step (paper: 16)
     num_generations: int = 8  # rollouts per prompt (paper: 8)
-    max_steps: int = 60  # rollout rounds (one generation each); 0 = epochs over the pool (paper: 1 epoch of 10K)
+    max_steps: int = 96  # rollout rounds (one generation each); 0 = epochs over the pool (paper: 1 epoch of 10K)
     epochs: int = 1
     ppo_epochs: int = 1  # optimizer passes over each round's rollouts: verl ppo_epochs, TRL num_iterations (paper: 1)
     learning_rate: float = 1e-3  # (paper: 1e-6 on the pretrained model; the tiny model needs more)
