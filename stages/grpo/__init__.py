@@ -16,7 +16,7 @@ from stages.core.lineage import write_lineage
 from stages.core.model_card import write_model_card
 from stages.core.params import GrpoParams, RewardParams, Sam2Params
 from stages.core.report import StageReport
-from stages.grpo.curves import curve_from_trl, pool_pass_steps, window_summary, write_curve
+from stages.grpo.curves import curve_from_trl, summary_window, window_summary, write_curve
 from stages.rewards import check_params
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ def run_grpo(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, curve_pat
     result = train_trl(grpo, reward, sam2, build_dataset(samples), out_dir, Path(grpo.checkpoint_dir))
     rows = curve_from_trl(result["log_history"])
     write_curve(rows, curve_path)
-    summary = window_summary(rows, grpo.window or pool_pass_steps(len(samples), grpo.batch_size))
+    summary = window_summary(rows, summary_window(grpo.window, len(samples), grpo.batch_size))
     summary.update({"samples": len(samples), "wall_s": round(result["wall_s"], 3),
                     "reward_s": round(result["reward_s"], 3)})
     write_lineage(out_dir, "grpo", {"grpo": grpo, "reward": reward, "sam2": sam2}, seed=grpo.seed,
@@ -64,6 +64,8 @@ def run_grpo(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, curve_pat
 def _run_verl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, params_path: Path) -> StageReport:
     import subprocess
 
+    import pyarrow.parquet as pq
+
     from stages.grpo.curves import curve_from_verl
     from stages.grpo.verl_engine import cuda_available, prepare_job
 
@@ -73,10 +75,7 @@ def _run_verl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, params_p
                            f"{grpo.verl.out_dir} — run {job['launch']} on the cluster (docs/grpo_verl.md)")
     subprocess.run(["bash", job["launch"]], check=True)
     rows = curve_from_verl(Path(grpo.verl.out_dir))
-    window = grpo.window
-    if not window:  # one pass over the parquet's prompts (rows ÷ train batch), as for trl
-        import pyarrow.parquet as pq
-
-        window = pool_pass_steps(pq.ParquetFile(grpo.verl_parquet).metadata.num_rows, grpo.batch_size)
+    pool_size = pq.ParquetFile(grpo.verl_parquet).metadata.num_rows  # footer only
+    window = summary_window(grpo.window, pool_size, grpo.batch_size)
     return StageReport("grpo", metrics={**window_summary(rows, window), "engine_verl": 1},
                        tables={"curve": pd.DataFrame(rows)})

@@ -98,10 +98,10 @@ def _fmt(value: float) -> str:
     return str(int(value)) if isinstance(value, int) else f"{float(value):.6g}"
 
 
-def pool_pass_steps(n_samples: int, batch_size: int) -> int:
-    """Steps of one pass over the GRPO pool: the default window, so that the first and the last window
-    score the same prompts and prompt difficulty cancels out of their difference."""
-    return max(1, -(-n_samples // max(1, batch_size)))
+def summary_window(window: int, pool_size: int, batch_size: int) -> int:
+    """`window` steps, or when 0 the steps of one pass over the GRPO pool, so that the first and the
+    last window score the same prompts and prompt difficulty cancels out of their difference."""
+    return window or max(1, -(-pool_size // max(1, batch_size)))
 
 
 def window_summary(rows: Sequence[dict], window: int) -> dict[str, float]:

@@ -79,6 +79,10 @@ def match_boxes(answer: Answer, gt: GroundTruth) -> Match | None:
     return Match(position, pred, gt_boxes, tuple(k for k, _ in present), rows, cols, iou)
 
 
+def _format_score(tags_exact: bool, box_share: float) -> float:
+    return 0.5 * tags_exact + 0.5 * box_share
+
+
 def format_reward(ctx: RewardContext) -> float:
     """0.5 for exactly `<think>…</think><answer>…</answer>` + 0.5 × the share of well-formed boxes
     (four numbers, x1 < x2, y1 < y2); an answer with no box gets no box half.
@@ -87,14 +91,13 @@ def format_reward(ctx: RewardContext) -> float:
     component lies in [0, 1] and the weights say how much each counts. A completion whose answer does
     not parse is scored by `unparsed_format_reward` instead.
     """
-    return 0.5 * ctx.answer.well_formed + 0.5 * well_formed_box_share(ctx.answer.boxes)
+    return _format_score(ctx.answer.well_formed, well_formed_box_share(ctx.answer.boxes))
 
 
 def unparsed_format_reward(text: str) -> float:
     """The format credit of a completion whose answer JSON does not parse: the same two halves, read
     leniently (`schemas.answer.format_credit`), so right tags around a broken box still count."""
-    exact, share = format_credit(text)
-    return 0.5 * exact + 0.5 * share
+    return _format_score(*format_credit(text))
 
 
 def keyframe_reward(ctx: RewardContext) -> float:

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from stages.core.params import GrpoParams, GrpoVerlParams, RewardParams, Sam2Params, TinyModelsParams
-from stages.grpo.curves import pool_pass_steps, read_curve, window_summary
+from stages.grpo.curves import read_curve, summary_window, window_summary
 from tests.stages.grpo_factory import write_grpo_shards
 
 PAPER = replace(GrpoParams(), batch_size=16, num_generations=8, learning_rate=1e-6, max_response_length=1024)
@@ -120,7 +120,8 @@ def test_window_summary(rewards, window, first, last):
 
 def test_default_window_is_one_pass_over_the_pool():
     assert GrpoParams().window == 0
-    assert [pool_pass_steps(n, 2) for n in (1, 2, 23, 24, 25)] == [1, 1, 12, 12, 13]
+    assert [summary_window(0, n, 2) for n in (1, 2, 23, 24, 25)] == [1, 1, 12, 12, 13]
+    assert summary_window(5, 24, 2) == 5
 
 
 def test_trl_ppo_epochs_reuse_each_round(tiny_run, tmp_path):
