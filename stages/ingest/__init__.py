@@ -418,6 +418,7 @@ def _write(root: Path, out_dir: Path, params: IngestParams, videos: dict[str, _V
               "quarantined": len(quarantine_df)}
     inputs = {p.name: p for p in [revos.meta_path(root, s) for s in revos.SPLITS]
               + [root / revos.MASK_DICT, root / revos.FOREGROUND] if p.is_file()}
+    inputs["JPEGImages"] = root / "JPEGImages"  # the raw frames: hashed once, then cached by (size, mtime, inode)
     write_lineage(out_dir, "ingest", params, inputs=inputs, counts=counts,
                   code_modules=["stages.ingest", "stages.core.revos", "stages.core.rle", "schemas.index"])
     metrics: dict[str, float | int] = {**counts, **extra_metrics}
