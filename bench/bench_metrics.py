@@ -1,10 +1,12 @@
 """Benchmark: evaluation metrics and (with --gpu) seconds per 100-frame video of the whole evaluate path.
 
-Metrics (default): J + F + R over a (T, H, W) stack, ours (`stages.evaluate.metrics`: whole-stack numpy,
-F by one cropped exact distance transform per chunk of frames) against the published evaluators'
-structure — a per-frame loop of DAVIS's `f_measure` (boundary map, dilation of each boundary by a disk,
-here with scipy since cv2 is not a dependency) plus per-frame J and R. Both are checked to agree before
-timing. Synthetic masks: moving ellipses at ReVOS-like 720p, the prediction a shifted, noisier copy.
+Metrics (default): J + F + R over a (T, H, W) stack, ours (`stages.evaluate.metrics`: the functions the
+evaluate scorer calls — `j_measure`, `f_measure`, `r_visa`) against the published evaluators at their
+fastest: DAVIS's `db_eval_iou` on the whole stack, DAVIS's `db_eval_boundary` (per-frame `f_measure`:
+`_seg2bmap` + `cv2.dilate` by a disk) and VISA's robustness on the whole stack (bench/davis_reference.py,
+written from davis2017-evaluation's metrics.py). The per-frame values of both are asserted identical
+(==, not approximately) before timing. Synthetic masks: two moving ellipses at ReVOS-like 720p, the
+prediction a shifted, noisier copy. Writes bench/results/metrics.json.
 
     python bench/bench_metrics.py [--frames 100] [--height 720] [--width 1280]
 
@@ -13,6 +15,7 @@ weights answers (N frames at 560², greedy, `--new-tokens` tokens), then a SAM2.
 model tracks 2 boxes forward and backward over all frames at 1024 (bf16), through the stage's own
 functions. Published: 36 s (Veason-R1-3B, 8 frames) and 31 s (RCoT-Seg) per video on an L20; goal ≤ 5 s
 on one H100. `--shapes tiny` runs the same path with tiny shapes (a CPU smoke run; timings meaningless).
+Writes bench/results/gpu-evaluate.json (tiny shapes: bench/out/, never committed).
 
     python bench/bench_metrics.py --gpu [--frames 100] [--n-frames 8] [--new-tokens 128]
 """
@@ -20,7 +23,6 @@ on one H100. `--shapes tiny` runs the same path with tiny shapes (a CPU smoke ru
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import tempfile
@@ -31,6 +33,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import davis_reference as ref  # noqa: E402
+from bench.results_io import write_result  # noqa: E402
 from stages.evaluate import metrics as M  # noqa: E402
 
 # --- metrics ----------------------------------------------------------------------------------------------
@@ -53,42 +57,47 @@ def synthetic_masks(frames: int, height: int, width: int, seed: int = 0) -> tupl
     return gt, pred * np.uint8(255), (gt > 0).astype(np.uint8)
 
 
-def per_frame_loop(gt: np.ndarray, pred: np.ndarray, fg: np.ndarray) -> dict[str, float]:
-    """The published evaluators' structure: one frame at a time."""
-    j, f, r = [], [], []
-    for g, p, b in zip(gt, pred, fg, strict=True):
-        gb, pb = g.astype(bool), p.astype(bool)
-        union = np.sum(gb | pb)
-        j.append(1.0 if union == 0 else np.sum(gb & pb) / union)
-        f.append(M.f_measure_reference(p, g))
-        neg = ((1 - g) * p).sum()
-        r.append(max(1 - neg / (b.sum() + 1e-6), 0.0))
-    return {"J": float(np.mean(j)), "F": float(np.mean(f)), "R_visa": float(np.mean(r))}
+def published(gt: np.ndarray, pred: np.ndarray, fg: np.ndarray) -> dict[str, np.ndarray]:
+    """The published evaluators: J and R on the whole stack, F frame by frame with cv2.dilate."""
+    return {"J": ref.db_eval_iou(gt, pred), "F": ref.db_eval_boundary(gt, pred), "R_visa": ref.r_visa(gt, pred, fg)}
 
 
-def vectorised(gt: np.ndarray, pred: np.ndarray, fg: np.ndarray) -> dict[str, float]:
-    """`stages.evaluate.metrics` on the whole stack."""
-    return {"J": float(M.j_measure(gt, pred).mean()), "F": float(M.f_measure(gt, pred).mean()),
-            "R_visa": float(M.r_visa(gt, pred, fg).mean())}
+def ours(gt: np.ndarray, pred: np.ndarray, fg: np.ndarray) -> dict[str, np.ndarray]:
+    """`stages.evaluate.metrics` as the scorer calls it."""
+    return {"J": M.j_measure(gt, pred), "F": M.f_measure(gt, pred), "R_visa": M.r_visa(gt, pred, fg)}
+
+
+def f_only_published(gt: np.ndarray, pred: np.ndarray, fg: np.ndarray) -> dict[str, np.ndarray]:
+    return {"F": ref.db_eval_boundary(gt, pred)}
+
+
+def f_only_ours(gt: np.ndarray, pred: np.ndarray, fg: np.ndarray) -> dict[str, np.ndarray]:
+    return {"F": M.f_measure(gt, pred)}
+
+
+def _best(fn, args: tuple, repeats: int) -> float:
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn(*args)
+        best = min(best, time.perf_counter() - start)
+    return best
 
 
 def bench_metrics(frames: int, height: int, width: int, repeats: int) -> dict:
     gt, pred, fg = synthetic_masks(frames, height, width)
-    ours, base = vectorised(gt, pred, fg), per_frame_loop(gt, pred, fg)
-    for key in ours:
-        if not math.isclose(ours[key], base[key], abs_tol=1e-12):
-            raise AssertionError(f"{key}: vectorised {ours[key]} != per-frame {base[key]}")
-    timings = {}
-    for name, fn in (("vectorised", vectorised), ("per_frame_loop", per_frame_loop)):
-        best = math.inf
-        for _ in range(repeats):
-            start = time.perf_counter()
-            fn(gt, pred, fg)
-            best = min(best, time.perf_counter() - start)
-        timings[name] = best
-    return {"frames": frames, "height": height, "width": width, "values": ours,
-            "seconds": timings, "frames_per_s": {k: frames / v for k, v in timings.items()},
-            "speedup": timings["per_frame_loop"] / timings["vectorised"]}
+    a, b = ours(gt, pred, fg), published(gt, pred, fg)
+    for key in a:  # identical per-frame values, or no figure at all
+        if a[key].tolist() != b[key].tolist():
+            raise AssertionError(f"{key}: ours {a[key]} != published {b[key]}")
+    args = (gt, pred, fg)
+    seconds = {"ours_jfr": _best(ours, args, repeats), "published_jfr": _best(published, args, repeats),
+               "ours_f": _best(f_only_ours, args, repeats), "published_f": _best(f_only_published, args, repeats)}
+    return {"frames": frames, "height": height, "width": width, "tolerance_px": M.tolerance_px(height, width),
+            "values": {k: float(v.mean()) for k, v in a.items()}, "values_identical": True,
+            "seconds": {k: round(v, 4) for k, v in seconds.items()}, "repeats_best_of": repeats,
+            "speedup_jfr": round(seconds["published_jfr"] / seconds["ours_jfr"], 2),
+            "speedup_f": round(seconds["published_f"] / seconds["ours_f"], 2), "target_speedup_jfr": 2.0}
 
 
 # --- GPU: seconds per video ------------------------------------------------------------------------------
@@ -209,17 +218,17 @@ def main() -> None:
     parser.add_argument("--shapes", choices=["real", "tiny"], default="real")
     parser.add_argument("--n-frames", type=int, default=8)
     parser.add_argument("--new-tokens", type=int, default=128)
-    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=None, help="default: bench/results/<name>.json")
     args = parser.parse_args()
     if args.gpu:
         figures = bench_video(args.frames, args.n_frames, args.new_tokens, args.shapes == "tiny", args.repeats)
-        out = args.out or Path("bench/out/metrics_gpu.json")
+        out = args.out or (Path("bench/out/gpu-evaluate-tiny.json") if args.shapes == "tiny" else None)
+        write_result("gpu-evaluate", figures, "published seconds per video (Veason-R1 36 s, RCoT-Seg 31 s on an "
+                     "L20); goal 5 s on one H100", out=out)
     else:
         figures = bench_metrics(args.frames, args.height, args.width, args.repeats)
-        out = args.out or Path("bench/out/metrics.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(figures, indent=1) + "\n")
-    sys.stdout.write(json.dumps(figures, indent=1) + "\n")
+        write_result("metrics", figures, "davis2017-evaluation db_eval_iou (stack) + db_eval_boundary (per frame, "
+                     "cv2.dilate) + VISA R (stack), bench/davis_reference.py", out=args.out)
 
 
 if __name__ == "__main__":

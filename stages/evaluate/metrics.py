@@ -1,8 +1,10 @@
-"""Video segmentation metrics as the published ReVOS tables compute them (REFERENCE.md §3).
+"""Video segmentation metrics as the published ReVOS tables compute them.
 
 - `j_measure`: region similarity J (IoU), DAVIS `db_eval_iou`: both empty → 1, one empty → 0.
-- `f_measure`: boundary F, DAVIS `f_measure`: 1-pixel boundary maps (`boundary_map`), a tolerance of
-  ⌈0.008 × image diagonal⌉ pixels, a disk-shaped match region, precision/recall of matched boundary
+- `f_measure`: boundary F, DAVIS `f_measure` (davis2017-evaluation `davis2017/metrics.py`, which VISA's
+  ReVOS evaluator calls): 1-pixel boundary maps (`_seg2bmap`), a tolerance of ⌈0.008 × image diagonal⌉
+  pixels, a boundary pixel matches when the other boundary has a pixel inside the disk of that radius
+  around it (DAVIS: `cv2.dilate` with `skimage.morphology.disk`), precision/recall of matched boundary
   pixels, F = 2PR/(P+R). DAVIS decides on *boundaries*, so a mask with no boundary pixel (empty, or one
   that fills the frame: the image border is not a boundary) counts as "no boundary": empty vs full
   scores F = 1, exactly as the published evaluator does.
@@ -13,8 +15,11 @@
   overall = mean of referring and reasoning, no-target expressions excluded), with VISA's rounding of
   per-expression percentages to 2 decimals, so that results equal VISA's `revos_valid.json`.
 
-Everything works on (T, H, W) stacks at once; nothing loops over pixels or frames (`f_measure` takes
-chunks of frames only to bound memory).
+How J and F are computed (same integer counts as the published per-frame code, so the same values):
+masks are packed 64 pixels to a machine word along each row (`np.packbits`), boundaries come from word
+shifts, the disk dilation is the union over its rows of a horizontal dilation (shift-or) moved up or down
+by that row's offset, and pixel counts are popcounts. Work is in chunks of `F_CHUNK` frames, so memory
+stays bounded on long videos.
 """
 
 from __future__ import annotations
@@ -24,13 +29,12 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import ndimage
-from scipy.spatial import cKDTree
 
 BOUND_TH = 0.008  # DAVIS boundary tolerance, fraction of the image diagonal
 TYPE_NAMES = {0: "referring", 1: "reasoning"}  # type_id 2 (no target) is excluded from the aggregates
 METRICS = ("J", "F", "R_visa", "R_binary")
-F_CHUNK = 64  # frames per k-d tree (bounds memory when predictions are noisy)
+F_CHUNK = 32  # frames packed and dilated at once (bounds memory)
+_WORD = np.dtype("<u8")  # little-endian words: pixel x is bit x % 64 of word x // 64
 
 
 def _stack(masks: np.ndarray) -> np.ndarray:
@@ -47,38 +51,84 @@ def _check_shapes(gt: np.ndarray, pred: np.ndarray) -> None:
         raise ValueError(f"ground truth {gt.shape} and prediction {pred.shape} differ in shape")
 
 
-def j_measure(gt: np.ndarray, pred: np.ndarray) -> np.ndarray:
-    """Per-frame IoU of two (T, H, W) (or (H, W)) mask stacks; any non-zero value is foreground.
-
-    Returns:
-        float64 (T,): intersection / union, 1 where both masks are empty.
-    """
-    gt, pred = _stack(gt).astype(bool), _stack(pred).astype(bool)
-    _check_shapes(gt, pred)
-    inter = np.sum(gt & pred, axis=(-2, -1))
-    union = np.sum(gt | pred, axis=(-2, -1))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        j = inter / union
-    j[np.isclose(union, 0)] = 1
-    return j
+# --- bit-packed rows --------------------------------------------------------------------------------------
 
 
-def boundary_map(masks: np.ndarray) -> np.ndarray:
-    """DAVIS `_seg2bmap` on a (T, H, W) stack: a pixel is a boundary when it differs from its east,
-    south or south-east neighbour; the last row only looks east, the last column only south, and the
+def _pack(masks: np.ndarray) -> np.ndarray:
+    """(T, H, W) masks (non-zero = foreground) → (T, H, ⌈W/64⌉) uint64 words, padding bits 0."""
+    bits = masks if masks.dtype == bool else masks != 0
+    packed = np.packbits(bits, axis=-1, bitorder="little")
+    pad = (-packed.shape[-1]) % 8
+    if pad:
+        packed = np.concatenate([packed, np.zeros((*packed.shape[:-1], pad), np.uint8)], axis=-1)
+    return np.ascontiguousarray(packed).view(_WORD)
+
+
+def _unpack(words: np.ndarray, width: int) -> np.ndarray:
+    return np.unpackbits(words.view(np.uint8), axis=-1, count=width, bitorder="little").astype(bool)
+
+
+def _from_right(a: np.ndarray) -> np.ndarray:
+    """Each pixel takes the value of its east neighbour (x + 1); the last word's top bit gets 0."""
+    out = a >> np.uint64(1)
+    out[..., :-1] |= a[..., 1:] << np.uint64(63)
+    return out
+
+
+def _from_left(a: np.ndarray) -> np.ndarray:
+    """Each pixel takes the value of its west neighbour (x − 1); pixel 0 gets 0."""
+    out = a << np.uint64(1)
+    out[..., 1:] |= a[..., :-1] >> np.uint64(63)
+    return out
+
+
+def _from_below(a: np.ndarray) -> np.ndarray:
+    """Each row takes the row below it (y + 1); the last row gets 0."""
+    out = np.zeros_like(a)
+    out[:, :-1] = a[:, 1:]
+    return out
+
+
+def _column_bit(n_words: int, x: int) -> np.ndarray:
+    mask = np.zeros(n_words, dtype=_WORD)
+    mask[x // 64] = np.uint64(1) << np.uint64(x % 64)
+    return mask
+
+
+def _boundaries(seg: np.ndarray, width: int) -> np.ndarray:
+    """DAVIS `_seg2bmap` on packed masks: a pixel is a boundary when it differs from its east, south
+    or south-east neighbour; the last row only looks east, the last column only south, and the
     bottom-right pixel is never a boundary (the image border is not a boundary)."""
-    seg = _stack(masks).astype(bool)
-    east = np.zeros_like(seg)
-    south = np.zeros_like(seg)
-    south_east = np.zeros_like(seg)
-    east[:, :, :-1] = seg[:, :, 1:]
-    south[:, :-1, :] = seg[:, 1:, :]
-    south_east[:, :-1, :-1] = seg[:, 1:, 1:]
-    b = (seg ^ east) | (seg ^ south) | (seg ^ south_east)
-    b[:, -1, :] = seg[:, -1, :] ^ east[:, -1, :]
-    b[:, :, -1] = seg[:, :, -1] ^ south[:, :, -1]
-    b[:, -1, -1] = False
+    east = _from_right(seg)
+    south = _from_below(seg)
+    b = (seg ^ east) | (seg ^ south) | (seg ^ _from_below(east))
+    b[:, -1] = seg[:, -1] ^ east[:, -1]
+    last = _column_bit(seg.shape[-1], width - 1)
+    b &= ~last
+    b |= (seg ^ south) & last
+    b[:, -1] &= ~last
     return b
+
+
+def _dilate(b: np.ndarray, radius: int) -> np.ndarray:
+    """Packed binary dilation by the disk {dx² + dy² ≤ radius²}; nothing enters from outside the frame
+    (as `cv2.dilate`'s default border)."""
+    height = b.shape[1]
+    half_widths = [math.isqrt(radius * radius - dy * dy) for dy in range(radius + 1)]  # the disk's rows
+    by_width = {0: b}  # horizontal dilation by [-w, w], grown one pixel per step
+    for w in range(1, radius + 1):
+        by_width[w] = by_width[w - 1] | _from_left(by_width[w - 1]) | _from_right(by_width[w - 1])
+    out = by_width[radius].copy()
+    for dy in range(1, min(radius, height - 1) + 1):
+        rows = by_width[half_widths[dy]]
+        out[:, :-dy] |= rows[:, dy:]  # from the rows below
+        out[:, dy:] |= rows[:, :-dy]  # from the rows above
+    return out
+
+
+def _count(words: np.ndarray) -> np.ndarray:
+    """Set bits per frame of (T, H, n) words."""
+    return np.bitwise_count(words).sum(axis=(1, 2), dtype=np.int64)
 
 
 def tolerance_px(height: int, width: int, bound_th: float = BOUND_TH) -> float:
@@ -86,31 +136,73 @@ def tolerance_px(height: int, width: int, bound_th: float = BOUND_TH) -> float:
     return float(bound_th) if bound_th >= 1 else float(np.ceil(bound_th * np.linalg.norm((height, width))))
 
 
-def disk(radius: float) -> np.ndarray:
-    """skimage's `disk(radius)`: the pixels (x, y) with x² + y² ≤ radius² (what DAVIS dilates with)."""
-    r = math.floor(radius)
-    grid = np.arange(-r, r + 1)
-    return (grid[None, :] ** 2 + grid[:, None] ** 2) <= radius**2
+def _radius(height: int, width: int, bound_th: float) -> int:
+    radius = tolerance_px(height, width, bound_th)
+    if radius != int(radius) or radius < 0:
+        raise ValueError(f"bound_th {bound_th}: a tolerance of ≥ 1 must be a whole number of pixels")
+    return int(radius)
 
 
-def _matched(src: np.ndarray, dst: np.ndarray, radius: float) -> np.ndarray:
-    """Per frame: how many `src` boundary pixels have a `dst` boundary pixel of the same frame within
-    `radius` (Euclidean) — the count DAVIS gets from `src * dilate(dst, disk(radius))`.
+def boundary_map(masks: np.ndarray) -> np.ndarray:
+    """DAVIS `_seg2bmap` of a (T, H, W) (or (H, W)) stack as bool (T, H, W)."""
+    seg = _stack(masks)
+    return _unpack(_boundaries(_pack(seg), seg.shape[2]), seg.shape[2])
 
-    One k-d tree over the boundary pixels of the whole stack (work scales with boundary length, not
-    frame area): frames are stacked along a third axis spaced wider than any in-frame distance, so
-    pixels of different frames never match. Squared pixel distances are integers, so the search bound
-    sqrt(r² + 0.5) separates "≤ r" from the next possible distance exactly.
+
+def _f_from_counts(n_fg: np.ndarray, n_gt: np.ndarray, fg_match: np.ndarray, gt_match: np.ndarray) -> np.ndarray:
+    """DAVIS's precision/recall cases and F = 2PR/(P+R), per frame, in float64 as the published code."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        precision = np.where(n_fg > 0, fg_match / n_fg.astype(np.float64), 1.0)
+        recall = np.where(n_gt > 0, gt_match / n_gt.astype(np.float64), 1.0)
+    precision = np.where((n_fg > 0) & (n_gt == 0), 0.0, precision)
+    recall = np.where((n_fg == 0) & (n_gt > 0), 0.0, recall)
+    denom = precision + recall
+    with np.errstate(invalid="ignore", divide="ignore"):
+        f = np.where(denom == 0, 0.0, 2 * precision * recall / denom)
+    return f.astype(np.float64)
+
+
+def _j_from_counts(inter: np.ndarray, union: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        j = inter / union
+    j[np.isclose(union, 0)] = 1
+    return j
+
+
+def j_and_f(gt: np.ndarray, pred: np.ndarray, bound_th: float = BOUND_TH,
+            chunk: int = F_CHUNK) -> tuple[np.ndarray, np.ndarray]:
+    """Per-frame (J, F) of two (T, H, W) (or (H, W)) stacks, the masks packed once for both."""
+    gt, pred = _stack(gt), _stack(pred)
+    _check_shapes(gt, pred)
+    height, width = gt.shape[1:]
+    radius = _radius(height, width, bound_th)
+    counts = np.zeros((6, len(gt)), dtype=np.int64)
+    for start in range(0, len(gt), chunk):
+        part = slice(start, start + chunk)
+        g, p = _pack(gt[part]), _pack(pred[part])
+        counts[0, part], counts[1, part] = _count(g & p), _count(g | p)
+        gb, pb = _boundaries(g, width), _boundaries(p, width)
+        counts[2, part], counts[3, part] = _count(pb), _count(gb)
+        counts[4, part] = _count(pb & _dilate(gb, radius))
+        counts[5, part] = _count(gb & _dilate(pb, radius))
+    return _j_from_counts(counts[0], counts[1]), _f_from_counts(*counts[2:])
+
+
+def j_measure(gt: np.ndarray, pred: np.ndarray) -> np.ndarray:
+    """Per-frame IoU of two (T, H, W) (or (H, W)) mask stacks; any non-zero value is foreground.
+
+    Returns:
+        float64 (T,): intersection / union, 1 where both masks are empty.
     """
-    counts = np.zeros(len(src), dtype=np.int64)
-    src_pts, dst_pts = np.argwhere(src), np.argwhere(dst)
-    if not len(src_pts) or not len(dst_pts):
-        return counts
-    scale = np.array([float(src.shape[1] + src.shape[2]) + radius + 1.0, 1.0, 1.0])
-    dist, _ = cKDTree(dst_pts * scale).query(src_pts * scale, k=1, distance_upper_bound=math.sqrt(radius**2 + 0.5))
-    hit = dist <= radius + 1e-9
-    np.add.at(counts, src_pts[hit, 0], 1)
-    return counts
+    gt, pred = _stack(gt), _stack(pred)
+    _check_shapes(gt, pred)
+    inter = np.zeros(len(gt), dtype=np.int64)
+    union = np.zeros(len(gt), dtype=np.int64)
+    for start in range(0, len(gt), F_CHUNK):
+        part = slice(start, start + F_CHUNK)
+        g, p = _pack(gt[part]), _pack(pred[part])
+        inter[part], union[part] = _count(g & p), _count(g | p)
+    return _j_from_counts(inter, union)
 
 
 def f_measure(gt: np.ndarray, pred: np.ndarray, bound_th: float = BOUND_TH, chunk: int = F_CHUNK) -> np.ndarray:
@@ -121,30 +213,13 @@ def f_measure(gt: np.ndarray, pred: np.ndarray, bound_th: float = BOUND_TH, chun
     prediction boundary: P = 1, R = 0 (R = 1 too when the ground truth has none either); without
     ground-truth boundary: P = 0, R = 1. F = 2PR/(P+R), 0 when P + R = 0.
 
+    Raises:
+        ValueError: shapes differ, or `bound_th` ≥ 1 is not a whole number of pixels.
+
     Returns:
         float64 (T,).
     """
-    gt, pred = _stack(gt), _stack(pred)
-    _check_shapes(gt, pred)
-    radius = tolerance_px(gt.shape[1], gt.shape[2], bound_th)
-    gt_b, fg_b = boundary_map(gt), boundary_map(pred)
-    n_fg = fg_b.sum(axis=(1, 2))
-    n_gt = gt_b.sum(axis=(1, 2))
-    fg_match = np.zeros(len(gt), dtype=np.int64)
-    gt_match = np.zeros(len(gt), dtype=np.int64)
-    for start in range(0, len(gt), chunk):
-        part = slice(start, start + chunk)
-        fg_match[part] = _matched(fg_b[part], gt_b[part], radius)
-        gt_match[part] = _matched(gt_b[part], fg_b[part], radius)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        precision = np.where(n_fg > 0, fg_match / np.maximum(n_fg, 1).astype(float), 1.0)
-        recall = np.where(n_gt > 0, gt_match / np.maximum(n_gt, 1).astype(float), 1.0)
-    precision = np.where((n_fg > 0) & (n_gt == 0), 0.0, precision)
-    recall = np.where((n_fg == 0) & (n_gt > 0), 0.0, recall)
-    denom = precision + recall
-    with np.errstate(invalid="ignore", divide="ignore"):
-        f = np.where(denom == 0, 0.0, 2 * precision * recall / denom)
-    return f.astype(np.float64)
+    return j_and_f(gt, pred, bound_th, chunk)[1]
 
 
 def r_visa(gt_sum: np.ndarray, pred: np.ndarray, foreground: np.ndarray) -> np.ndarray:
@@ -171,23 +246,30 @@ def r_visa(gt_sum: np.ndarray, pred: np.ndarray, foreground: np.ndarray) -> np.n
 
 def r_binary(gt: np.ndarray, pred: np.ndarray, foreground: np.ndarray) -> np.ndarray:
     """Per-frame robustness on binarised masks: max(1 − |pred \\ gt| / (|fg| + 1e-6), 0)."""
-    gt, pred, foreground = (_stack(a).astype(bool) for a in (gt, pred, foreground))
+    gt, pred, foreground = (_stack(a) for a in (gt, pred, foreground))
     _check_shapes(gt, pred)
     _check_shapes(gt, foreground)
-    neg = np.sum(pred & ~gt, axis=(1, 2))
-    pos = np.sum(foreground, axis=(1, 2))
+    neg = np.zeros(len(gt), dtype=np.int64)
+    pos = np.zeros(len(gt), dtype=np.int64)
+    for start in range(0, len(gt), F_CHUNK):
+        part = slice(start, start + F_CHUNK)
+        neg[part] = _count(_pack(pred[part]) & ~_pack(gt[part]))
+        pos[part] = _count(_pack(foreground[part]))
     return np.maximum(1 - neg / (pos + 1e-6), 0.0)
+
+
+def measures(gt_sum: np.ndarray, pred: np.ndarray, foreground: np.ndarray,
+             bound_th: float = BOUND_TH) -> dict[str, np.ndarray]:
+    """Per-frame J, F, R_visa and R_binary of one expression (the arrays as for `r_visa`)."""
+    j, f = j_and_f(gt_sum, pred, bound_th)
+    return {"J": j, "F": f, "R_visa": r_visa(gt_sum, pred, foreground),
+            "R_binary": r_binary(gt_sum, pred, foreground)}
 
 
 def score_expression(gt_sum: np.ndarray, pred: np.ndarray, foreground: np.ndarray,
                      bound_th: float = BOUND_TH) -> dict[str, float]:
     """Mean over frames of J, F, R_visa and R_binary for one expression (VISA's per-expression numbers)."""
-    return {
-        "J": float(j_measure(gt_sum, pred).mean()),
-        "F": float(f_measure(gt_sum, pred, bound_th).mean()),
-        "R_visa": float(r_visa(gt_sum, pred, foreground).mean()),
-        "R_binary": float(r_binary(gt_sum, pred, foreground).mean()),
-    }
+    return {k: float(v.mean()) for k, v in measures(gt_sum, pred, foreground, bound_th).items()}
 
 
 def aggregate(table: pd.DataFrame, metrics: Sequence[str] = METRICS) -> dict[str, float]:
@@ -210,22 +292,3 @@ def aggregate(table: pd.DataFrame, metrics: Sequence[str] = METRICS) -> dict[str
     for metric in names:
         out[f"{metric}_overall"] = (out[f"{metric}_referring"] + out[f"{metric}_reasoning"]) / 2
     return out
-
-
-def f_measure_reference(pred: np.ndarray, gt: np.ndarray, bound_th: float = BOUND_TH) -> float:
-    """One frame of DAVIS's F written out as the published code does it (boundary maps, disk dilation,
-    precision/recall cases). Slow; it is the oracle of the tests and the baseline of bench/bench_metrics.py."""
-    radius = bound_th if bound_th >= 1 else math.ceil(bound_th * math.hypot(*gt.shape))
-    fg_b, gt_b = boundary_map(pred)[0], boundary_map(gt)[0]
-    fg_dil = ndimage.binary_dilation(fg_b, disk(radius))
-    gt_dil = ndimage.binary_dilation(gt_b, disk(radius))
-    n_fg, n_gt = int(fg_b.sum()), int(gt_b.sum())
-    if n_fg == 0 and n_gt > 0:
-        p, r = 1.0, 0.0
-    elif n_fg > 0 and n_gt == 0:
-        p, r = 0.0, 1.0
-    elif n_fg == 0 and n_gt == 0:
-        p, r = 1.0, 1.0
-    else:
-        p, r = (fg_b & gt_dil).sum() / n_fg, (gt_b & fg_dil).sum() / n_gt
-    return 0.0 if p + r == 0 else 2 * p * r / (p + r)

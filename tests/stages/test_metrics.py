@@ -1,4 +1,8 @@
-"""J, F, R and the ReVOS aggregation on literal masks; the vectorised F against a per-frame reference."""
+"""J, F, R and the ReVOS aggregation on literal masks; J, F and R against the published per-frame path.
+
+The oracle (bench/davis_reference.py) is DAVIS's own per-frame code written out with OpenCV
+(`_seg2bmap`, `cv2.dilate` by a disk); it shares no code with stages/evaluate/metrics.py.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench import davis_reference as ref
 from stages.evaluate import metrics as M
 
 
@@ -19,7 +24,6 @@ def rect(h: int, w: int, y1: int, y2: int, x1: int, x2: int) -> np.ndarray:
     return mask
 
 
-reference_f = M.f_measure_reference  # the published per-frame code path, the oracle here
 
 
 # --- J and F on literal masks -----------------------------------------------------------------------------
@@ -48,12 +52,16 @@ def test_j_and_f_literals(gt: np.ndarray, pred: np.ndarray, j: float, f: float) 
     assert M.f_measure(gt, pred)[0] == pytest.approx(f, abs=1e-12)
 
 
-def test_tolerance_and_disk() -> None:
+def test_tolerance_and_oracle_disk() -> None:
     assert M.tolerance_px(100, 100) == 2.0  # ⌈0.008 × 141.42⌉
     assert M.tolerance_px(480, 854) == 8.0  # ⌈0.008 × 979.6⌉
+    assert M.tolerance_px(720, 1280) == 12.0  # ⌈0.008 × 1468.6⌉
     assert M.tolerance_px(10, 10, bound_th=3) == 3.0  # ≥ 1: pixels
-    assert M.disk(1).astype(int).tolist() == [[0, 1, 0], [1, 1, 1], [0, 1, 0]]
-    assert int(M.disk(2).sum()) == 13
+    with pytest.raises(ValueError, match="whole number of pixels"):
+        M.f_measure(SQUARE, SQUARE, bound_th=2.5)
+    # the oracle's disk is skimage's: 5 pixels at radius 1, 13 at 2, 441 at 12 (Gauss circle problem)
+    assert ref.disk(1).tolist() == [[0, 1, 0], [1, 1, 1], [0, 1, 0]]
+    assert [int(ref.disk(r).sum()) for r in (2, 12)] == [13, 441]
 
 
 def test_boundary_map_literal() -> None:
@@ -66,6 +74,7 @@ def test_boundary_map_literal() -> None:
         [0, 0, 0, 0, 0, 0],
     ], dtype=bool)
     assert (M.boundary_map(seg)[0] == expected).all()
+    assert (ref.seg2bmap(seg) == expected).all()
     # a mask touching the border: the border itself is no boundary
     assert not M.boundary_map(np.ones((4, 4), bool)).any()
 
@@ -97,16 +106,43 @@ def _paint(h: int, w: int, rects: list) -> np.ndarray:
 @settings(max_examples=150, deadline=None)
 @given(masks_2d, st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40), st.integers(0, 40),
                                     st.integers(0, 40)), max_size=3), st.integers(0, 2**31 - 1),
-       st.sampled_from([0.008, 0.05, 2]))
-def test_vectorised_f_equals_per_frame_reference(spec, rects_b, seed, bound_th) -> None:
+       st.sampled_from([0.008, 0.05, 0.2, 1, 2, 5]))
+def test_j_and_f_equal_the_published_per_frame_code(spec, rects_b, seed, bound_th) -> None:
     h, w, rects_a = spec
     gt = _paint(h, w, rects_a)
     pred = _paint(h, w, [(y1 % (h + 1), y2 % (h + 1), x1 % (w + 1), x2 % (w + 1)) for y1, y2, x1, x2 in rects_b])
     noise = np.random.default_rng(seed).random((h, w)) < 0.1
     for p in (pred, pred ^ noise):
-        assert M.f_measure(gt, p, bound_th)[0] == pytest.approx(reference_f(p, gt, bound_th), abs=1e-12)
-        inter, union = (gt & p).sum(), (gt | p).sum()
-        assert M.j_measure(gt, p)[0] == pytest.approx(1.0 if union == 0 else inter / union)
+        assert M.f_measure(gt, p, bound_th)[0] == ref.f_measure(p, gt, bound_th)  # identical, not approx
+        assert M.j_measure(gt, p)[0] == ref.db_eval_iou(gt[None], p[None])[0]
+        assert (M.boundary_map(p)[0] == ref.seg2bmap(p)).all()
+
+
+@pytest.mark.parametrize(("height", "width"), [(720, 1280), (67, 130), (64, 128), (5, 200)])
+def test_stacks_equal_the_published_code(height: int, width: int) -> None:
+    """Whole stacks (word-aligned and unaligned widths, a radius larger than the frame): J, F and R
+    are bit-identical to DAVIS / VISA frame by frame, whatever the chunking."""
+    rng = np.random.default_rng(height * width)
+    frames = 3 if height > 100 else 7
+    yy, xx = np.mgrid[:height, :width]
+    gt = np.zeros((frames, height, width), np.uint8)
+    for t in range(frames):
+        for cy, cx in rng.uniform(0.2, 0.8, (2, 2)):
+            gt[t] += (((yy - cy * height) / (0.2 * height)) ** 2 + ((xx - cx * width) / (0.15 * width)) ** 2 <= 1)
+    pred = np.roll(gt > 0, int(rng.integers(1, 4)), axis=2) | (rng.random(gt.shape) < 0.002)
+    pred = pred.astype(np.uint8) * np.uint8(255)
+    pred[0] = 0  # an empty prediction
+    fg = (gt > 0).astype(np.uint8)
+    f_ref = ref.db_eval_boundary(gt, pred)
+    assert f_ref[0] == 0.0 and 0.3 < f_ref[1:].mean() < 1.0  # a case that is neither trivial nor perfect
+    for chunk in (1, 2, 32):
+        assert M.f_measure(gt, pred, chunk=chunk).tolist() == f_ref.tolist()
+    assert M.j_measure(gt, pred).tolist() == ref.db_eval_iou(gt, pred).tolist()
+    assert M.r_visa(gt, pred, fg).tolist() == ref.r_visa(gt, pred, fg).tolist()
+    got = M.measures(gt, pred, fg)
+    assert got["F"].tolist() == f_ref.tolist() and got["J"].tolist() == ref.db_eval_iou(gt, pred).tolist()
+    neg = ((pred > 0) & (gt == 0)).sum(axis=(1, 2))
+    assert got["R_binary"].tolist() == np.maximum(1 - neg / (fg.sum(axis=(1, 2)) + 1e-6), 0.0).tolist()
 
 
 # --- R: VISA's replica vs binary ---------------------------------------------------------------------------

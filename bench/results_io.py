@@ -1,0 +1,69 @@
+"""One place that writes a benchmark's figures: `bench/results/<name>.json` with the commit and machine.
+
+Each file holds the figures of one run, the baseline they are compared against (what it is and its
+figures, measured in the same run), the git commit the code was at (with `dirty: true` when the work
+tree had uncommitted changes) and the machine (CPU model and count, load average at the end: the
+development machine is shared, so ratios of the same run are what count, not absolute seconds).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", *args], cwd=RESULTS.parents[1], capture_output=True, text=True, timeout=30,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def commit() -> dict:
+    """HEAD and whether the tracked files under stages/ and bench/ differ from it."""
+    head = _git("rev-parse", "HEAD") or "unknown"
+    dirty = bool(_git("status", "--porcelain", "--untracked-files=no", "--", "stages", "bench", "schemas"))
+    return {"sha": head, "dirty": dirty}
+
+
+def machine() -> dict:
+    """CPU model, logical CPUs, torch threads (when torch is loaded), load average, Python, OS."""
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info = {"cpu": model, "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
+            "python": platform.python_version(), "os": platform.platform(terse=True)}
+    if "torch" in sys.modules:
+        torch = sys.modules["torch"]
+        info["torch"] = torch.__version__
+        info["torch_threads"] = torch.get_num_threads()
+        if torch.cuda.is_available():
+            info["gpu"] = torch.cuda.get_device_name()
+    return info
+
+
+def write_result(name: str, figures: dict, baseline: str, command: str | None = None,
+                 out: Path | None = None) -> Path:
+    """Write `bench/results/<name>.json` (or `out`) and print it; returns the path."""
+    record = {"name": name, "baseline": baseline, "command": command or " ".join(["python", *sys.argv]),
+              "figures": figures, "commit": commit(), "machine": machine(),
+              "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    path = Path(out) if out is not None else RESULTS / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(record, indent=1, sort_keys=True) + "\n"
+    path.write_text(text)
+    sys.stdout.write(text)
+    return path
