@@ -2,21 +2,41 @@
 
 Each block class mirrors a block of params.yaml (same names, same order); defaults are the
 embedded synthetic default, and params.yaml documents every value. Stage functions receive these
-objects, never raw dicts. An unknown key or a wrongly typed value is a `ParamsError` naming the key.
+objects, never raw dicts. An unknown key, a wrongly typed or out-of-range value, or a broken
+cross-field rule is a `ParamsError` naming the dotted key, in one line (`check_params`, `load_params`).
+Ranges are `annotated_types` constraints on the fields; rules spanning fields are a class's `_rules`.
+
+The same validation serves every way of starting a run: `vrsflow check`, the first thing
+`vrsflow stage` does, the `check` stage at the head of dvc.yaml, and the served pipeline's
+overrides (`apply_overrides`), which are checked before DVC is called.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
 import yaml
+from annotated_types import Ge, Gt, Le, Lt, MinLen
 
 from stages.core.runner import RunnerParams
-from stages.core.typed_config import ParamsError, build
+from stages.core.typed_config import ParamsError, build, deep_merge, field_type, is_block, is_str_like
 
-__all__ = ["ParamsError", "Params", "load_params"]
+__all__ = ["ParamsError", "Params", "apply_overrides", "load_params", "read_params_file"]
+
+PosInt = Annotated[int, Ge(1)]
+NonNegInt = Annotated[int, Ge(0)]
+Seed = Annotated[int, Ge(0)]  # numpy and torch take non-negative seeds
+PosFloat = Annotated[float, Gt(0)]
+NonNegFloat = Annotated[float, Ge(0)]
+Fraction = Annotated[float, Ge(0), Le(1)]
+JpegQuality = Annotated[int, Ge(1), Le(100)]
+NonPosFloat = Annotated[float, Le(0)]
+NonEmptyStr = Annotated[str, MinLen(1)]
+NonEmptyNames = Annotated[tuple[str, ...], MinLen(1)]
+PoolName = Literal["sft", "grpo", "eval"]
 
 
 @dataclass(frozen=True)
@@ -27,21 +47,27 @@ class DataParams:
 
 @dataclass(frozen=True)
 class SynthScale:
-    n_videos_train: int = 8
-    n_videos_valid: int = 4
-    min_frames: int = 8
-    max_frames: int = 14
-    height: int = 120
-    width: int = 160
-    min_objects: int = 2
-    max_objects: int = 4
-    frame_gap_prob: float = 0.25  # probability that a frame number is skipped (ReVOS has gaps)
-    jpeg_quality: int = 90
+    n_videos_train: PosInt = 8
+    n_videos_valid: PosInt = 4
+    min_frames: PosInt = 8
+    max_frames: PosInt = 14
+    height: PosInt = 120
+    width: PosInt = 160
+    min_objects: PosInt = 2
+    max_objects: PosInt = 4
+    frame_gap_prob: Annotated[float, Ge(0), Lt(1)] = 0.25  # probability that a frame number is skipped (ReVOS has gaps)
+    jpeg_quality: JpegQuality = 90
+
+    def _rules(self) -> Iterator[tuple[str, str]]:
+        if self.min_frames > self.max_frames:
+            yield "min_frames", f"must be ≤ max_frames ({self.max_frames}), got {self.min_frames}"
+        if self.min_objects > self.max_objects:
+            yield "min_objects", f"must be ≤ max_objects ({self.max_objects}), got {self.min_objects}"
 
 
 @dataclass(frozen=True)
 class SynthParams:
-    seed: int = 0
+    seed: Seed = 0
     size: Literal["default", "large"] = "default"
     out_dir: str = "data/raw/synth"
     source: str = "SYNTH"  # first component of the video keys (SYNTH/train/v0003)
@@ -62,36 +88,36 @@ class SynthParams:
 class IngestParams:
     strict: bool = True  # false: bad items go to the quarantine table and the rest proceeds
     check_jpeg: Literal["header", "decode"] = "decode"  # how deeply frames are checked
-    foreground_tolerance: float = 0.0  # allowed fraction of pixels where foreground != union of masks
+    foreground_tolerance: Fraction = 0.0  # allowed fraction of pixels where foreground != union of masks
 
 
 @dataclass(frozen=True)
 class RemoteParams:
-    name: str = "storage"  # DVC remote name
+    name: NonEmptyStr = "storage"  # DVC remote name
     url: str = ""  # s3://bucket/path, gs://…, ssh://host/path or a local folder; empty = no remote
-    url_env: str = "VRSFLOW_DVC_REMOTE"  # environment variable that, when set, overrides `url`
+    url_env: NonEmptyStr = "VRSFLOW_DVC_REMOTE"  # environment variable that, when set, overrides `url`
 
 
 @dataclass(frozen=True)
 class SampleParams:
-    sft_first_k: int = 12  # SFT candidates: the first k expressions of each training video (Veason-R1: 10)
-    sft_size: int = 0  # SFT pool size after the first-k rule; 0 = all (ReVOS: ~5.8K)
-    grpo_size: int = 24  # GRPO pool size (paper: 10K)
-    eval_size: int = 0  # evaluation pool size from the valid split; 0 = all
+    sft_first_k: NonNegInt = 12  # SFT candidates: the first k expressions of each training video (Veason-R1: 10)
+    sft_size: NonNegInt = 0  # SFT pool size after the first-k rule; 0 = all (ReVOS: ~5.8K)
+    grpo_size: NonNegInt = 24  # GRPO pool size (paper: 10K)
+    eval_size: NonNegInt = 0  # evaluation pool size from the valid split; 0 = all
     disjoint: bool = True  # no expression in two pools
     include_no_target_train: bool = False  # Veason-R1 skips type 2 in training
     include_no_target_eval: bool = True  # kept for evaluation (excluded from J&F aggregates there)
     motion_strata: bool = False  # add a motion-heavy / static split to the strata
-    motion_threshold: float = 0.25  # target box-centre travel ÷ frame diagonal that counts as motion-heavy
+    motion_threshold: PosFloat = 0.25  # target box-centre travel ÷ frame diagonal that counts as motion-heavy
     difficulty_table: str = ""  # a difficulty scores parquet to stratify by level too; "" = off
 
 
 @dataclass(frozen=True)
 class KeyframesParams:
-    n_frames: int = 6  # N frames shown to the model (Veason-R1: 6)
-    top_k: int = 5  # keyframe drawn among the top-k frames by target area (Veason-R1: 5)
+    n_frames: PosInt = 6  # N frames shown to the model (Veason-R1: 6)
+    top_k: PosInt = 5  # keyframe drawn among the top-k frames by target area (Veason-R1: 5)
     mode: Literal["topk_random", "max_area"] = "topk_random"  # max_area: RCoT-Seg's largest-area frame
-    train_size: int = 112  # frames resized to train_size² for training (paper: 560; small on CPU)
+    train_size: PosInt = 112  # frames resized to train_size² for training (paper: 560; small on CPU)
 
 
 @dataclass(frozen=True)
@@ -101,56 +127,74 @@ class TeacherParams:
     model: str = "doubao-1-5-thinking-vision-pro-250428"  # Seed1.5-VL on Volcengine Ark
     api_key_env: str = "VRSFLOW_TEACHER_API_KEY"  # NAME of the env var holding the key (never the key)
     api_key_required: bool = True  # false for local servers without auth
-    temperature: float = 0.7
-    max_tokens: int = 1024
-    concurrency: int = 32  # requests in flight
-    timeout_s: float = 120.0  # per request
-    max_retries: int = 5  # on 429, 5xx, timeouts, connection errors, malformed bodies
-    backoff_base_s: float = 1.0  # exponential backoff base (full jitter)
-    backoff_max_s: float = 60.0
-    rpm: int = 0  # requests per minute limit; 0 = none
-    price_in_per_m: float = 0.0  # USD per 1M prompt tokens, for the cost estimate
-    price_out_per_m: float = 0.0  # USD per 1M completion tokens
-    image_size: int = 448  # longest side of frames sent to the teacher, pixels
+    temperature: NonNegFloat = 0.7
+    max_tokens: PosInt = 1024
+    concurrency: PosInt = 32  # requests in flight
+    timeout_s: PosFloat = 120.0  # per request
+    max_retries: NonNegInt = 5  # on 429, 5xx, timeouts, connection errors, malformed bodies
+    backoff_base_s: NonNegFloat = 1.0  # exponential backoff base (full jitter)
+    backoff_max_s: NonNegFloat = 60.0
+    rpm: NonNegInt = 0  # requests per minute limit; 0 = none
+    price_in_per_m: NonNegFloat = 0.0  # USD per 1M prompt tokens, for the cost estimate
+    price_out_per_m: NonNegFloat = 0.0  # USD per 1M completion tokens
+    image_size: PosInt = 448  # longest side of frames sent to the teacher, pixels
+
+    def _rules(self) -> Iterator[tuple[str, str]]:
+        if self.backoff_base_s > self.backoff_max_s:
+            yield "backoff_base_s", f"must be ≤ backoff_max_s ({self.backoff_max_s:g}), got {self.backoff_base_s:g}"
 
 
 @dataclass(frozen=True)
 class CotParams:
-    pools: tuple[str, ...] = ("sft",)  # pools that get reasoning traces
+    pools: Annotated[tuple[PoolName, ...], MinLen(1)] = ("sft",)  # pools that get reasoning traces
     template_set: Literal["veason", "rcot_description", "rcot_aks", "rcot_ktg"] = "veason"
-    traces_per_sample: int = 1  # teacher calls per sample (different template draws / seeds)
+    traces_per_sample: PosInt = 1  # teacher calls per sample (different template draws / seeds)
     cache_dir: str = "data/cot/cache"  # persistent response cache (DVC persist: true)
 
 
 @dataclass(frozen=True)
 class FilterParams:
-    min_chars: int = 120  # length bounds of a trace
-    max_chars: int = 4000
-    near_duplicate_ratio: float = 0.9  # difflib ratio at/above which a second trace of a sample is dropped
+    min_chars: NonNegInt = 120  # length bounds of a trace
+    max_chars: PosInt = 4000
+    near_duplicate_ratio: Fraction = 0.9  # difflib ratio at/above which a second trace of a sample is dropped
     check_faithfulness: bool = True  # step-3 location words must agree with the ground-truth box
+
+    def _rules(self) -> Iterator[tuple[str, str]]:
+        if self.min_chars > self.max_chars:
+            yield "min_chars", f"must be ≤ max_chars ({self.max_chars}), got {self.min_chars}"
 
 
 @dataclass(frozen=True)
 class DifficultyParams:
     backend: Literal["heuristic", "mllm"] = "heuristic"  # mllm: the teacher client rates (JSON output)
-    easy_below: float = 4.0  # D < easy_below → easy (VideoSeg-R1 uses two thresholds)
-    hard_from: float = 6.5  # D ≥ hard_from → hard
-    min_budget: int = 128  # reasoning-token budget L(D) at D = 1
-    max_budget: int = 768  # L(D) at D = 10 (linear in between, multiples of 16)
-    json_retries: int = 2  # extra MLLM calls when the rating JSON does not validate
+    easy_below: Annotated[float, Ge(1), Le(10)] = 4.0  # D < easy_below → easy (VideoSeg-R1 uses two thresholds)
+    hard_from: Annotated[float, Ge(1), Le(10)] = 6.5  # D ≥ hard_from → hard
+    min_budget: PosInt = 128  # reasoning-token budget L(D) at D = 1
+    max_budget: PosInt = 768  # L(D) at D = 10 (linear in between, multiples of 16)
+    json_retries: NonNegInt = 2  # extra MLLM calls when the rating JSON does not validate
     cache_dir: str = "data/difficulty/cache"
+
+    def _rules(self) -> Iterator[tuple[str, str]]:
+        if self.easy_below > self.hard_from:
+            yield "easy_below", f"must be ≤ hard_from ({self.hard_from:g}), got {self.easy_below:g}"
+        if self.min_budget > self.max_budget:
+            yield "min_budget", f"must be ≤ max_budget ({self.max_budget}), got {self.min_budget}"
 
 
 @dataclass(frozen=True)
 class TinyModelsParams:
-    seed: int = 0
+    seed: Seed = 0
     out_dir: str = "models/tiny"  # qwen25vl/ and sam2/ are written below it
-    vocab_size: int = 1024  # toy byte-level BPE (a small vocabulary keeps GRPO log-probs cheap on CPU)
-    hidden_size: int = 256  # text hidden size (head_dim = hidden_size / num_heads); 256 learns the format in SFT
-    num_layers: int = 2
-    num_heads: int = 4
-    max_image_side: int = 112  # processor's longest_edge in pixels (28-pixel multiples)
-    sam2_image_size: int = 256  # SAM2 input resolution of the micro model
+    vocab_size: PosInt = 1024  # toy byte-level BPE (a small vocabulary keeps GRPO log-probs cheap on CPU)
+    hidden_size: PosInt = 256  # text hidden size (head_dim = hidden_size / num_heads); 256 learns the format in SFT
+    num_layers: PosInt = 2
+    num_heads: PosInt = 4
+    max_image_side: PosInt = 112  # processor's longest_edge in pixels (28-pixel multiples)
+    sam2_image_size: PosInt = 256  # SAM2 input resolution of the micro model
+
+    def _rules(self) -> Iterator[tuple[str, str]]:
+        if self.hidden_size % self.num_heads:
+            yield "hidden_size", f"must be a multiple of num_heads ({self.num_heads}), got {self.hidden_size}"
 
 
 @dataclass(frozen=True)
@@ -168,32 +212,37 @@ class Sam2Params:
 
 @dataclass(frozen=True)
 class ShardParams:
-    samples_per_shard: int = 256  # WebDataset samples per tar
-    jpeg_quality: int = 95  # frames re-encoded at train size
+    samples_per_shard: PosInt = 256  # WebDataset samples per tar
+    jpeg_quality: JpegQuality = 95  # frames re-encoded at train size
     export_sharegpt: bool = True  # LLaMA-Factory ShareGPT JSON + images (SFT)
     export_verl: bool = True  # verl parquet (GRPO, eval)
 
 
 @dataclass(frozen=True)
 class SftParams:
-    seed: int = 0
-    epochs: int = 8  # passes over the SFT data (paper: 1; the tiny random model needs more)
-    learning_rate: float = 5e-3  # (paper: 1e-4 for LoRA on the pretrained model)
+    seed: Seed = 0
+    epochs: PosInt = 8  # passes over the SFT data (paper: 1; the tiny random model needs more)
+    learning_rate: PosFloat = 5e-3  # (paper: 1e-4 for LoRA on the pretrained model)
     lr_scheduler: Literal["cosine"] = "cosine"
-    warmup_ratio: float = 0.03
-    grad_accum: int = 1  # gradient accumulation steps, batch 1 per step (paper: 8; 1 = more updates on tiny data)
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    lora_r: int = 8  # (paper: 8)
-    lora_alpha: int = 16
-    lora_dropout: float = 0.05
+    warmup_ratio: Annotated[float, Ge(0), Lt(1)] = 0.03
+    grad_accum: PosInt = 1  # gradient accumulation steps (paper: 8; 1 = more updates on tiny data)
+    batch_size: PosInt = 1  # samples per device per micro-batch (global batch = batch_size × processes × grad_accum)
+    weight_decay: NonNegFloat = 0.0
+    max_grad_norm: PosFloat = 1.0
+    lora_r: NonNegInt = 8  # (paper: 8); 0 = full fine-tuning
+    lora_alpha: PosInt = 16
+    lora_dropout: Annotated[float, Ge(0), Lt(1)] = 0.05
+    train_vision: bool = False  # also adapt the vision tower and merger (papers: language model only)
     target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
     modules_to_save: tuple[str, ...] = ("lm_head", "embed_tokens")  # fully trained; () for real checkpoints
     gradient_checkpointing: bool = False
-    cpu_threads: int = 1  # torch threads on CPU (tiny model: 1 is fastest on a shared machine); 0 = torch default
-    save_every_steps: int = 10  # resumable checkpoint interval (optimizer steps)
-    format_eval_samples: int = 12  # held-out eval samples for the before/after format rate
-    max_new_tokens: int = 256  # generation length for the format rate (template traces: ~175 tokens)
+    cpu_threads: NonNegInt = 1  # torch threads on CPU (tiny model: 1 is fastest on a shared machine); 0 = torch default
+    save_every_steps: PosInt = 10  # resumable checkpoint interval (optimizer steps)
+    cache_mb: NonNegInt = 1024  # processor outputs kept in memory for later epochs, MB; 0 = encode every time
+    processes: PosInt = 1  # training processes (GPUs); > 1 starts `accelerate launch` (or torchrun) from the stage
+    accelerate_config: str = ""  # accelerate config for processes > 1 (configs/accelerate/*.yaml); "" = torchrun DDP
+    format_eval_samples: NonNegInt = 12  # held-out eval samples for the before/after format rate
+    max_new_tokens: PosInt = 256  # generation length for the format rate (template traces: ~175 tokens)
     out_dir: str = "models/sft"
     checkpoint_dir: str = "models/checkpoints/sft"  # persists across runs (resume after a kill)
 
@@ -202,85 +251,96 @@ class SftParams:
 class EvaluateParams:
     model_path: str = "models/grpo/merged"  # Qwen2.5-VL folder to evaluate; "" = model.path
     split: Literal["valid", "train"] = "valid"  # ReVOS split the eval pool comes from (published: valid)
-    n_frames: int = 6  # frames shown, sampled uniformly over the video (Veason-R1: 8 at inference)
-    frame_size: int = 0  # square side of the frames shown, pixels; 0 = keyframes.train_size (paper: 560)
-    batch_size: int = 4  # prompts per generate() call
-    max_new_tokens: int = 256  # (paper: 1024)
+    n_frames: PosInt = 6  # frames shown, sampled uniformly over the video (Veason-R1: 8 at inference)
+    frame_size: NonNegInt = 0  # square side of the frames shown, pixels; 0 = keyframes.train_size (paper: 560)
+    batch_size: PosInt = 4  # prompts per generate() call
+    max_new_tokens: PosInt = 256  # (paper: 1024)
     mode: Literal["veason", "rcot"] = "veason"  # rcot: RCoT-Seg agentic keyframe selection (A/B judgment)
-    max_rounds: int = 5  # RCoT-Seg λ: keyframe selections before the last one is kept
+    max_rounds: PosInt = 5  # RCoT-Seg λ: keyframe selections before the last one is kept
     mask_threshold: float = 0.0  # SAM2 mask logit threshold (SAM2's own: 0)
-    limit: int = 0  # evaluate the first `limit` expressions of the eval pool; 0 = all
-    bound_th: float = 0.008  # DAVIS boundary tolerance, fraction of the diagonal (published: 0.008)
-    report_examples: int = 2  # best and worst expressions pictured in the report
+    limit: NonNegInt = 0  # evaluate the first `limit` expressions of the eval pool; 0 = all
+    bound_th: PosFloat = 0.008  # DAVIS boundary tolerance, fraction of the diagonal (published: 0.008)
+    report_examples: NonNegInt = 2  # best and worst expressions pictured in the report
 
 
 @dataclass(frozen=True)
 class RewardWeights:
-    format: float = 1.0  # weight of each reward component (Veason-R1 / RCoT-Seg / VideoSeg-R1: all 1)
-    keyframe: float = 1.0
-    spatial: float = 1.0
-    consistency: float = 1.0
-    rcot_match: float = 1.0
-    aks_option: float = 1.0
-    negative_point: float = 1.0
-    non_repeat: float = 1.0
+    format: NonNegFloat = 1.0  # weight of each reward component (Veason-R1 / RCoT-Seg / VideoSeg-R1: all 1)
+    keyframe: NonNegFloat = 1.0
+    spatial: NonNegFloat = 1.0
+    consistency: NonNegFloat = 1.0
+    rcot_match: NonNegFloat = 1.0
+    aks_option: NonNegFloat = 2.0  # RCoT-Seg λ_a = 2 (λ_f = the format weight = 1)
+    negative_point: NonNegFloat = 1.0
+    non_repeat: NonNegFloat = 1.0
 
 
 @dataclass(frozen=True)
 class RewardParams:
-    components: tuple[str, ...] = ("format", "keyframe", "spatial", "consistency")  # Veason-R1's four
+    components: NonEmptyNames = ("format", "keyframe", "spatial", "consistency")  # Veason-R1's four
     weights: RewardWeights = field(default_factory=RewardWeights)
-    failure_score: float = 0.0  # base total of an unparseable completion (≤ 0), plus its format credit
-    iou_threshold: float = 0.5  # RCoT-Seg / VisionReasoner: a match counts when IoU > 0.5
-    box_l1_threshold: float = 10.0  # mean box-corner L1 in pixels at threshold_size (VisionReasoner: 10)
-    point_l1_threshold: float = 30.0  # point distance in pixels at threshold_size (VisionReasoner: 30)
-    threshold_size: int = 840  # image side the pixel thresholds are stated at (RCoT-Seg: 840)
+    failure_score: NonPosFloat = 0.0  # base total of an unparseable completion (≤ 0), plus its format credit
+    iou_threshold: Fraction = 0.5  # RCoT-Seg / VisionReasoner: a match counts when IoU > 0.5
+    box_l1_threshold: PosFloat = 10.0  # mean box-corner L1 in pixels at threshold_size (VisionReasoner: 10)
+    point_l1_threshold: PosFloat = 30.0  # point distance in pixels at threshold_size (VisionReasoner: 30)
+    threshold_size: PosInt = 840  # image side the pixel thresholds are stated at (RCoT-Seg: 840)
+    negative_point_tau: PosFloat = 40.0  # VideoSeg-R1 τ_neg: negative points count within this many px of the target
     length_penalty: bool = False  # VideoSeg-R1 soft length penalty (multiplies the total)
-    length_beta: float = 0.002  # penalty per token over the difficulty budget
+    length_beta: NonNegFloat = 0.002  # penalty per token over the difficulty budget
+    length_tokenizer: str = ""  # tokenizer folder counting reasoning tokens in both engines; "" = whitespace words
     mask_threshold: float = 0.0  # SAM2 mask logit threshold for the consistency reward
+
+    def _rules(self) -> Iterator[tuple[str, str]]:
+        known = [f.name for f in fields(RewardWeights)]
+        for name in self.components:
+            if name not in known:
+                yield "components", f"unknown component '{name}' (known: {', '.join(known)})"
+        if len(set(self.components)) != len(self.components):
+            yield "components", f"a component is listed twice: {list(self.components)}"
 
 
 @dataclass(frozen=True)
 class GrpoVerlParams:
-    n_gpus_per_node: int = 8
-    nnodes: int = 1
+    n_gpus_per_node: PosInt = 8
+    nnodes: PosInt = 1
     rollout_name: Literal["vllm", "sglang"] = "vllm"  # verl's rollout server
-    gpu_memory_utilization: float = 0.6  # of the rollout server
-    micro_batch_size_per_gpu: int = 1  # actor / ref / rollout log-prob micro batch
-    max_prompt_length: int = 4096  # tokens (6 frames at 560² ≈ 2.4K image tokens)
+    gpu_memory_utilization: Annotated[float, Gt(0), Le(1)] = 0.6  # of the rollout server
+    micro_batch_size_per_gpu: PosInt = 1  # actor / ref / rollout log-prob micro batch
+    max_prompt_length: PosInt = 4096  # tokens (6 frames at 560² ≈ 2.4K image tokens)
     sam2_service: str = "vrsflow-sam2"  # named Ray actor serving the consistency reward; "" = SAM2 in-process
-    sam2_gpus: float = 1.0  # GPUs reserved for the SAM2 actor
+    sam2_gpus: NonNegFloat = 1.0  # GPUs reserved for the SAM2 actor
     out_dir: str = "data/grpo/verl"  # generated config, parquet copies and launch script
 
 
 @dataclass(frozen=True)
 class GrpoParams:
     engine: Literal["trl", "verl"] = "trl"  # trl: one machine (CPU default); verl: GPU cluster
-    seed: int = 0
+    seed: Seed = 0
     model_path: str = "models/sft/merged"  # the SFT merged model GRPO starts from
     shards_dir: str = "data/shards/grpo"  # GRPO WebDataset shards (shard stage)
     verl_parquet: str = "data/shards/exports/verl/grpo.parquet"  # verl export of the same pool
     out_dir: str = "models/grpo"  # adapter/ and merged/
     checkpoint_dir: str = "models/checkpoints/grpo"  # resumable trainer checkpoints (persist)
-    batch_size: int = 2  # prompts per step (paper: 16)
-    num_generations: int = 8  # rollouts per prompt (paper: 8)
-    max_steps: int = 96  # rollout rounds (one generation each); 0 = epochs over the pool (paper: 1 epoch of 10K)
-    epochs: int = 1
-    ppo_epochs: int = 1  # optimizer passes over each round's rollouts: verl ppo_epochs, TRL num_iterations (paper: 1)
-    learning_rate: float = 1e-3  # (paper: 1e-6 on the pretrained model; the tiny model needs more)
-    weight_decay: float = 0.01  # (VideoSeg-R1: 0.01)
-    kl_coef: float = 5e-3  # KL loss coefficient, low_var_kl (paper: 5e-3)
+    batch_size: PosInt = 2  # prompts per step (paper: 16)
+    num_generations: Annotated[int, Ge(2)] = 8  # rollouts per prompt (paper: 8)
+    max_steps: NonNegInt = 96  # rollout rounds (one generation each); 0 = epochs over the pool (paper: 1 epoch of 10K)
+    epochs: PosInt = 1
+    ppo_epochs: PosInt = 1  # optimizer passes per round's rollouts: verl ppo_epochs, TRL num_iterations (paper: 1)
+    learning_rate: PosFloat = 1e-3  # (paper: 1e-6 on the pretrained model; the tiny model needs more)
+    weight_decay: NonNegFloat = 0.01  # (VideoSeg-R1: 0.01)
+    kl_coef: NonNegFloat = 5e-3  # KL loss coefficient, low_var_kl (paper: 5e-3)
     kl_type: Literal["low_var_kl"] = "low_var_kl"  # verl kl_loss_type; TRL's k3 estimator is the same
-    max_response_length: int = 256  # tokens (paper: 1024); the template traces are ~175 tokens
-    temperature: float = 1.0  # (paper: 1.0)
-    top_p: float = 1.0
-    grad_clip: float = 1.0  # (paper: 1.0)
-    clip_ratio: float = 0.2  # PPO clip epsilon (verl / TRL default)
-    lora_r: int = 8  # 0 = full fine-tuning
-    lora_alpha: int = 16
+    max_response_length: PosInt = 256  # tokens (paper: 1024); the template traces are ~175 tokens
+    temperature: PosFloat = 1.0  # (paper: 1.0)
+    top_p: Annotated[float, Gt(0), Le(1)] = 1.0
+    grad_clip: PosFloat = 1.0  # (paper: 1.0)
+    clip_ratio: PosFloat = 0.2  # PPO clip epsilon (verl / TRL default)
+    lora_r: NonNegInt = 8  # 0 = full fine-tuning
+    lora_alpha: PosInt = 16
     target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-    save_every_steps: int = 4  # trl checkpoint interval (resume after a kill)
-    window: int = 0  # steps averaged for the first / last mean reward; 0 = one pass over the pool (same prompts)
+    train_vision: bool = False  # also train the vision tower and merger (Veason-R1: language model only)
+    save_every_steps: PosInt = 4  # trl checkpoint interval (resume after a kill)
+    window: NonNegInt = 0  # steps averaged for the first / last mean reward; 0 = one pass over the pool (same prompts)
     verl: GrpoVerlParams = field(default_factory=GrpoVerlParams)
 
 
@@ -291,7 +351,7 @@ class GrpoParams:
 class Params:
     """All of params.yaml. Blocks for later stages are added as their stages arrive."""
 
-    seed: int = 0  # global seed; every stage derives its own (seed, stage, sample id) seeds from it
+    seed: Seed = 0  # global seed; every stage derives its own (seed, stage, sample id) seeds from it
     data: DataParams = field(default_factory=DataParams)
     synth: SynthParams = field(default_factory=SynthParams)
     ingest: IngestParams = field(default_factory=IngestParams)
@@ -314,18 +374,100 @@ class Params:
     # -- later stages add their block field above this line (one line each) --
 
 
+def read_params_file(path: str | Path = "params.yaml") -> dict:
+    """The raw mapping of a params file (no validation of its keys yet).
+
+    Raises:
+        ParamsError: a missing file, malformed YAML, or a top level that is not a mapping.
+    """
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError as err:
+        raise ParamsError(f"{path}: no such file") from err
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ParamsError(f"{path}: malformed YAML{where}: {problem}") from err
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ParamsError(f"{path}: expected a mapping of params blocks, got {type(raw).__name__}")
+    return raw
+
+
 def load_params(path: str | Path = "params.yaml") -> Params:
     """Read and validate params.yaml.
 
     Raises:
-        ParamsError: unknown key, wrong type, or malformed YAML (the message names the file and key).
+        ParamsError: unknown key, wrong type, out-of-range value, broken rule, or malformed YAML
+            (one line naming the file and the dotted key).
     """
-    path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise ParamsError(f"{path}: malformed YAML: {err}") from err
+    raw = read_params_file(path)
     try:
         return build(Params, raw)
     except ParamsError as err:
         raise ParamsError(f"{path}: {err}") from err
+
+
+# Characters refused in override values: they mean something to a shell or to the override grammar
+# DVC's `-S` parses (Hydra: quotes, `$` interpolation), and no params value needs them.
+FORBIDDEN_IN_OVERRIDES = frozenset(";&|$`<>\"'\\")
+KEY_PATTERN = r"[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)*"
+
+
+def apply_overrides(raw: Mapping[str, Any], overrides: Mapping[str, Any]) -> tuple[Params, dict[str, Any]]:
+    """Lay `{"dotted.key": value}` overrides over a params mapping and validate the result.
+
+    A string value is read as `dvc exp run -S` reads it (a YAML scalar or list: "32" → 32, "[a, b]" → a
+    list), except for text params, which take the string as it is.
+
+    Args:
+        raw: the params file's mapping (`read_params_file`).
+        overrides: dotted params keys → values (strings as typed in the UI, or typed values).
+
+    Returns:
+        The validated params, and the overrides as typed values (same keys).
+
+    Raises:
+        ParamsError: a key that is not a params value (with "did you mean"), a value of the wrong
+            type or range, a refused character, or a rule the merged params break.
+    """
+    import re
+
+    typed: dict[str, Any] = {}
+    nested: dict[str, Any] = {}
+    for key, value in overrides.items():
+        if not isinstance(key, str) or not re.fullmatch(KEY_PATTERN, key):
+            raise ParamsError(f"{str(key)[:80]!r}: not a params key (dotted lower-case names, e.g. sample.grpo_size)")
+        tp = field_type(Params, key)
+        if is_block(tp):
+            raise ParamsError(f"{key}: is a block of params; override one of its keys (e.g. {key}.<name>)")
+        typed[key] = _override_value(tp, value, key)
+        node = nested
+        *parents, last = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = typed[key]
+    return build(Params, deep_merge(raw, nested)), typed
+
+
+def _override_value(tp: Any, value: Any, key: str) -> Any:
+    for text in value if isinstance(value, list | tuple) else [value]:
+        if isinstance(text, str):
+            bad = sorted({c for c in text if c in FORBIDDEN_IN_OVERRIDES or ord(c) < 32})
+            if bad:
+                raise ParamsError(f"{key}: refusing the character(s) {' '.join(map(repr, bad))} in an override value")
+    if not isinstance(value, str) or is_str_like(tp):
+        return value
+    try:
+        parsed = yaml.safe_load(value) if value.strip() else value
+    except yaml.YAMLError as err:
+        raise ParamsError(f"{key}: cannot read {value!r} as a value") from err
+    if isinstance(parsed, str):
+        try:  # YAML 1.1 reads 1e-3 as text; DVC's -S reads it as a number
+            return float(parsed) if parsed.strip().lower() not in ("nan", "inf", "-inf", "+inf") else parsed
+        except ValueError:
+            return parsed
+    return parsed

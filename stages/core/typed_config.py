@@ -1,25 +1,34 @@
 """Turn plain mappings (parsed YAML) into frozen, typed dataclasses — strictly.
 
-Every key must be a field of the target dataclass and every value must have the field's type;
-otherwise a `ParamsError` names the dotted key and what is wrong. Supported annotations: bool,
-int, float (an int is accepted), str, `Literal[...]`, `X | None`, `list[X]`, `tuple[X, ...]`,
-`dict[str, X]` and nested dataclasses. Lists are stored as tuples so params stay hashable and
-immutable.
+Every key must be a field of the target dataclass (a near miss gets a "did you mean"), every value
+must have the field's type and lie in the field's range, and a class's cross-field rules must hold;
+otherwise a `ParamsError` names the dotted key and what is wrong, in one line. Supported annotations:
+bool, int, float (an int is accepted; NaN and infinity are not), str, `Literal[...]`, `X | None`,
+`list[X]`, `tuple[X, ...]`, `dict[str, X]`, nested dataclasses, and `Annotated[X, constraint, ...]`
+with the `annotated_types` constraints (`Gt`, `Ge`, `Lt`, `Le`, `Interval`, `MinLen`) — the same
+vocabulary pydantic reads. Lists are stored as tuples so params stay hashable and immutable.
+
+A dataclass may define `_rules(self)`, yielding `(field, problem)` pairs for rules that span
+fields (`min_frames` ≤ `max_frames`); the field is named relative to the class.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import math
 import types
 import typing
-from collections.abc import Mapping
-from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+from collections.abc import Iterator, Mapping
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+
+import annotated_types as at
 
 T = TypeVar("T")
 
 
 class ParamsError(ValueError):
-    """A params value is unknown, missing or of the wrong type; the message names the key."""
+    """A params value is unknown, missing, of the wrong type or out of range; the message names the key."""
 
 
 def build(cls: type[T], mapping: Any, where: str = "") -> T:
@@ -31,30 +40,77 @@ def build(cls: type[T], mapping: Any, where: str = "") -> T:
         where: dotted path of this mapping, used in error messages.
 
     Raises:
-        ParamsError: on an unknown key, a missing required key or a wrongly typed value.
+        ParamsError: on an unknown key, a missing required key, a wrongly typed or out-of-range value,
+            or a broken cross-field rule.
     """
     if not isinstance(mapping, Mapping):
-        raise ParamsError(f"{where or '<root>'}: expected a mapping, got {type(mapping).__name__}")
-    hints = get_type_hints(cls)
+        raise ParamsError(f"{where or '<root>'}: expected a mapping, got {_describe(mapping)}")
+    hints = get_type_hints(cls, include_extras=True)
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(mapping) - set(fields))
-    if unknown:
-        names = ", ".join(_join(where, str(k)) for k in unknown)
-        raise ParamsError(f"unknown key(s): {names} (known: {', '.join(sorted(fields))})")
+    for key in sorted(mapping, key=str):
+        if key not in fields:
+            raise ParamsError(unknown_key_message(_join(where, str(key)), str(key), fields))
     values = {}
     for name, field in fields.items():
         key = _join(where, name)
         if name in mapping:
             value = mapping[name]
             default = _default_of(field)
-            if dataclasses.is_dataclass(hints[name]) and default is not None and isinstance(value, Mapping):
+            if dataclasses.is_dataclass(_strip(hints[name])) and default is not None and isinstance(value, Mapping):
                 # A partly given block keeps the rest of its *field's* default (e.g. a preset's own
                 # values), not the bare class defaults.
                 value = deep_merge(to_dict(default), value)
             values[name] = _convert(hints[name], value, key)
         elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
             raise ParamsError(f"{key}: missing required key")
-    return cls(**values)
+    obj = cls(**values)
+    for name, problem in _rules_of(obj):
+        raise ParamsError(f"{_join(where, name)}: {problem}")
+    return obj
+
+
+def unknown_key_message(dotted: str, key: str, known: typing.Iterable[str]) -> str:
+    """`grpo.lerning_rate: unknown key (did you mean 'learning_rate'?)`, or the known keys when none is close."""
+    known = sorted(known)
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    if close:
+        return f"{dotted}: unknown key (did you mean '{_join(dotted.rpartition('.')[0], close[0])}'?)"
+    shown = ", ".join(known[:12]) + (", …" if len(known) > 12 else "")
+    return f"{dotted}: unknown key (known here: {shown})"
+
+
+def field_type(cls: type, dotted: str) -> Any:
+    """The annotation of the field at `dotted` (e.g. "grpo.learning_rate") below dataclass `cls`.
+
+    Raises:
+        ParamsError: a part of the path is not a field (with "did you mean"), or the path goes
+            through a value that is not a dataclass.
+    """
+    tp: Any = cls
+    walked = ""
+    for part in dotted.split("."):
+        base = _strip(tp)
+        if not dataclasses.is_dataclass(base):
+            raise ParamsError(f"{dotted}: {walked} is a single value, it has no key '{part}'")
+        names = [f.name for f in dataclasses.fields(base)]
+        walked = _join(walked, part)
+        if part not in names:
+            raise ParamsError(unknown_key_message(walked, part, names))
+        tp = get_type_hints(base, include_extras=True)[part]
+    return tp
+
+
+def is_block(tp: Any) -> bool:
+    """Whether an annotation is a nested params block (a dataclass)."""
+    return dataclasses.is_dataclass(_strip(tp))
+
+
+def is_str_like(tp: Any) -> bool:
+    """Whether values of this annotation are written as plain text (str or a Literal of strings)."""
+    base = _strip(tp)
+    if base is str:
+        return True
+    return get_origin(base) is Literal and all(isinstance(a, str) for a in get_args(base))
 
 
 def to_dict(obj: Any) -> Any:
@@ -68,6 +124,22 @@ def to_dict(obj: Any) -> Any:
     return obj
 
 
+def deep_merge(base: Mapping, override: Mapping) -> dict:
+    """`base` with `override` laid over it, mappings merged key by key."""
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _rules_of(obj: Any) -> Iterator[tuple[str, str]]:
+    rules = getattr(obj, "_rules", None)
+    return iter(rules()) if rules is not None else iter(())
+
+
 def _default_of(field: dataclasses.Field) -> Any:
     if field.default is not dataclasses.MISSING:
         return field.default
@@ -76,14 +148,9 @@ def _default_of(field: dataclasses.Field) -> Any:
     return None
 
 
-def deep_merge(base: Mapping, override: Mapping) -> dict:
-    merged = dict(base)
-    for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = deep_merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
+def _strip(tp: Any) -> Any:
+    """`Annotated[X, …]` → X."""
+    return get_args(tp)[0] if get_origin(tp) is Annotated else tp
 
 
 def _join(where: str, name: str) -> str:
@@ -94,8 +161,34 @@ def _describe(value: Any) -> str:
     return f"{type(value).__name__} {value!r}"[:120]
 
 
+def _number(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _check_constraints(metadata: tuple, value: Any, key: str) -> None:
+    for item in metadata:
+        constraints = list(item) if isinstance(item, at.GroupedMetadata) else [item]
+        for c in constraints:
+            if isinstance(c, at.Gt) and not value > c.gt:
+                raise ParamsError(f"{key}: must be > {_number(c.gt)}, got {_number(value)}")
+            if isinstance(c, at.Ge) and not value >= c.ge:
+                raise ParamsError(f"{key}: must be ≥ {_number(c.ge)}, got {_number(value)}")
+            if isinstance(c, at.Lt) and not value < c.lt:
+                raise ParamsError(f"{key}: must be < {_number(c.lt)}, got {_number(value)}")
+            if isinstance(c, at.Le) and not value <= c.le:
+                raise ParamsError(f"{key}: must be ≤ {_number(c.le)}, got {_number(value)}")
+            if isinstance(c, at.MinLen) and len(value) < c.min_length:
+                what = "non-empty" if c.min_length == 1 else f"at least {c.min_length} long"
+                raise ParamsError(f"{key}: must be {what}")
+
+
 def _convert(tp: Any, value: Any, key: str) -> Any:
     origin = get_origin(tp)
+    if origin is Annotated:
+        base, *metadata = get_args(tp)
+        converted = _convert(base, value, key)
+        _check_constraints(tuple(metadata), converted, key)
+        return converted
     if tp is Any:
         return value
     if dataclasses.is_dataclass(tp):
@@ -117,7 +210,7 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
         raise ParamsError(errors[0] if len(errors) == 1 else f"{key}: no allowed type matches {_describe(value)}")
     if origin is Literal:
         allowed = get_args(tp)
-        if value not in allowed:
+        if value not in allowed or isinstance(value, bool) != any(isinstance(a, bool) for a in allowed):
             raise ParamsError(f"{key}: expected one of {list(allowed)}, got {_describe(value)}")
         return value
     if origin in (list, tuple, typing.Sequence):
@@ -148,6 +241,8 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ParamsError(f"{key}: expected a number, got {_describe(value)}")
+        if not math.isfinite(value):
+            raise ParamsError(f"{key}: expected a finite number, got {value}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):

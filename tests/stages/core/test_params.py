@@ -1,4 +1,4 @@
-"""params.yaml → frozen typed classes: strict keys and types, errors that name the key."""
+"""params.yaml → frozen typed classes: strict keys, types, ranges and rules; one-line errors that name the key."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stages.core.params import Params, ParamsError, load_params
+from stages.core.params import Params, ParamsError, apply_overrides, load_params, read_params_file
 from stages.core.typed_config import build, to_dict
 
 
@@ -37,23 +37,74 @@ def test_params_are_frozen(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("sede: 1\n", "unknown key(s): sede"),
-        ("synth:\n  sizes: large\n", "unknown key(s): synth.sizes"),
+        ("sede: 1\n", "sede: unknown key (did you mean 'seed'?)"),
+        ("sampel:\n  grpo_size: 8\n", "sampel: unknown key (did you mean 'sample'?)"),
+        ("grpo:\n  lerning_rate: 0.1\n", "grpo.lerning_rate: unknown key (did you mean 'grpo.learning_rate'?)"),
+        ("synth:\n  zzz: large\n", "synth.zzz: unknown key (known here: default, large, out_dir, seed, size, source)"),
+        ("sft:\n  learning_rate: 0\n", "sft.learning_rate: must be > 0, got 0"),
+        ("keyframes:\n  n_frames: 0\n", "keyframes.n_frames: must be ≥ 1, got 0"),
+        ("grpo:\n  num_generations: 1\n", "grpo.num_generations: must be ≥ 2, got 1"),
+        ("grpo:\n  top_p: 1.5\n", "grpo.top_p: must be ≤ 1, got 1.5"),
+        ("sft:\n  learning_rate: .nan\n", "sft.learning_rate: expected a finite number, got nan"),
+        ("cot:\n  pools: []\n", "cot.pools: must be non-empty"),
+        ("cot:\n  pools: [sft, test]\n", "cot.pools[1]: expected one of ['sft', 'grpo', 'eval'], got str 'test'"),
+        ("synth:\n  default:\n    min_frames: 20\n", "synth.default.min_frames: must be ≤ max_frames (14), got 20"),
+        ("difficulty:\n  easy_below: 7\n", "difficulty.easy_below: must be ≤ hard_from (6.5), got 7"),
+        ("tiny_models:\n  num_heads: 3\n", "tiny_models.hidden_size: must be a multiple of num_heads (3), got 256"),
+        ("reward:\n  components: [format, formt]\n", "reward.components: unknown component 'formt'"),
         ("synth:\n  default:\n    height: tall\n", "synth.default.height: expected an integer, got str 'tall'"),
         ("synth:\n  size: huge\n", "synth.size: expected one of ['default', 'large']"),
         ("ingest:\n  strict: 1\n", "ingest.strict: expected true/false"),
         ("seed: 1.5\n", "seed: expected an integer"),
         ("data: [1]\n", "data: expected a mapping"),
         ("data:\n  root: [a, b]\n", "data.root: expected a string"),
-        ("seed: [\n", "malformed YAML"),
+        ("seed: [\n", "malformed YAML at line 2, column 1"),
     ],
 )
 def test_bad_params_name_the_key(tmp_path: Path, text: str, message: str) -> None:
     path = write(tmp_path, text)
     with pytest.raises(ParamsError) as info:
         load_params(path)
+    assert str(info.value).startswith(f"{path}: ")
     assert message in str(info.value)
-    assert str(path) in str(info.value)
+    assert "\n" not in str(info.value)  # one line
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"sample.grpo_size": "abc"}, "sample.grpo_size: expected an integer, got str 'abc'"),
+        ({"sampel.grpo_size": "8"}, "sampel: unknown key (did you mean 'sample'?)"),
+        ({"grpo.lerning_rate": "0.1"}, "grpo.lerning_rate: unknown key (did you mean 'grpo.learning_rate'?)"),
+        ({"sft.learning_rate": "0"}, "sft.learning_rate: must be > 0, got 0"),
+        ({"keyframes.n_frames": 0}, "keyframes.n_frames: must be ≥ 1, got 0"),
+        ({"../../x": "1"}, "'../../x': not a params key"),
+        ({"+sample.new": "1"}, "'+sample.new': not a params key"),
+        ({"params.yaml:seed": "1"}, "'params.yaml:seed': not a params key"),
+        ({"sft": "1"}, "sft: is a block of params"),
+        ({"seed.x": "1"}, "seed.x: seed is a single value"),
+        ({"data.root": "x; touch owned"}, "data.root: refusing the character(s) ';'"),
+        ({"data.root": "$(whoami)"}, "data.root: refusing the character(s) '$'"),
+        ({"cot.pools": ["sft", "a`b`"]}, "cot.pools: refusing the character(s) '`'"),
+        ({"synth.default.min_frames": "99"}, "synth.default.min_frames: must be ≤ max_frames (14), got 99"),
+    ],
+)
+def test_bad_overrides_are_refused(project_root: Path, overrides: dict, message: str) -> None:
+    with pytest.raises(ParamsError) as info:
+        apply_overrides(read_params_file(project_root / "params.yaml"), overrides)
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_overrides_read_as_dvc_reads_them(project_root: Path) -> None:
+    params, typed = apply_overrides(read_params_file(project_root / "params.yaml"), {
+        "sample.grpo_size": "32", "grpo.learning_rate": "1e-4", "ingest.strict": "false",
+        "cot.pools": "[sft, grpo]", "data.root": "123", "teacher.base_url": "http://127.0.0.1:8000/v1",
+    })
+    assert typed == {"sample.grpo_size": 32, "grpo.learning_rate": 1e-4, "ingest.strict": False,
+                     "cot.pools": ["sft", "grpo"], "data.root": "123", "teacher.base_url": "http://127.0.0.1:8000/v1"}
+    assert params.sample.grpo_size == 32 and params.cot.pools == ("sft", "grpo") and params.data.root == "123"
+    assert params.keyframes == load_params(project_root / "params.yaml").keyframes  # the rest as in the file
 
 
 def test_int_accepted_for_float(tmp_path: Path) -> None:
