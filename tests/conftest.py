@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.skip_guard import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401 (no silent skips)
+
 # Before prefect or transformers are imported anywhere: no hub, no telemetry, an isolated home.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-PROJECT_FILES = ["params.yaml", "dvc.yaml", ".dvcignore", "pyproject.toml"]
-PROJECT_DIRS = ["stages", "flows", "schemas", "prompts"]
+PROJECT_FILES = ["params.yaml", "dvc.yaml", ".dvcignore", ".gitignore", "pyproject.toml"]
+PROJECT_DIRS = ["stages", "flows", "schemas", "prompts", "profiles"]
 
 
 def env_with_venv() -> dict[str, str]:
@@ -34,8 +34,21 @@ def sh(args: list[str], cwd: Path, timeout: int = 900) -> str:
     return output
 
 
-def make_repo(project_root: Path, dest: Path, params_overrides: dict[str, object] | None = None) -> Path:
-    """Copy the project's pipeline files into `dest`, `git init` + `dvc init`, commit; return `dest`."""
+def profile_overrides(project_root: Path, name: str) -> dict[str, object]:
+    """The dotted-key overrides of `profiles/<name>.yaml`."""
+    import yaml
+
+    return dict(yaml.safe_load((project_root / "profiles" / f"{name}.yaml").read_text()) or {})
+
+
+def make_repo(project_root: Path, dest: Path, params_overrides: dict[str, object] | None = None,
+              profile: str | None = None) -> Path:
+    """Copy the project's pipeline files into `dest`, `git init` + `dvc init`, commit; return `dest`.
+
+    `profile` (e.g. "ci") applies `profiles/<profile>.yaml` first, then `params_overrides`.
+    """
+    if profile:
+        params_overrides = {**profile_overrides(project_root, profile), **(params_overrides or {})}
     dest.mkdir(parents=True, exist_ok=True)
     for name in PROJECT_FILES:
         if (project_root / name).exists():
@@ -54,7 +67,8 @@ def make_repo(project_root: Path, dest: Path, params_overrides: dict[str, object
                 node = node[key]
             node[last] = value
         (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    (dest / ".gitignore").write_text("/data/\n/models/\n__pycache__/\n")
+    if not (dest / ".gitignore").exists():
+        (dest / ".gitignore").write_text("/data/\n/models/\n__pycache__/\n")
     sh(["git", "init", "-q", "-b", "main"], dest)
     sh([sys.executable, "-m", "dvc", "init", "-q"], dest)
     sh([sys.executable, "-m", "dvc", "config", "core.analytics", "false"], dest)

@@ -1,0 +1,292 @@
+"""One Prefect API for a whole `dvc repro`, found or started by the first stage that needs one.
+
+Every stage process (`vrsflow stage NAME`, what dvc.yaml calls) and `vrsflow repro` enter `prefect_api()`:
+
+- `PREFECT_API_URL` set (environment or the active Prefect profile): that server is used, nothing started.
+- otherwise the local server recorded in `$PREFECT_HOME/vrsflow-api.json` is reused when it answers, or one is
+  started (under a file lock, so concurrent stages start one server, not two).
+
+Each process holds a *lease* (a file named by its pid) while it runs. The server runs under a small keeper
+process (`python -m flows.prefect_api keep`) in its own session, so a SIGTERM or Ctrl-C sent to the
+pipeline's process group does not reach it: an interrupted stage can still record its crashed run. The keeper
+stops the server once no live process has held a lease for `VRSFLOW_PREFECT_LINGER_S` seconds (default 30),
+which spans the gaps between stages of one `dvc repro` (DVC hashing outputs), and lets the next repro reuse it.
+
+Without this, Prefect starts a temporary server in every stage process (≈5 s each, ≈12 s the first time).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+STATE_FILE = "vrsflow-api.json"
+LOCK_FILE = "vrsflow-api.lock"
+LEASES_DIR = "vrsflow-api-leases"
+LOG_FILE = "vrsflow-api.log"
+LINGER_ENV = "VRSFLOW_PREFECT_LINGER_S"
+DEFAULT_LINGER_S = 30.0
+STARTUP_TIMEOUT_S = 90.0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _healthy(url: str, timeout: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=timeout) as response:  # noqa: S310 (local URL)
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def _locked(home: Path) -> Iterator[None]:
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / LOCK_FILE, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _read_state(home: Path) -> dict | None:
+    try:
+        return json.loads((home / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _live_leases(home: Path) -> list[int]:
+    live = []
+    leases = home / LEASES_DIR
+    for lease in leases.glob("*") if leases.is_dir() else []:
+        pid = int(lease.name) if lease.name.isdigit() else -1
+        if pid > 0 and _alive(pid):
+            live.append(pid)
+        else:
+            lease.unlink(missing_ok=True)  # a process that died without releasing (SIGKILL)
+    return live
+
+
+def _start_keeper(home: Path, linger_s: float) -> str:
+    """Start the keeper (and through it the server) in a new session; wait until the API answers."""
+    log = open(home / LOG_FILE, "ab")  # noqa: SIM115 (handed to the child)
+    keeper = subprocess.Popen(
+        [sys.executable, "-m", "flows.prefect_api", "keep", "--home", str(home), "--linger", str(linger_s)],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+        cwd=str(Path(__file__).resolve().parents[1]),
+    )
+    log.close()
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        state = _read_state(home)
+        if state and state.get("keeper_pid") == keeper.pid and _healthy(state["url"], timeout=1.0):
+            return state["url"]
+        if keeper.poll() is not None:
+            break
+        time.sleep(0.1)
+    keeper.kill()
+    tail = (home / LOG_FILE).read_text(errors="replace")[-2000:]
+    raise RuntimeError(f"the local Prefect server did not start within {STARTUP_TIMEOUT_S:.0f} s; "
+                       f"log {home / LOG_FILE}:\n{tail}")
+
+
+def _configured_api() -> tuple[str | None, Path]:
+    """PREFECT_API_URL from the environment or the active Prefect profile, and PREFECT_HOME."""
+    from prefect.settings import get_current_settings
+
+    settings = get_current_settings()
+    return settings.api.url, Path(settings.home).expanduser()
+
+
+def _linger_s() -> float:
+    raw = os.environ.get(LINGER_ENV, "")
+    try:
+        return float(raw) if raw else DEFAULT_LINGER_S
+    except ValueError:
+        raise SystemExit(f"{LINGER_ENV}: expected seconds, got {raw!r}") from None
+
+
+@contextlib.contextmanager
+def prefect_api() -> Iterator[str]:
+    """Run the body against one Prefect API shared by the whole pipeline run; yield its URL.
+
+    Sets PREFECT_API_URL for the body (Prefect settings and the environment, so child processes share it).
+    """
+    url, home = _configured_api()
+    if url:
+        yield url
+        return
+    lease = home / LEASES_DIR / str(os.getpid())
+    with _locked(home):
+        state = _read_state(home)
+        if state and _alive(state.get("keeper_pid", -1)) and _healthy(state["url"]):
+            url = state["url"]
+        else:
+            url = _start_keeper(home, _linger_s())
+        lease.parent.mkdir(parents=True, exist_ok=True)
+        lease.write_text("")
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    previous = os.environ.get("PREFECT_API_URL")
+    os.environ["PREFECT_API_URL"] = url
+    try:
+        with temporary_settings(updates={PREFECT_API_URL: url}):
+            yield url
+    finally:
+        lease.unlink(missing_ok=True)
+        if previous is None:
+            os.environ.pop("PREFECT_API_URL", None)
+        else:
+            os.environ["PREFECT_API_URL"] = previous
+
+
+def stop_server(home: Path) -> bool:
+    """Stop the recorded vrsflow server now (whatever its leases); True if one was running."""
+    with _locked(home):
+        state = _read_state(home)
+        (home / STATE_FILE).unlink(missing_ok=True)
+    if not state or not _alive(state.get("keeper_pid", -1)):
+        return False
+    os.kill(state["keeper_pid"], signal.SIGTERM)
+    return True
+
+
+def repro(dvc_args: list[str], grace_s: float = 10.0) -> int:
+    """`dvc repro DVC_ARGS…` with one Prefect API for all its stages; return dvc's exit code.
+
+    dvc runs in its own process group: a SIGTERM to this process is passed to that group (dvc and the running
+    stage, whose flow run is then marked crashed); Ctrl-C reaches it through the terminal. Either way this
+    waits up to `grace_s` seconds for dvc to finish before returning.
+    """
+    with prefect_api() as url:
+        sys.stderr.write(f"vrsflow repro: Prefect API {url}\n")
+        proc = subprocess.Popen([sys.executable, "-m", "dvc", "repro", *dvc_args], process_group=0)
+
+        def forward(signum: int, frame: object) -> None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signum)
+
+        previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            return proc.wait()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            if proc.poll() is None:
+                try:
+                    proc.wait(timeout=grace_s)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+
+
+# -- the keeper process -------------------------------------------------------------------------------------
+
+
+def _server_command(port: int) -> list[str]:
+    # the same command Prefect's own temporary server runs (prefect.server.api.server.SubprocessASGIServer)
+    import prefect
+
+    return [sys.executable, "-m", "uvicorn", "--app-dir", str(prefect.__module_path__.parent), "--factory",
+            "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
+            "--log-level", "error", "--lifespan", "on"]
+
+
+def _server_env() -> dict[str, str]:
+    from prefect.settings import get_current_settings
+
+    return {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1",
+            **get_current_settings().to_environment_variables(exclude_unset=True)}
+
+
+def keep(home: Path, linger_s: float) -> int:
+    """Run the server until no lease has been live for `linger_s` seconds (or SIGTERM); return its exit code."""
+    stopping = False
+
+    def request_stop(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the pipeline, not to its server
+    server = None
+    for _ in range(3):  # a port taken between choosing and binding: try another
+        port = _free_port()
+        url = f"http://127.0.0.1:{port}/api"
+        server = subprocess.Popen(_server_command(port), env=_server_env(), stdin=subprocess.DEVNULL)
+        while server.poll() is None and not _healthy(url, timeout=1.0) and not stopping:
+            time.sleep(0.1)
+        if server.poll() is None:
+            break
+    if server is None or server.poll() is not None or stopping:
+        if server is not None and server.poll() is None:
+            server.terminate()
+        return 1
+    (home / STATE_FILE).write_text(json.dumps({"url": url, "keeper_pid": os.getpid(), "server_pid": server.pid}))
+    idle_since = time.monotonic()
+    while not stopping and server.poll() is None:
+        time.sleep(0.5)
+        if _live_leases(home):
+            idle_since = time.monotonic()
+        elif time.monotonic() - idle_since >= linger_s:
+            with _locked(home):  # no client can take a lease while we decide
+                if not _live_leases(home):
+                    state = _read_state(home)
+                    if state and state.get("keeper_pid") == os.getpid():
+                        (home / STATE_FILE).unlink(missing_ok=True)
+                    break
+            idle_since = time.monotonic()
+    with _locked(home):
+        state = _read_state(home)
+        if state and state.get("keeper_pid") == os.getpid():
+            (home / STATE_FILE).unlink(missing_ok=True)
+    if server.poll() is None:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m flows.prefect_api keep --home DIR --linger S` (started by `prefect_api()`)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m flows.prefect_api")
+    sub = parser.add_subparsers(dest="command", required=True)
+    keeper = sub.add_parser("keep", help="run the shared local Prefect server until it has been idle")
+    keeper.add_argument("--home", required=True)
+    keeper.add_argument("--linger", type=float, default=DEFAULT_LINGER_S)
+    args = parser.parse_args(argv)
+    return keep(Path(args.home), args.linger)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
