@@ -1,8 +1,17 @@
-"""`reports/eval.md`: the results table shaped like the papers' ReVOS table, and pictures (PNG, PIL only).
+"""`reports/eval.md`: the results table shaped like the papers' ReVOS table, an optional comparison of several
+models (base / SFT / GRPO), and pictures (PNG, PIL only).
 
-Pictures (in `<report stem>/` beside the markdown): for the best and worst scored expressions, the frames
-the model saw with ground-truth boxes (green) and, on the chosen keyframe, the predicted boxes (red);
-and a strip of frames across the video, ground-truth mask over predicted mask.
+Pictures (in `<report stem>/` beside the markdown), for the best and worst scored expressions that have a
+target (ranked among those whose target is visible in at least one frame; the best also among those where
+the model answered boxes, so that no example scores only from target-absent frames):
+
+- the frames the model saw, ground-truth boxes on every frame and, on the chosen keyframe, the predicted
+  boxes;
+- a strip of frames across the video, ground-truth mask (top row) over predicted mask (bottom row).
+
+Colours: ground truth cyan, prediction magenta — neither is a colour of the synthetic shapes (red, green,
+blue, yellow, orange, white), so outlines never vanish into the object they mark. Every picture carries the
+legend; boxes are `BOX_WIDTH` px wide at the picture's scale; tiles are `THUMB` px on their longest side.
 """
 
 from __future__ import annotations
@@ -13,17 +22,26 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from PIL import Image, ImageDraw
+from PIL import Image, ImageDraw, ImageFont
 from pycocotools import mask as mask_utils
 
 from stages.core import revos
 from stages.core.io import atomic_write_text, markdown_table
+from stages.core.report import embed_images
 from stages.core.rle import to_coco
 from stages.evaluate.scorer import GroundTruth, read_mask_png
 
-THUMB = 160  # longest side of a picture tile, pixels
+THUMB = 320  # longest side of a picture tile, pixels (small frames are enlarged, pixel-exact)
 STRIP_FRAMES = 6
-GREEN, RED = (40, 220, 60), (235, 40, 40)
+BOX_WIDTH = 3  # box outline width at the tile's scale, pixels
+GT_COLOUR, PRED_COLOUR = (0, 229, 255), (255, 0, 200)  # cyan, magenta
+KEY_COLOUR = (255, 255, 255)
+GAP = 4  # pixels between tiles
+FONT_SIZE = 14
+LEGEND_MD = ("Colours: **cyan** = ground truth, **magenta** = prediction (the synthetic shapes are red, green, "
+             "blue, yellow, orange or white, never cyan or magenta). Boxes picture: the frames the model saw, "
+             "ground-truth boxes on each, predicted boxes on the keyframe it chose (`KEY`). Masks picture: frames "
+             "across the whole video, ground truth (top row) over the SAM2 prediction (bottom row).")
 
 
 def results_table(metrics: dict[str, float], label: str) -> pd.DataFrame:
@@ -37,9 +55,18 @@ def results_table(metrics: dict[str, float], label: str) -> pd.DataFrame:
     return pd.DataFrame([row])
 
 
+def _font(size: int = FONT_SIZE) -> ImageFont.ImageFont:
+    try:
+        return ImageFont.load_default(size=size)
+    except (TypeError, OSError):  # Pillow without FreeType: the fixed bitmap font
+        return ImageFont.load_default()
+
+
 def _thumb(image: Image.Image) -> tuple[Image.Image, float]:
     scale = THUMB / max(image.size)
-    return image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale)))), scale
+    size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
+    resample = Image.Resampling.NEAREST if scale >= 1 else Image.Resampling.BILINEAR
+    return image.resize(size, resample), scale
 
 
 def _frame(root: Path, video: str, name: str) -> Image.Image:
@@ -58,54 +85,83 @@ def _gt_mask(gt: GroundTruth, annos: list[str], t: int, shape: tuple[int, int]) 
 
 def _overlay(image: Image.Image, mask: np.ndarray, colour: tuple[int, int, int]) -> Image.Image:
     pixels = np.asarray(image, dtype=np.float32).copy()
-    pixels[mask] = 0.45 * pixels[mask] + 0.55 * np.asarray(colour, dtype=np.float32)
+    pixels[mask] = 0.4 * pixels[mask] + 0.6 * np.asarray(colour, dtype=np.float32)
     return Image.fromarray(pixels.astype(np.uint8))
 
 
+def _label(draw: ImageDraw.ImageDraw, text: str, colour: tuple[int, int, int]) -> None:
+    font = _font()
+    x1, y1, x2, y2 = draw.textbbox((4, 3), text, font=font)
+    draw.rectangle([x1 - 3, y1 - 2, x2 + 3, y2 + 2], fill=(0, 0, 0))
+    draw.text((4, 3), text, fill=colour, font=font)
+
+
+def _box(draw: ImageDraw.ImageDraw, x1: float, y1: float, x2: float, y2: float, colour: tuple[int, int, int]) -> None:
+    """Outline of the pixel box [x1, x2) × [y1, y2) (tile coordinates), BOX_WIDTH px drawn inside it."""
+    left, top = round(x1), round(y1)
+    right, bottom = max(left, round(x2) - 1), max(top, round(y2) - 1)
+    draw.rectangle([left, top, right, bottom], outline=colour, width=BOX_WIDTH)
+
+
+def legend_strip(width: int) -> Image.Image:
+    """A white band with the colour key, `width` px wide."""
+    font = _font()
+    strip = Image.new("RGB", (max(width, 300), FONT_SIZE + 14), (255, 255, 255))
+    draw = ImageDraw.Draw(strip)
+    x = 6
+    for colour, text in ((GT_COLOUR, "ground truth"), (PRED_COLOUR, "prediction")):
+        draw.rectangle([x, 5, x + 22, 5 + FONT_SIZE], outline=colour, width=BOX_WIDTH)
+        x += 28
+        draw.text((x, 5), text, fill=(0, 0, 0), font=font)
+        x += int(draw.textlength(text, font=font)) + 18
+    return strip
+
+
 def _grid(tiles: list[list[Image.Image]]) -> Image.Image:
-    width = sum(t.width for t in tiles[0]) + 2 * (len(tiles[0]) - 1)
-    height = sum(row[0].height for row in tiles) + 2 * (len(tiles) - 1)
-    canvas = Image.new("RGB", (width, height), (255, 255, 255))
+    width = sum(t.width for t in tiles[0]) + GAP * (len(tiles[0]) - 1)
+    height = sum(row[0].height for row in tiles) + GAP * (len(tiles) - 1)
+    legend = legend_strip(width)
+    canvas = Image.new("RGB", (max(width, legend.width), height + GAP + legend.height), (255, 255, 255))
     y = 0
     for row in tiles:
         x = 0
         for tile in row:
             canvas.paste(tile, (x, y))
-            x += tile.width + 2
-        y += row[0].height + 2
+            x += tile.width + GAP
+        y += row[0].height + GAP
+    canvas.paste(legend, (0, y))
     return canvas
 
 
 def boxes_picture(root: Path, gt: GroundTruth, answer: dict, annos: list[str]) -> Image.Image:
-    """The frames shown, GT boxes in green; the chosen keyframe also carries the predicted boxes in red."""
+    """The frames shown, ground-truth boxes on each; the chosen keyframe also carries the predicted boxes."""
     video = answer["video"]
     names = gt.videos[video]["frames"]
     key = answer["keyframe_idx"]
     tiles = []
     for t in answer["frame_indices"]:
-        image, scale = _thumb(_frame(root, video, names[t]))
+        full = _frame(root, video, names[t])
+        image, scale = _thumb(full)
         draw = ImageDraw.Draw(image)
         for a in annos:
             rle = gt.masks[a][t]
             if rle:
                 x, y, w, h = (float(v) * scale for v in mask_utils.toBbox(to_coco(rle)))
-                draw.rectangle([x, y, x + w - 1, y + h - 1], outline=GREEN, width=2)
+                _box(draw, x, y, x + w, y + h, GT_COLOUR)
         if key is not None and not math.isnan(key) and int(key) == t:
             size = answer["frame_size"]
-            full = _frame(root, video, names[t]).size
-            sx, sy = full[0] / size * scale, full[1] / size * scale
+            sx, sy = full.width / size * scale, full.height / size * scale
             for x1, y1, x2, y2 in answer["boxes"]:
-                draw.rectangle([x1 * sx, y1 * sy, max(x1 * sx, x2 * sx - 1), max(y1 * sy, y2 * sy - 1)],
-                               outline=RED, width=2)
-            draw.text((3, 2), f"key {t}s", fill=RED)
+                _box(draw, x1 * sx, y1 * sy, x2 * sx, y2 * sy, PRED_COLOUR)
+            _label(draw, f"KEY frame {t}", KEY_COLOUR)
         else:
-            draw.text((3, 2), f"{t}s", fill=(255, 255, 255))
+            _label(draw, f"frame {t}", (200, 200, 200))
         tiles.append(image)
     return _grid([tiles])
 
 
 def masks_strip(root: Path, gt: GroundTruth, pred_dir: Path, video: str, exp_id: str, annos: list[str]) -> Image.Image:
-    """Frames across the video: ground truth (green, top row) over prediction (red, bottom row)."""
+    """Frames across the video: ground truth (top row) over prediction (bottom row)."""
     names = gt.videos[video]["frames"]
     picks = sorted({round(x) for x in np.linspace(0, len(names) - 1, min(STRIP_FRAMES, len(names)))})
     top, bottom = [], []
@@ -116,42 +172,77 @@ def masks_strip(root: Path, gt: GroundTruth, pred_dir: Path, video: str, exp_id:
         pred = read_mask_png(path) > 0 if path.is_file() else np.zeros(shape, dtype=bool)
         if pred.shape != shape:
             pred = np.zeros(shape, dtype=bool)
-        top.append(_thumb(_overlay(image, _gt_mask(gt, annos, t, shape), GREEN))[0])
-        bottom.append(_thumb(_overlay(image, pred, RED))[0])
+        gt_tile = _thumb(_overlay(image, _gt_mask(gt, annos, t, shape), GT_COLOUR))[0]
+        _label(ImageDraw.Draw(gt_tile), f"frame {t}", (200, 200, 200))
+        top.append(gt_tile)
+        bottom.append(_thumb(_overlay(image, pred, PRED_COLOUR))[0])
     return _grid([top, bottom])
 
 
+def pick_examples(scores: pd.DataFrame, answers: pd.DataFrame, gt: GroundTruth, n: int) -> tuple[list[str], list[str]]:
+    """The `n` best and `n` worst expression ids by J&F among expressions with a target (referring or reasoning,
+    target visible in at least one frame). The best are taken among those where the model answered boxes
+    (all with a target when none did); ties broken by expression id. A worst already shown as best is skipped."""
+    boxes = answers.set_index("expression_id")["boxes"].map(lambda b: len(b) > 0)
+    entries = {(v, e): entry for v, video in gt.videos.items() for e, entry in video["expressions"].items()}
+
+    def visible(row: pd.Series) -> bool:
+        annos = [str(a) for a in entries.get((row["video"], row["exp_id"]), {}).get("anno_id", [])]
+        return any(any(gt.masks.get(a, [])) for a in annos)
+
+    candidates = scores[scores["type_id"].isin([0, 1])]
+    candidates = candidates[candidates.apply(visible, axis=1)] if len(candidates) else candidates
+    ranked = candidates.sort_values(["JF", "expression_id"], ascending=[False, True])
+    answered = ranked[ranked["expression_id"].map(lambda i: bool(boxes.get(i, False)))]
+    best = list((answered if len(answered) else ranked).head(n)["expression_id"])
+    worst = [i for i in ranked.sort_values(["JF", "expression_id"])["expression_id"] if i not in best][:n]
+    return best, worst
+
+
 def write_report(path: Path, metrics: dict[str, float], scores: pd.DataFrame, answers: pd.DataFrame, root: Path,
-                 pred_dir: Path, gt: GroundTruth, n_examples: int, model_label: str) -> str:
-    """Write the markdown report and its pictures; returns the markdown (also published by the flow)."""
+                 pred_dir: Path, gt: GroundTruth, n_examples: int, model_label: str,
+                 comparison: pd.DataFrame | None = None) -> str:
+    """Write the markdown report and its pictures.
+
+    Args:
+        comparison: optional table of several models (one row each, e.g. base / SFT / GRPO), shown first.
+
+    Returns:
+        The markdown with its pictures embedded as data URIs (what the flow publishes as a Prefect artifact;
+        the file itself links the PNGs beside it).
+    """
     path = Path(path)
     pictures = path.parent / path.stem
     shutil.rmtree(pictures, ignore_errors=True)
     pictures.mkdir(parents=True)
     lines = [f"# Evaluation — {model_label}", "",
              "ReVOS protocol (VISA's evaluator): J, F, J&F in percent; R as VISA computes it on 0/255 PNGs "
-             "(`R (VISA)`, comparable with published tables) and on binary masks (`R (binary)`).", "",
-             markdown_table(results_table(metrics, model_label)), ""]
+             "(`R (VISA)`, comparable with published tables) and on binary masks (`R (binary)`).", ""]
+    if comparison is not None and len(comparison):
+        lines += ["## Models compared", "", markdown_table(comparison), ""]
+    lines += ["## This model", "", markdown_table(results_table(metrics, model_label)), ""]
     counts = {k: v for k, v in sorted(metrics.items()) if k.split("_")[0] not in ("J", "F", "JF", "R")}
     lines += ["## Answers and keyframes", "", markdown_table(pd.DataFrame(
         [{"metric": k, "value": v} for k, v in counts.items()])), ""]
-    scored = scores[scores["type_id"].isin([0, 1])].sort_values(["JF", "expression_id"], ascending=[False, True])
-    picks = list(dict.fromkeys([*scored.head(n_examples)["expression_id"], *scored.tail(n_examples)["expression_id"]]))
+    best, worst = pick_examples(scores, answers, gt, n_examples)
+    if best or worst:
+        lines += ["## Examples", "", LEGEND_MD, ""]
     by_id = answers.set_index("expression_id", drop=False)
-    for rank, expression_id in enumerate(picks):
-        score = scored.set_index("expression_id").loc[expression_id]
+    scored = scores.set_index("expression_id")
+    for rank, (kind, expression_id) in enumerate([*(("Best", i) for i in best), *(("Worst", i) for i in worst)]):
+        score = scored.loc[expression_id]
         answer = by_id.loc[expression_id].to_dict()
         entry = gt.videos[answer["video"]]["expressions"][answer["exp_id"]]
         annos = [str(a) for a in entry.get("anno_id", [])]
         stem = f"{rank:02d}"
         boxes_picture(root, gt, answer, annos).save(pictures / f"{stem}_boxes.png")
         masks_strip(root, gt, pred_dir, answer["video"], answer["exp_id"], annos).save(pictures / f"{stem}_masks.png")
-        lines += [f"## {'Best' if rank < n_examples else 'Worst'}: `{expression_id}` — \"{answer['text']}\"", "",
+        lines += [f"### {kind}: `{expression_id}` — \"{answer['text']}\"", "",
                   f"J&F {100 * score['JF']:.1f} (J {100 * score['J']:.1f}, F {100 * score['F']:.1f}); "
-                  f"answer status `{answer['status']}`, keyframe {answer['keyframe_idx']}, "
-                  f"{answer['n_rounds']} selection round(s).", "",
-                  f"![frames shown, boxes]({pictures.name}/{stem}_boxes.png)", "",
-                  f"![ground truth (top) vs prediction (bottom)]({pictures.name}/{stem}_masks.png)", ""]
+                  f"answer status `{answer['status']}`, {len(answer['boxes'])} box(es), keyframe "
+                  f"{answer['keyframe_idx']}, {answer['n_rounds']} selection round(s).", "",
+                  f"![frames shown: ground truth cyan, prediction magenta]({pictures.name}/{stem}_boxes.png)", "",
+                  f"![ground truth (top, cyan) vs prediction (bottom, magenta)]({pictures.name}/{stem}_masks.png)", ""]
     text = "\n".join(lines)
     atomic_write_text(path, text)
-    return text
+    return embed_images(text, path.parent)
