@@ -57,5 +57,5 @@ def run_stage(stage: str, fn: Callable[..., StageReport], *args: Any, **kwargs: 
         progress.remove_listener(on_progress)
     update_progress_artifact(artifact_id=artifact_id, progress=100.0)
     publish_report(report)
-    logger.info("%s done: %s", stage, report.metrics)
+    logger.info("%s", report.summary_line())  # one short line; all metrics are in metrics/<stage>.json
     return report

@@ -16,7 +16,7 @@ from stages.core.lineage import write_lineage
 from stages.core.model_card import write_model_card
 from stages.core.params import GrpoParams, RewardParams, Sam2Params
 from stages.core.report import StageReport
-from stages.grpo.curves import curve_from_trl, summary_window, window_summary, write_curve
+from stages.grpo.curves import curve_from_trl, curves_markdown, summary_window, window_summary, write_curve
 from stages.rewards import check_params
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,8 @@ def run_grpo(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, curve_pat
     write_model_card(out_dir, "vrsflow GRPO checkpoint (Qwen2.5-VL, verifiable reward)", metrics={"grpo": summary})
     log.info("grpo: reward %.3f → %.3f over %d steps", summary.get("reward_first", float("nan")),
              summary.get("reward_last", float("nan")), summary["steps"])
-    return StageReport("grpo", metrics=summary, tables={"curve": pd.DataFrame(rows)})
+    return StageReport("grpo", metrics=summary, tables={"curve": pd.DataFrame(rows)},
+                       markdown=curves_markdown(curve_path))
 
 
 def _run_verl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, params_path: Path) -> StageReport:

@@ -98,6 +98,20 @@ def _fmt(value: float) -> str:
     return str(int(value)) if isinstance(value, int) else f"{float(value):.6g}"
 
 
+def curves_markdown(path: Path) -> str:
+    """The curves as pictures for the stage's Prefect artifact: reward (total and per component), response
+    length and KL against the step."""
+    from stages.core.report import curve_markdown, read_curve_table
+
+    columns = list(read_curve_table(path)[0]) if Path(path).is_file() and read_curve_table(path) else []
+    rewards = ["reward"] + sorted(c for c in columns if c.startswith("reward_") and c != "reward_std")
+    return "\n".join([
+        curve_markdown(path, "step", rewards, "GRPO reward per step", "reward (mean over the step's rollouts)"),
+        curve_markdown(path, "step", ["response_length"], "GRPO response length", "tokens (mean)"),
+        curve_markdown(path, "step", ["kl"], "GRPO KL to the reference model", "KL"),
+    ]) if columns else ""
+
+
 def summary_window(window: int, pool_size: int, batch_size: int) -> int:
     """`window` steps, or when 0 the steps of one pass over the GRPO pool, so that the first and the
     last window score the same prompts and prompt difficulty cancels out of their difference."""

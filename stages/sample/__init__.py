@@ -33,7 +33,7 @@ from stages.core.ids import sample_id  # noqa: E402
 from stages.core.io import read_table, write_table  # noqa: E402
 from stages.core.lineage import write_lineage  # noqa: E402
 from stages.core.params import SampleParams  # noqa: E402
-from stages.core.report import StageReport  # noqa: E402
+from stages.core.report import StageReport, image_markdown  # noqa: E402
 from stages.sample.stratify import allocate, draw  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ def sample_pools(params: SampleParams, seed: int, index_dir: Path, out_dir: Path
             log.warning("pool %s: asked for %d, only %d candidates", name, asked[name], n)
             metrics[f"{name}.shortfall"] = asked[name] - n
     return StageReport("sample", metrics=dict(sorted(metrics.items())), tables={"sampling distribution": distribution},
-                       markdown=f"Sampling distribution chart: `{(out_dir / 'distribution.png').as_posix()}`")
+                       markdown=image_markdown(out_dir / "distribution.png", "sampling distribution"))
 
 
 def _check(params: SampleParams) -> None:
