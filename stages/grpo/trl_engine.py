@@ -52,9 +52,8 @@ class GroupReward:
             frames = None
             if images is not None and self.predictor is not None:
                 frames = [np.asarray(img.convert("RGB")) for img in images[idx[0]]]
-            tokens = [len(completion_ids[i]) for i in idx] if completion_ids is not None else None
-            scored = score_group([texts[i] for i in idx], ground_truth[idx[0]], self.params, frames, self.predictor,
-                                 tokens)
+            # the length penalty counts the <think> text itself (reward.length_tokenizer), as under verl
+            scored = score_group([texts[i] for i in idx], ground_truth[idx[0]], self.params, frames, self.predictor)
             for i, result in zip(idx, scored, strict=True):
                 results[i] = result
         if log_metric is not None:

@@ -14,10 +14,13 @@ from stages.rewards.score import (
     length_penalty,
     max_score,
     precompute_masks,
+    reasoning_counter,
     resolve_components,
     score_answer,
     score_group,
+    task_components,
 )
 
 __all__ = ["LENGTH_PENALTY", "REGISTRY", "RewardContext", "check_params", "compute_score", "length_penalty",
-           "match_boxes", "max_score", "precompute_masks", "resolve_components", "score_answer", "score_group"]
+           "match_boxes", "max_score", "precompute_masks", "reasoning_counter", "resolve_components", "score_answer",
+           "score_group", "task_components"]

@@ -1,24 +1,25 @@
 """Reward components: small pure functions of one parsed rollout, each in [0, 1].
 
 Every component receives a `RewardContext` (the parsed answer — never None here: a parse failure is
-scored by `compute_score` before any component runs, with only the format credit its tags earn — the
-ground truth and the reward params) and returns a float in [0, 1]. Sources:
+scored by `score_answer` before any component runs, with only the format credit its text earns — the
+ground truth, the task's answer schema and the reward params) and returns a float in [0, 1]. Sources:
 - Veason-R1 (paper eq. 3–8 and `SitongGong/Veason-R1` `verl/utils/reward_score/video_match_keyframe_sam_sft_mod.py`):
   format, keyframe, spatial, consistency.
-- RCoT-Seg / VisionReasoner: thresholded IoU / box-L1 / point-L1 Hungarian match (`rcot_match`), AKS option.
-- VideoSeg-R1: negative-point reward, non-repeat reward (the soft length penalty is a multiplier: score.py).
+- RCoT-Seg / VisionReasoner: thresholded IoU / box-L1 / point match (`rcot_match`), AKS option.
+- VideoSeg-R1: negative-point reward, VisionReasoner's non-repeat reward (the soft length penalty is a
+  multiplier: score.py).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
+from scipy import ndimage
 
-from schemas.answer import Answer, GroundTruth, format_credit, well_formed_box_share
+from schemas.answer import Answer, AnswerSchema, GroundTruth, format_credit
 from stages.core import rle
 from stages.core.params import RewardParams
 from stages.rewards.geometry import box_centres, clip_boxes, hungarian, iou_matrix, mask_iou
@@ -29,9 +30,9 @@ MasksFor = Callable[[int, tuple[tuple[float, float, float, float], ...]], np.nda
 
 @dataclass(frozen=True)
 class Match:
-    """Hungarian matching of predicted boxes to the ground-truth boxes at the predicted keyframe."""
+    """Hungarian matching of predicted boxes to the ground-truth boxes at the answer's frame."""
 
-    position: int  # index of the predicted keyframe among the shown frames
+    position: int  # index of the answer's frame among the shown frames
     pred: np.ndarray  # (M, 4) predicted boxes clipped to the image
     gt: np.ndarray  # (N, 4) ground-truth boxes of the objects present at that frame
     gt_objects: tuple[int, ...]  # object index of each ground-truth box
@@ -47,14 +48,20 @@ class RewardContext:
     answer: Answer
     gt: GroundTruth
     params: RewardParams
+    schema: AnswerSchema
     masks_for: MasksFor | None = None
-    response_tokens: int | None = None
     _cache: dict = field(default_factory=dict, repr=False)
 
     @cached_property
+    def position(self) -> int | None:
+        """The shown frame the answer is about: its keyframe timestamp when its schema has one (None when
+        that timestamp was not shown), else the one frame the task shows (the ground-truth keyframe)."""
+        return answer_position(self.answer, self.gt, self.schema)
+
+    @cached_property
     def match(self) -> Match | None:
-        """The IoU matching at the predicted keyframe; None when that timestamp was not shown."""
-        return match_boxes(self.answer, self.gt)
+        """The IoU matching at the answer's frame; None when that frame was not shown."""
+        return match_boxes(self.answer, self.gt, self.position)
 
     @cached_property
     def gt_masks(self) -> list[np.ndarray]:
@@ -62,10 +69,21 @@ class RewardContext:
         height, width = self.gt.image_size
         return [rle.decode(m, height, width) for m in self.gt.masks]
 
+    @property
+    def scale(self) -> float:
+        """Pixel thresholds are stated at `threshold_size`; this scales them to the image shown."""
+        return max(self.gt.image_size) / self.params.threshold_size
 
-def match_boxes(answer: Answer, gt: GroundTruth) -> Match | None:
-    """Match the answer's boxes to the ground truth at the answer's keyframe (Hungarian on 1 − IoU)."""
-    position = gt.frame_position(answer.keyframe_timestamp)
+
+def answer_position(answer: Answer, gt: GroundTruth, schema: AnswerSchema) -> int | None:
+    """See `RewardContext.position`."""
+    if "keyframe_timestamp" in schema.keys:
+        return gt.frame_position(answer.keyframe_timestamp)
+    return gt.frame_position(gt.keyframe_timestamp)
+
+
+def match_boxes(answer: Answer, gt: GroundTruth, position: int | None) -> Match | None:
+    """Match the answer's boxes to the ground truth at `position` (Hungarian on 1 − IoU)."""
     if position is None:
         return None
     height, width = gt.image_size
@@ -79,47 +97,43 @@ def match_boxes(answer: Answer, gt: GroundTruth) -> Match | None:
     return Match(position, pred, gt_boxes, tuple(k for k, _ in present), rows, cols, iou)
 
 
-def _format_score(tags_exact: bool, box_share: float) -> float:
-    return 0.5 * tags_exact + 0.5 * box_share
+def format_score(text: str, schema: AnswerSchema, gt: GroundTruth) -> float:
+    """0.5 for exactly `<think>…</think><answer>…</answer>` + 0.5 × the answer-content credit
+    (`schemas.answer.content_credit`: for boxes, the share of well-formed boxes, counted only with an
+    integer `keyframe_timestamp` where the schema has one, as the released Veason-R1 code does).
+
+    One formula for parsed and unparsed completions. The released code gives 1 + 1; halved here so every
+    component lies in [0, 1] and the weights say how much each counts.
+    """
+    tags, content = format_credit(text, schema, empty_boxes_ok=gt.no_target)
+    return 0.5 * tags + 0.5 * content
 
 
 def format_reward(ctx: RewardContext) -> float:
-    """0.5 for exactly `<think>…</think><answer>…</answer>` + 0.5 × the share of well-formed boxes
-    (four numbers, x1 < x2, y1 < y2); an answer with no box gets no box half.
-
-    The released Veason-R1 code gives 1 + 1 (tags, spread over well-formed boxes); halved here so every
-    component lies in [0, 1] and the weights say how much each counts. A completion whose answer does
-    not parse is scored by `unparsed_format_reward` instead.
-    """
-    return _format_score(ctx.answer.well_formed, well_formed_box_share(ctx.answer.boxes))
-
-
-def unparsed_format_reward(text: str) -> float:
-    """The format credit of a completion whose answer JSON does not parse: the same two halves, read
-    leniently (`schemas.answer.format_credit`), so right tags around a broken box still count."""
-    return _format_score(*format_credit(text))
+    """`format_score` of the rollout's text."""
+    return format_score(ctx.answer.text, ctx.schema, ctx.gt)
 
 
 def keyframe_reward(ctx: RewardContext) -> float:
     """Target area at the chosen frame ÷ the largest target area over the shown frames; 0 if not shown.
-
-    Raises:
-        ValueError: the ground truth shows no target in any frame (such samples must not reach GRPO).
-    """
-    largest = max(ctx.gt.union_areas)
-    if largest <= 0:
-        raise ValueError("ground truth has no target area in any shown frame")
-    position = ctx.gt.frame_position(ctx.answer.keyframe_timestamp)
+    A no-target ground truth: 1 for any shown timestamp (no frame shows the target better)."""
+    position = ctx.position
     if position is None:
         return 0.0
+    largest = max(ctx.gt.union_areas)
+    if largest <= 0:
+        return 1.0
     return float(min(max(ctx.gt.union_areas[position] / largest, 0.0), 1.0))
 
 
 def spatial_reward(ctx: RewardContext) -> float:
-    """Σ matched IoU ÷ max(#pred, #gt) at the chosen keyframe; 0 if not shown or no target there."""
+    """Σ matched IoU ÷ max(#pred, #gt) at the chosen frame; 0 if not shown. No target there and no box
+    predicted: 1 (nothing to find, nothing claimed)."""
     match = ctx.match
-    if match is None or len(match.gt) == 0 or len(match.pred) == 0:
+    if match is None:
         return 0.0
+    if len(match.gt) == 0 or len(match.pred) == 0:
+        return float(len(match.gt) == 0 and len(match.pred) == 0)
     total = match.iou[match.rows, match.cols].sum()
     return float(total / max(len(match.pred), len(match.gt)))
 
@@ -127,12 +141,16 @@ def spatial_reward(ctx: RewardContext) -> float:
 def consistency_reward(ctx: RewardContext) -> float:
     """Mean IoU over the shown frames of SAM2 masks propagated from the matched boxes vs the union GT mask.
 
+    No box predicted for a no-target ground truth: the empty prediction against empty masks, 1.
+
     Raises:
         RuntimeError: no SAM2 segmenter was given (a configuration error, not a model error).
     """
     match = ctx.match
-    if match is None or len(match.rows) == 0:
+    if match is None:
         return 0.0
+    if len(match.rows) == 0:
+        return float(ctx.gt.no_target and len(match.pred) == 0)
     if ctx.masks_for is None:
         raise RuntimeError("the consistency reward needs a SAM2 segmenter (masks_for); none was configured")
     boxes = tuple(tuple(float(v) for v in match.pred[r]) for r in sorted(match.rows))
@@ -157,25 +175,30 @@ def _gt_points(ctx: RewardContext, match: Match) -> np.ndarray:
 def rcot_match_reward(ctx: RewardContext) -> float:
     """RCoT-Seg / VisionReasoner accuracy: Hungarian match on three thresholded scores, normalised.
 
-    Per pair: [IoU > iou_threshold] + [mean corner L1 < box_l1_threshold] + [point distance (L1 mean)
-    < point_l1_threshold], pixel thresholds scaled from threshold_size to the image. Sum of matched
-    pair scores ÷ (3 · max(#pred, #gt)). Predicted points: the answer's `point_2d_list` when it has
-    one per box, else box centres.
+    Per pair: [IoU > iou_threshold] + [mean |Δ| of the four box corners < box_l1_threshold] + [Euclidean
+    distance of the points < point_l1_threshold AND the predicted point inside the ground-truth box],
+    pixel thresholds scaled from threshold_size to the image. Sum of matched pair scores ÷
+    (3 · max(#pred, #gt)). Predicted points: the answer's `point_2d_list` when its schema has one, else
+    box centres. No target at that frame and no box predicted: 1.
     """
     match = ctx.match
-    if match is None or len(match.gt) == 0 or len(match.pred) == 0:
+    if match is None:
         return 0.0
+    if len(match.gt) == 0 or len(match.pred) == 0:
+        return float(len(match.gt) == 0 and len(match.pred) == 0)
     p = ctx.params
-    scale = max(ctx.gt.image_size) / p.threshold_size
-    pred_points = (np.asarray(ctx.answer.points, dtype=np.float64)
+    pred_points = (np.asarray(ctx.answer.points, dtype=np.float64).reshape(-1, 2)
                    if ctx.answer.points is not None and len(ctx.answer.points) == len(match.pred)
                    else box_centres(match.pred))
     gt_points = _gt_points(ctx, match)
     iou_ok = match.iou > p.iou_threshold
     l1 = np.abs(match.pred[:, None, :] - match.gt[None, :, :]).mean(axis=2)
-    l1_ok = l1 < p.box_l1_threshold * scale
-    dist = np.abs(pred_points[:, None, :] - gt_points[None, :, :]).mean(axis=2)
-    point_ok = dist < p.point_l1_threshold * scale
+    l1_ok = l1 < p.box_l1_threshold * ctx.scale
+    dist = np.hypot(pred_points[:, None, 0] - gt_points[None, :, 0], pred_points[:, None, 1] - gt_points[None, :, 1])
+    x, y = pred_points[:, None, 0], pred_points[:, None, 1]
+    in_box = (x >= match.gt[None, :, 0]) & (x <= match.gt[None, :, 2]) & (y >= match.gt[None, :, 1]) \
+        & (y <= match.gt[None, :, 3])
+    point_ok = (dist < p.point_l1_threshold * ctx.scale) & in_box
     score = iou_ok.astype(float) + l1_ok + point_ok
     rows, cols = hungarian(3.0 - score)
     return float(score[rows, cols].sum() / (3.0 * max(len(match.pred), len(match.gt))))
@@ -185,7 +208,7 @@ def aks_option_reward(ctx: RewardContext) -> float:
     """RCoT-Seg AKS: 1 when the answer's option equals the ground-truth option.
 
     Raises:
-        ValueError: the sample carries no AKS option (aks_option used on a non-AKS pool).
+        ValueError: the sample carries no AKS option (a data bug: an AKS sample without its option).
     """
     if ctx.gt.aks_option is None:
         raise ValueError("aks_option reward on a sample whose ground truth has no aks_option")
@@ -193,26 +216,43 @@ def aks_option_reward(ctx: RewardContext) -> float:
 
 
 def negative_point_reward(ctx: RewardContext) -> float:
-    """VideoSeg-R1: fraction of negative points inside the image and outside the target at the chosen frame."""
+    """VideoSeg-R1: 1/K for each of the K negative points whose distance to the target is positive and at
+    most τ_neg (`negative_point_tau` px at threshold_size, scaled to the image). The distance is the
+    Euclidean distance from the point's pixel to the nearest target pixel at the answer's frame (0 inside
+    the target); a point outside the image, or any point when no target is there, is not valid."""
     points = ctx.answer.negative_points
-    position = ctx.gt.frame_position(ctx.answer.keyframe_timestamp)
+    position = ctx.position
     if not points or position is None:
         return 0.0
-    height, width = ctx.gt.image_size
     mask = ctx.gt_masks[position]
-    good = 0
+    if not mask.any():
+        return 0.0
+    key = ("distance", position)
+    if key not in ctx._cache:
+        ctx._cache[key] = ndimage.distance_transform_edt(~mask)
+    distance = ctx._cache[key]
+    height, width = mask.shape
+    tau = ctx.params.negative_point_tau * ctx.scale
+    valid = 0
     for x, y in points:
-        if 0 <= x < width and 0 <= y < height and not mask[int(y), int(x)]:
-            good += 1
-    return good / len(points)
-
-
-_SENTENCE = re.compile(r"[.!?\n]+")
+        if 0 <= x < width and 0 <= y < height:
+            d = float(distance[int(y), int(x)])
+            valid += 0 < d <= tau
+    return valid / len(points)
 
 
 def non_repeat_reward(ctx: RewardContext) -> float:
-    """VisionReasoner / VideoSeg-R1: 1 when no sentence of the reasoning repeats; 0 for empty reasoning."""
-    sentences = [s.strip().lower() for s in _SENTENCE.split(ctx.answer.think) if s.strip()]
-    if not sentences:
-        return 0.0
-    return float(len(set(sentences)) == len(sentences))
+    """VisionReasoner / VideoSeg-R1 non-repeat, counted as its reference code counts: the whole completion
+    split at '.', blank pieces dropped; every piece already seen is a repeat; 0 from the second repeat
+    on (one repeated sentence is tolerated), else 1."""
+    seen: set[str] = set()
+    repeats = 0
+    for sentence in (s.strip() for s in ctx.answer.text.split(".")):
+        if not sentence:
+            continue
+        if sentence in seen:
+            repeats += 1
+            if repeats >= 2:
+                return 0.0
+        seen.add(sentence)
+    return 1.0

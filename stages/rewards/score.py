@@ -1,5 +1,9 @@
 """The registry of reward components, `compute_score` (verl's custom_reward_function signature) and the
-grouped scorer that runs SAM2 once per prompt for all its rollouts (TRL, the SAM2 service)."""
+grouped scorer that runs SAM2 once per prompt for all its rollouts (TRL, the SAM2 service).
+
+Which components score a rollout is the task's (stages/tasks, named by the ground truth's `task`): the
+components it declares that `reward.components` enables, weighted by `reward.weights`.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from schemas.answer import GroundTruth, parse_answer
+from schemas.answer import GroundTruth
 from stages.core.params import RewardParams, load_params
 from stages.rewards import components as c
+from stages.tasks import Task, get_task
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +34,7 @@ REGISTRY: Mapping[str, Component] = {
     "non_repeat": c.non_repeat_reward,
 }
 LENGTH_PENALTY = "length_penalty"
+TokenCounter = Callable[[str], int]
 
 
 def resolve_components(names: Sequence[str]) -> dict[str, Component]:
@@ -47,6 +53,12 @@ def resolve_components(names: Sequence[str]) -> dict[str, Component]:
     return {n: REGISTRY[n] for n in names}
 
 
+def task_components(task: Task, params: RewardParams) -> dict[str, Component]:
+    """The components that score `task`: those it declares that params enable, in the task's order."""
+    enabled = resolve_components(params.components)
+    return {n: enabled[n] for n in task.components if n in enabled}
+
+
 def check_params(params: RewardParams) -> None:
     """Validate the reward block once, before training starts.
 
@@ -59,13 +71,15 @@ def check_params(params: RewardParams) -> None:
             raise ValueError(f"reward.weights.{name} must be ≥ 0")
     if params.failure_score > 0:
         raise ValueError("reward.failure_score must be ≤ 0 (a malformed completion must not outscore a wrong one)")
-    if params.length_beta < 0 or params.threshold_size <= 0:
-        raise ValueError("reward.length_beta must be ≥ 0 and reward.threshold_size > 0")
+    if params.length_beta < 0 or params.threshold_size <= 0 or params.negative_point_tau <= 0:
+        raise ValueError("reward.length_beta must be ≥ 0, reward.threshold_size and reward.negative_point_tau > 0")
 
 
-def max_score(params: RewardParams) -> float:
-    """The largest total the params allow (every component 1, no length penalty)."""
-    return float(sum(getattr(params.weights, n) for n in params.components))
+def max_score(params: RewardParams, task: Task | None = None) -> float:
+    """The largest total the params allow for `task` (every scoring component 1, no length penalty);
+    without a task, over every enabled component."""
+    names = task_components(task, params) if task is not None else params.components
+    return float(sum(getattr(params.weights, n) for n in names))
 
 
 def length_penalty(used: int, budget: int, beta: float) -> float:
@@ -75,30 +89,50 @@ def length_penalty(used: int, budget: int, beta: float) -> float:
     return float(min(max(1.0 - beta * (used - budget), 0.0), 1.0))
 
 
-def _reasoning_tokens(think: str, response_tokens: int | None) -> int:
-    # The trainer's token count when it gives one; otherwise whitespace words of the reasoning.
-    return int(response_tokens) if response_tokens is not None else len(think.split())
+def whitespace_tokens(text: str) -> int:
+    """Reasoning length in whitespace-separated words (the default counter)."""
+    return len(text.split())
 
 
-def score_answer(text: str, gt: GroundTruth, params: RewardParams, masks_for: c.MasksFor | None = None,
-                 response_tokens: int | None = None) -> dict[str, float]:
+@lru_cache(maxsize=4)
+def tokenizer_counter(path: str) -> TokenCounter:
+    """Reasoning length in tokens of the tokenizer saved in `path` (special tokens not added)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    return lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def reasoning_counter(params: RewardParams) -> TokenCounter:
+    """THE way both engines count the reasoning tokens the length penalty sees: the `<think>` text,
+    tokenized by `reward.length_tokenizer` (whitespace words when it is empty)."""
+    return tokenizer_counter(params.length_tokenizer) if params.length_tokenizer else whitespace_tokens
+
+
+def score_answer(text: str, gt: GroundTruth, params: RewardParams,
+                 masks_for: c.MasksFor | None = None) -> dict[str, float]:
     """Score one completion against loaded ground truth: {"score", "parsed", <component>: value, …}.
 
-    A completion that does not parse scores `params.failure_score` plus the format credit it earns
-    (right tags around broken JSON, as the released Veason-R1 reward); every other component is 0.
+    Every enabled component is a key (0 for the ones the sample's task does not use). A completion that
+    does not parse under the task's schema scores `params.failure_score` plus its format credit (right
+    tags around broken JSON, as the released Veason-R1 reward); every other component is 0.
+
+    Raises:
+        ValueError: an unknown task, or length_penalty without a token budget.
     """
-    fns = resolve_components(params.components)
-    result = {name: 0.0 for name in fns}
+    task = get_task(gt.task)
+    fns = task_components(task, params)
+    result = {name: 0.0 for name in params.components}
     if params.length_penalty:
         result[LENGTH_PENALTY] = 0.0
-    answer = parse_answer(text)
+    answer = task.parse(text)
     if answer is None:
         total = float(params.failure_score)
         if "format" in fns:
-            result["format"] = c.unparsed_format_reward(text)
+            result["format"] = c.format_score(text, task.schema, gt)
             total += params.weights.format * result["format"]
         return {"score": total, "parsed": 0.0, **result}
-    ctx = c.RewardContext(answer, gt, params, masks_for=masks_for, response_tokens=response_tokens)
+    ctx = c.RewardContext(answer, gt, params, task.schema, masks_for=masks_for)
     total = 0.0
     for name, fn in fns.items():
         result[name] = float(fn(ctx))
@@ -106,8 +140,7 @@ def score_answer(text: str, gt: GroundTruth, params: RewardParams, masks_for: c.
     if params.length_penalty:
         if gt.token_budget is None:
             raise ValueError("reward.length_penalty needs ground-truth token_budget (difficulty stage)")
-        factor = length_penalty(_reasoning_tokens(answer.think, response_tokens), gt.token_budget,
-                                params.length_beta)
+        factor = length_penalty(reasoning_counter(params)(answer.think), gt.token_budget, params.length_beta)
         result[LENGTH_PENALTY] = factor
         total *= factor
     return {"score": float(total), "parsed": 1.0, **result}
@@ -120,22 +153,21 @@ def _params_from(path: str) -> RewardParams:
 
 def compute_score(data_source: str, solution_str: str, ground_truth: str | Mapping, extra_info: Mapping | None = None,
                   *, params: RewardParams | None = None, params_path: str | None = None,
-                  masks_for: c.MasksFor | None = None, response_tokens: int | None = None,
-                  **kwargs: Any) -> dict[str, float]:
+                  masks_for: c.MasksFor | None = None, **kwargs: Any) -> dict[str, float]:
     """verl's `custom_reward_function`: {"score": total, "parsed": 0|1, <component>: value, …}.
 
     Args:
-        data_source: the parquet row's data source (logged only; one reward for all sources).
+        data_source: the parquet row's data source (logged only; the task comes from the ground truth).
         solution_str: the decoded completion.
-        ground_truth: the GroundTruth JSON (docs/contracts.md) or its dict.
-        extra_info: the row's extra_info; `response_tokens` there is used by the length penalty.
+        ground_truth: the GroundTruth JSON (docs/contracts.md) or its dict; its `task` picks the answer
+            schema and the components.
+        extra_info: the row's extra_info (not needed for scoring).
         params: the reward block; else loaded from `params_path` (verl passes it through
             `reward.custom_reward_function.reward_kwargs`), else the embedded defaults.
         masks_for: SAM2 propagation for the consistency component.
-        response_tokens: reasoning length in tokens for the length penalty.
 
     Returns:
-        The total and every configured component. A malformed completion gets `failure_score` plus its
+        The total and every enabled component. A malformed completion gets `failure_score` plus its
         format credit.
 
     Raises:
@@ -144,17 +176,16 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str | Mappi
     if params is None:
         params = _params_from(params_path) if params_path else RewardParams()
     gt = GroundTruth.from_json(ground_truth)
-    if response_tokens is None and extra_info is not None and extra_info.get("response_tokens") is not None:
-        response_tokens = int(extra_info["response_tokens"])
-    return score_answer(solution_str, gt, params, masks_for=masks_for, response_tokens=response_tokens)
+    return score_answer(solution_str, gt, params, masks_for=masks_for)
 
 
 def rollout_groups(texts: Sequence[str], gt: GroundTruth) -> list[tuple[int, tuple[tuple[float, ...], ...]] | None]:
-    """Per rollout: (keyframe position, matched boxes) that the consistency reward will propagate, or None."""
+    """Per rollout: (frame position, matched boxes) that the consistency reward will propagate, or None."""
+    task = get_task(gt.task)
     out: list[tuple[int, tuple[tuple[float, ...], ...]] | None] = []
     for text in texts:
-        answer = parse_answer(text)
-        match = c.match_boxes(answer, gt) if answer is not None else None
+        answer = task.parse(text)
+        match = c.match_boxes(answer, gt, c.answer_position(answer, gt, task.schema)) if answer is not None else None
         if match is None or len(match.rows) == 0:
             out.append(None)
             continue
@@ -186,17 +217,14 @@ def precompute_masks(texts: Sequence[str], gt: GroundTruth, frames: Sequence[np.
 
 
 def score_group(texts: Sequence[str], ground_truth: str | Mapping, params: RewardParams,
-                frames: Sequence[np.ndarray] | None = None, predictor=None,
-                response_tokens: Sequence[int | None] | None = None) -> list[dict[str, float]]:
-    """Score the rollouts of ONE prompt; SAM2 runs once for the group when `consistency` is configured.
+                frames: Sequence[np.ndarray] | None = None, predictor=None) -> list[dict[str, float]]:
+    """Score the rollouts of ONE prompt; SAM2 runs once for the group when its task scores `consistency`.
 
     Raises:
         ValueError: bad ground truth; RuntimeError: consistency configured without frames and predictor.
     """
     gt = GroundTruth.from_json(ground_truth)
     masks_for = None
-    if "consistency" in params.components and predictor is not None and frames is not None:
+    if "consistency" in task_components(get_task(gt.task), params) and predictor is not None and frames is not None:
         masks_for = precompute_masks(texts, gt, frames, predictor, params.mask_threshold)
-    tokens = list(response_tokens) if response_tokens is not None else [None] * len(texts)
-    return [score_answer(t, gt, params, masks_for=masks_for, response_tokens=n)
-            for t, n in zip(texts, tokens, strict=True)]
+    return [score_answer(t, gt, params, masks_for=masks_for) for t in texts]

@@ -1,9 +1,9 @@
 """Versioned prompt templates (files under `stages/teacher/prompts/`, shipped as package data).
 
-- CoT generation (REFERENCE.md §1a): `prompts/cot/<set>/<version>/base.txt` + three example styles
+- CoT generation: `prompts/cot/<set>/<version>/base.txt` + three example styles
   `style_{a,b,c}.txt`; a template id is `<set>/<version>/<style>`.
-- The model's question for SFT / GRPO / evaluation (§1b): `prompts/question/<version>.txt`, with the
-  frames interleaved as `<Ns>` timestamp text followed by the image.
+- The model's question for SFT / GRPO / evaluation belongs to its task (stages/tasks/prompts/<task>/<version>.txt);
+  `build_question` / `question_content` here are the Veason-R1 task's, for callers that predate tasks.
 - Difficulty rating: `prompts/difficulty/<version>.txt`.
 """
 
@@ -13,9 +13,14 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from stages.tasks.base import timestamp_tag
+
+__all__ = ["COT_VERSION", "QUESTION_VERSION", "STYLES", "build_question", "cot_template_ids", "question_content",
+           "render_cot_prompt", "render_difficulty_prompt", "timestamp_tag"]
+
 PROMPTS = Path(__file__).parent / "prompts"
 COT_VERSION = "v1"
-QUESTION_VERSION = "v1"
+QUESTION_VERSION = "v1"  # the Veason-R1 task's question version (stages/tasks/prompts/veason/v1.txt)
 STYLES = ("style_a", "style_b", "style_c")
 
 
@@ -39,44 +44,18 @@ def render_cot_prompt(template_id: str, **fields: Any) -> str:
     return base.format(style_example=example.strip(), **fields).strip()
 
 
-def timestamp_tag(seconds: int) -> str:
-    """How a frame's timestamp is written before its image: `<3s>`."""
-    return f"<{int(seconds)}s>"
+def build_question(text: str, timestamps: list[int]) -> str:
+    """The Veason-R1 task's question (`stages.tasks`: every task owns its versioned question file)."""
+    from stages.tasks import get_task
+
+    return get_task("veason").question(text, timestamps)
 
 
-def build_question(text: str, timestamps: list[int], template_version: str = QUESTION_VERSION) -> str:
-    """The model's question for SFT / GRPO / evaluation (REFERENCE.md §1b), from `prompts/question/<version>.txt`.
+def question_content(text: str, timestamps: list[int]) -> list[dict]:
+    """User-turn content of the Veason-R1 task's question: `<0s>` text, image, …, then the question."""
+    from stages.tasks import get_task
 
-    Args:
-        text: the referring or reasoning expression.
-        timestamps: integer seconds of the frames shown, in order (frame i is shown after `<t_i s>`).
-        template_version: the question template file, e.g. "v1".
-
-    Returns:
-        The instruction text that follows the interleaved frames (see `question_content`).
-
-    Raises:
-        ValueError: no timestamps, or an unknown template version.
-    """
-    if not len(timestamps):
-        raise ValueError(f"question for {text!r}: no frame timestamps")
-    if not (PROMPTS / "question" / f"{template_version}.txt").is_file():
-        raise ValueError(f"unknown question template version {template_version!r}")
-    note = (f"You are given {len(timestamps)} frames sampled from a video at 1 frame per second; "
-            f"each frame is preceded by its timestamp, like {timestamp_tag(timestamps[0])}.")
-    return _read(f"question/{template_version}.txt").format(frames_note=note, expression=text).strip()
-
-
-def question_content(text: str, timestamps: list[int], template_version: str = QUESTION_VERSION) -> list[dict]:
-    """User-turn content for chat templates: `<0s>` text, image, `<2s>` text, image, …, then the question.
-
-    Images are `{"type": "image"}` placeholders (the processor / TRL fills them in frame order).
-    """
-    content: list[dict] = []
-    for t in timestamps:
-        content += [{"type": "text", "text": timestamp_tag(t)}, {"type": "image"}]
-    content.append({"type": "text", "text": build_question(text, timestamps, template_version)})
-    return content
+    return get_task("veason").question_content(text, timestamps)
 
 
 def render_difficulty_prompt(expression: str, n_frames: int, version: str = "v1") -> str:

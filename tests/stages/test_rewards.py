@@ -36,37 +36,99 @@ def score(text, params=ALL, gt=GT, masks_for=perfect_masks, **kw):
     return compute_score("vrsflow/revos", text, gt, None, params=params, masks_for=masks_for, **kw)
 
 
+def gt_for(task: str, **overrides) -> str:
+    return json.dumps(ground_truth(task=task, **overrides))
+
+
+def ktg(boxes, points, think="The square is largest at 2s."):
+    return f"<think>{think}</think><answer>{json.dumps({'bbox_2d_list': boxes, 'point_2d_list': points})}</answer>"
+
+
+def videoseg(negatives, think="The square is largest at 2s.", boxes=None, points=None):
+    data = {"bbox_2d_list": boxes or [GT_BOX], "point_2d_list": points or [[20, 20]],
+            "negative_point_2d_list": negatives}
+    return f"<think>{think}</think><answer>{json.dumps(data)}</answer>"
+
+
 @pytest.mark.parametrize(("text", "expected"), [
-    # perfect: every component 1 (AKS option A, negative point outside, KTG point at the GT keyframe)
-    (answer(option="A", negative_point_2d_list=[[50, 50]], point_2d_list=[[20, 20]]),
-     {"format": 1.0, "keyframe": 1.0, "spatial": 1.0, "consistency": 1.0, "rcot_match": 1.0, "aks_option": 1.0,
-      "negative_point": 1.0, "non_repeat": 1.0}),
-    # partial overlap: box shifted by 10 px → IoU 200/600; rcot: IoU fails, L1 = 5 < 10·56/840? no → point only
-    (answer(boxes=[[22, 10, 42, 30]]),
-     {"spatial": pytest.approx(200 / 600), "keyframe": 1.0, "rcot_match": 0.0, "aks_option": 0.0}),
+    # Veason-R1: every component 1
+    (answer(), {"format": 1.0, "keyframe": 1.0, "spatial": 1.0, "consistency": 1.0}),
+    # partial overlap: box shifted by 10 px → IoU 200/600
+    (answer(boxes=[[22, 10, 42, 30]]), {"spatial": pytest.approx(200 / 600), "keyframe": 1.0}),
     # wrong keyframe (shown, target smaller: 144 / 400), boxes compared with the boxes at that frame
     (answer(t=0, boxes=[[4, 10, 16, 22]]), {"keyframe": pytest.approx(144 / 400), "spatial": 1.0}),
-    # a timestamp that was not shown: keyframe, spatial, consistency and negative point are 0
-    (answer(t=3, negative_point_2d_list=[[50, 50]]),
-     {"format": 1.0, "keyframe": 0.0, "spatial": 0.0, "consistency": 0.0, "rcot_match": 0.0, "negative_point": 0.0}),
+    # a timestamp that was not shown: keyframe, spatial and consistency are 0
+    (answer(t=3), {"format": 1.0, "keyframe": 0.0, "spatial": 0.0, "consistency": 0.0}),
     # extra box: Σ IoU 1 ÷ max(2, 1)
-    (answer(boxes=[GT_BOX, [40, 40, 50, 50]]), {"spatial": 0.5, "rcot_match": 0.5}),
+    (answer(boxes=[GT_BOX, [40, 40, 50, 50]]), {"spatial": 0.5}),
     # missing box: none given → format half, spatial 0
     (answer(boxes=[]), {"format": 0.5, "spatial": 0.0, "consistency": 0.0}),
-    # boxes (and points) out of the image: clipped to [12, 10, 56, 30] → IoU 400 / 880
-    (answer(boxes=[[12, 10, 80, 30]], negative_point_2d_list=[[-5, 3], [70, 70], [15, 15]]),
-     {"spatial": pytest.approx(400 / 880), "negative_point": 0.0}),
+    # boxes out of the image: clipped to [12, 10, 56, 30] → IoU 400 / 880
+    (answer(boxes=[[12, 10, 80, 30]]), {"spatial": pytest.approx(400 / 880)}),
     (answer(boxes=[[100, 100, 200, 200]]), {"spatial": 0.0, "consistency": 0.0}),
-    # repeated sentence in the reasoning
-    (answer(think="It is red. It is red."), {"non_repeat": 0.0}),
     # tags not exact (text around) but the answer parses: format 0.5
     ("sure! " + answer(), {"format": 0.5, "spatial": 1.0}),
+    # a key the Veason-R1 answer does not have: malformed (only the tag half of the format)
+    (answer(option="A"), {"format": 0.5, "keyframe": 0.0, "spatial": 0.0}),
 ])
-def test_components_literal(text, expected):
+def test_veason_components_literal(text, expected):
     result = score(text)
     for name, value in expected.items():
         assert result[name] == value, (name, result)
-    assert result["score"] == pytest.approx(sum(result[n] for n in ALL.components))
+    assert result["score"] == pytest.approx(sum(result[n] for n in ("format", "keyframe", "spatial", "consistency")))
+    assert all(result[n] == 0.0 for n in ("rcot_match", "aks_option", "negative_point", "non_repeat"))
+
+
+@pytest.mark.parametrize(("text", "overrides", "expected"), [
+    # 840-px thresholds at a 56-px image: box L1 < 10·56/840 ≈ 0.67 px, point distance < 2 px
+    (ktg([GT_BOX], [[20, 20]]), {}, 1.0),
+    (ktg([[12.5, 10, 32, 30]], [[21, 20]]), {}, 1.0),  # IoU .975, L1 .125, point 1 px and inside
+    (ktg([[16, 10, 32, 30]], [[24, 20]]), {}, 1 / 3),  # IoU .8; L1 1 px; point 4 px off
+    (ktg([[22, 10, 42, 30]], [[27, 20]]), {}, 0.0),
+    # regression: the point distance is Euclidean (√(1.5² + 1.5²) = 2.12 ≥ 2), not mean(|dx|, |dy|) = 1.5
+    (ktg([GT_BOX], [[21.5, 21.5]]), {}, pytest.approx(2 / 3)),
+    # regression: the point must lie inside the ground-truth box (1 px from the GT point, but left of x1 = 12)
+    (ktg([GT_BOX], [[11.5, 20]]), {"points": [[12.5, 20.0]]}, pytest.approx(2 / 3)),
+    (ktg([GT_BOX], [[13, 20]]), {"points": [[12.5, 20.0]]}, 1.0),
+    # extra box: one perfect pair of three scores ÷ (3 · 2)
+    (ktg([GT_BOX, [40, 40, 50, 50]], [[20, 20], [45, 45]]), {}, 0.5),
+])
+def test_rcot_match_literal(text, overrides, expected):
+    result = score(text, gt=gt_for("rcot_ktg", **overrides))
+    assert result["parsed"] == 1.0 and result["format"] == 1.0
+    assert result["rcot_match"] == expected, result
+    assert result["keyframe"] == result["spatial"] == 0.0  # not KTG components
+
+
+def test_aks_option_weights():
+    # RCoT-Seg AKS: λ_f = 1, λ_a = 2 (params default)
+    option = "<think>The target is visible there.</think><answer>{{\"option\": \"{}\"}}</answer>"
+    assert score(option.format("A"), gt=gt_for("rcot_aks"))["score"] == 3.0
+    assert score(option.format("B"), gt=gt_for("rcot_aks"))["score"] == 1.0
+    # an AKS answer under the Veason-R1 task is malformed: tag credit only
+    assert score(option.format("A"))["score"] == 0.5
+
+
+@pytest.mark.parametrize(("negatives", "expected"), [
+    # the target at t = 2 fills x 12..31, y 10..29; τ_neg = 40 · 56/840 ≈ 2.67 px
+    ([[10, 20]], 1.0),  # 2 px left of the target
+    ([[10, 20], [5, 20]], 0.5),  # regression: 7 px away is beyond τ_neg (1/K per valid point)
+    ([[20, 20]], 0.0),  # inside the target: distance 0
+    ([[-5, 3], [70, 70]], 0.0),  # outside the image
+    ([], 0.0),
+])
+def test_negative_point_band_and_one_over_k(negatives, expected):
+    result = score(videoseg(negatives), gt=gt_for("videoseg"))
+    assert result["parsed"] == 1.0 and result["negative_point"] == expected, result
+
+
+@pytest.mark.parametrize(("think", "expected"), [
+    ("It is red. It is red.", 1.0),  # one repeated sentence is tolerated (VisionReasoner)
+    ("A. A. A. A.", 0.0),  # two repeats: 0
+    ("A. B. C.", 1.0),
+])
+def test_non_repeat_counts_as_visionreasoner(think, expected):
+    assert score(videoseg([[10, 20]], think=think), gt=gt_for("videoseg"))["non_repeat"] == expected
 
 
 @pytest.mark.parametrize(("text", "format_credit"), [
@@ -76,7 +138,11 @@ def test_components_literal(text, expected):
     ("<think>x</think><answer>{not json}</answer>", 0.5),
     ("<think>x</think><answer>{\"keyframe_timestamp\": 2}</answer>", 0.5),
     ("<think>x</think><answer>{\"keyframe_timestamp\": 2.5, \"bbox_2d_list\": []}</answer>", 0.5),
-    ("<think>x</think><answer>{\"keyframe_timestamp\": 2.5, \"bbox_2d_list\": [[1, 2, 3, 4]]}</answer>", 1.0),
+    # regression: box credit only with an integer keyframe_timestamp (missing, 3.5, "3", 3.0: none), as released
+    ("<think>x</think><answer>{\"keyframe_timestamp\": 2.5, \"bbox_2d_list\": [[1, 2, 3, 4]]}</answer>", 0.5),
+    ("<think>x</think><answer>{\"keyframe_timestamp\": \"2\", \"bbox_2d_list\": [[1, 2, 3, 4]]}</answer>", 0.5),
+    ("<think>x</think><answer>{\"keyframe_timestamp\": 2.0, \"bbox_2d_list\": [[1, 2, 3, 4]]}</answer>", 0.5),
+    ("<think>x</think><answer>{\"bbox_2d_list\": [[1, 2, 3, 4]]}</answer>", 0.5),
     ("<think>x</think><answer>{\"keyframe_timestamp\": 2, \"bbox_2d_list\": [[1, 2, 3]]}</answer>", 0.5),
     ("<think>x</think><answer>{\"keyframe_timestamp\": 2, \"bbox_2d_list\": [[1, 2, 3], [1, 2, 3, 4]]}</answer>",
      0.75),
@@ -113,13 +179,34 @@ def test_positive_failure_score_is_refused():
 
 def test_bad_ground_truth_raises():
     for bad in ["{", json.dumps({"timestamps": []}), json.dumps(ground_truth(keyframe_timestamp=5)),
-                json.dumps(ground_truth(union_areas=[1.0])), json.dumps(ground_truth(aks_option="C"))]:
+                json.dumps(ground_truth(union_areas=[1.0])), json.dumps(ground_truth(aks_option="C")),
+                json.dumps(ground_truth(task=""))]:
         with pytest.raises(ValueError):
             score(answer(), gt=bad)
-    with pytest.raises(ValueError, match="no target area"):
-        score(answer(), gt=json.dumps(ground_truth(union_areas=[0.0] * 4)))
+    with pytest.raises(ValueError, match="unknown task"):
+        score(answer(), gt=gt_for("rcot_kfx"))
     with pytest.raises(ValueError, match="aks_option"):
-        score(answer(), gt=json.dumps(ground_truth(aks_option=None)))
+        score('<think>x</think><answer>{"option": "A"}</answer>', gt=gt_for("rcot_aks", aks_option=None))
+
+
+def no_target_gt() -> str:
+    """A no-target expression (ReVOS type 2): no object, empty masks in every shown frame."""
+    empty = ground_truth()["masks"][3]  # frame 3 of the factory is empty
+    return json.dumps(ground_truth(boxes=[[]] * 4, areas=[[]] * 4, union_areas=[0.0] * 4, masks=[empty] * 4,
+                                   points=[]))
+
+
+def test_no_target_ground_truth_scores_without_crashing():
+    # regression (include_no_target_train: true crashed GRPO): the right answer is "no box" at a shown frame
+    result = score(answer(boxes=[]), gt=no_target_gt(), masks_for=None)
+    assert result == {"score": 4.0, "parsed": 1.0, "format": 1.0, "keyframe": 1.0, "spatial": 1.0,
+                      "consistency": 1.0, "rcot_match": 0.0, "aks_option": 0.0, "negative_point": 0.0,
+                      "non_repeat": 0.0}
+    hallucinated = score(answer(boxes=[GT_BOX]), gt=no_target_gt(), masks_for=None)
+    assert (hallucinated["spatial"], hallucinated["consistency"]) == (0.0, 0.0)
+    assert score(answer(t=3, boxes=[]), gt=no_target_gt(), masks_for=None)["keyframe"] == 0.0
+    grouped = score_group([answer(boxes=[]), answer(boxes=[GT_BOX])], no_target_gt(), ALL)
+    assert [r["score"] for r in grouped] == [4.0, 2.0]
 
 
 def test_registry_refuses_unknown_names_and_consistency_needs_sam2():
@@ -132,25 +219,30 @@ def test_registry_refuses_unknown_names_and_consistency_needs_sam2():
 def test_weights_and_length_penalty():
     params = replace(ALL, components=("format", "spatial"), weights=RewardWeights(format=2.0, spatial=0.5),
                      length_penalty=True, length_beta=0.01)
-    assert score(answer(), params=params, response_tokens=10)["score"] == pytest.approx(2.5)
-    assert score(answer(), params=params, response_tokens=50)["score"] == pytest.approx(2.5 * 0.7)
+    # the budget is 20 reasoning tokens; counted as whitespace words of <think> (reward.length_tokenizer "")
+    assert score(answer(), params=params)["score"] == pytest.approx(2.5)
+    long_think = " ".join(["word"] * 50)
+    assert score(answer(think=long_think), params=params)["score"] == pytest.approx(2.5 * 0.7)
+    # only the reasoning counts, not the answer JSON around it (the same count in both engines)
+    many_boxes = answer(think=" ".join(["w"] * 20), boxes=[GT_BOX] * 30)
+    assert score(many_boxes, params=params)["length_penalty"] == 1.0
     assert length_penalty(1000, 20, 0.01) == 0.0 and length_penalty(5, 20, 0.01) == 1.0
     assert max_score(params) == 2.5
 
 
-def test_rcot_thresholds_scale_with_image_size():
-    # 840-px thresholds at a 56-px image: box L1 < 10·56/840 ≈ 0.67 px, point < 2 px
-    result = score(answer(boxes=[[12.5, 10, 32, 30]], point_2d_list=[[21, 20]]))
-    assert result["rcot_match"] == pytest.approx(1.0)  # IoU .975 > .5, L1 .125, point (GT KTG [20,20]) 0.5
-    result = score(answer(boxes=[[16, 10, 32, 30]]))  # IoU .8; L1 1 px; centre 2 px off
-    assert result["rcot_match"] == pytest.approx(1 / 3)  # IoU only
-
-
 def test_parse_answer_fields():
-    a = parse_answer(answer(point_2d_list=[[1, 2]], option="B"))
-    assert a.keyframe_timestamp == 2 and a.boxes == ((12.0, 10.0, 32.0, 30.0),) and a.points == ((1.0, 2.0),)
-    assert a.option == "B" and a.well_formed and a.think == "The square is largest at 2s."
+    from schemas.answer import BOXES_POINTS_NEGATIVE, OPTION
+
+    a = parse_answer(answer())
+    assert a.keyframe_timestamp == 2 and a.boxes == ((12.0, 10.0, 32.0, 30.0),) and a.points is None
+    assert a.well_formed and a.think == "The square is largest at 2s."
+    assert parse_answer(answer(option="B")) is None  # not a key of the Veason-R1 answer
+    assert parse_answer(answer(t=2.0)) is None and parse_answer(answer(t="2")) is None
     assert not parse_answer("<think>a</think><think>b</think>" + answer()[len("<think>"):]).well_formed
+    v = parse_answer(videoseg([[10, 20]]), BOXES_POINTS_NEGATIVE)
+    assert v.points == ((20.0, 20.0),) and v.negative_points == ((10.0, 20.0),) and v.keyframe_timestamp is None
+    assert parse_answer(videoseg([[10, 20]], points=[[1, 1], [2, 2]]), BOXES_POINTS_NEGATIVE) is None  # 1 per box
+    assert parse_answer('<think>x</think><answer>{"option": "C"}</answer>', OPTION) is None
     assert GroundTruth.from_json(GT).n_objects == 1
 
 
