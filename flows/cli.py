@@ -1,6 +1,8 @@
 """The `vrsflow` command line.
 
     vrsflow stage NAME [--params params.yaml]   run one stage's Prefect flow (what dvc.yaml calls)
+    vrsflow check [--params params.yaml] [-S k=v]  validate params (and overrides) without running anything
+    vrsflow repro [DVC_ARGS…]                   `dvc repro` with one Prefect API for all its stages
     vrsflow lineage PATH                        print the chain from an output back to the raw data
     vrsflow serve [--project DIR]               serve the pipeline deployment for Prefect UI runs
     vrsflow remote [--params params.yaml]       set the DVC remote from params / environment
@@ -13,17 +15,78 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 
 
+class UsageError(ValueError):
+    """A command-line mistake: printed as one line, exit code 2."""
+
+
+def stage_names() -> list[str]:
+    """The stages `vrsflow stage` runs: the modules of flows/ that define a stage flow."""
+    import pkgutil
+
+    import flows
+
+    not_stages = {"cli", "common", "pipeline", "prefect_api"}
+    return sorted(m.name for m in pkgutil.iter_modules(flows.__path__)
+                  if m.name not in not_stages and not m.name.startswith("serve_"))
+
+
 def _stage(args: argparse.Namespace) -> int:
-    module = importlib.import_module(f"flows.{args.name}")
-    module.run(params_path=args.params)
+    from flows.prefect_api import prefect_api
+    from stages.core.params import load_params
+
+    names = stage_names()
+    if args.name not in names:
+        import difflib
+
+        close = difflib.get_close_matches(args.name, names, n=1)
+        hint = f"did you mean '{close[0]}'?" if close else f"stages: {', '.join(names)}"
+        raise UsageError(f"unknown stage '{args.name}' ({hint})")
+    load_params(args.params)  # first of all: a bad param is one line here, not a flow run's traceback
+    with prefect_api():  # one Prefect API shared by every stage of a repro (flows/prefect_api.py)
+        from flows.serve_link import run_stage_flow
+
+        module = importlib.import_module(f"flows.{args.name}")
+        run_stage_flow(module.run, args.name, args.params)
     return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from stages.core.params import apply_overrides, read_params_file
+
+    overrides = {}
+    for item in args.set_param:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"-S {item!r}: expected key=value")
+        overrides[key] = value
+    try:
+        apply_overrides(read_params_file(args.params), overrides)
+    except ValueError as err:  # ParamsError: name the file once
+        message = str(err)
+        raise type(err)(message if message.startswith(f"{args.params}:") else f"{args.params}: {message}") from err
+    if args.stamp:  # the `check` stage's output: the same bytes whenever the params are valid
+        stamp = Path(args.stamp)
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        stamp.write_text("params checked by `vrsflow check`\n")
+    sys.stdout.write(f"{args.params}: ok\n")
+    return 0
+
+
+def _repro(args: argparse.Namespace) -> int:
+    from flows.prefect_api import repro
+
+    return repro(args.dvc_args)
 
 
 def _lineage(args: argparse.Namespace) -> int:
     import json
+    import os
 
     from stages.core.model_card import LineageNotFound, find_lineage, format_chain
 
@@ -33,14 +96,20 @@ def _lineage(args: argparse.Namespace) -> int:
         sys.stderr.write(f"{err}\n")
         return 1
     record = json.loads(path.read_text())
-    sys.stdout.write((json.dumps(record, indent=1, sort_keys=True) if args.json else format_chain(record)) + "\n")
+    title = f"{args.path}  (lineage: {os.path.relpath(path)})"
+    sys.stdout.write((json.dumps(record, indent=1, sort_keys=True) if args.json else format_chain(record, title=title))
+                     + "\n")
     return 0
 
 
 def _serve(args: argparse.Namespace) -> int:
     from flows.pipeline import serve
+    from flows.serve_auth import ServeRefused
 
-    serve(project_dir=args.project, name=args.name)
+    try:
+        serve(project_dir=args.project, name=args.name)
+    except (ServeRefused, FileNotFoundError) as err:
+        raise UsageError(str(err)) from err
     return 0
 
 
@@ -65,16 +134,17 @@ def _evaluate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from stages.core.io import write_json
-    from stages.evaluate.scorer import score_predictions
+    from stages.evaluate.benchmarks import evaluate_folder
 
     try:
-        summary, table = score_predictions(Path(args.pred), Path(args.data), args.split)
+        summary, table = evaluate_folder(args.benchmark, Path(args.pred), Path(args.data), args.split,
+                                         Path(args.submission) if args.submission else None)
     except (FileNotFoundError, ValueError) as err:
         sys.stderr.write(f"{err}\n")
         return 1
     if args.out:
         write_json(Path(args.out), summary)
-    if args.table:
+    if args.table and table is not None:
         Path(args.table).parent.mkdir(parents=True, exist_ok=True)
         table.to_csv(args.table, index=False)
     sys.stdout.write(json.dumps(summary, indent=1, sort_keys=True) + "\n")
@@ -88,20 +158,12 @@ def _profile(args: argparse.Namespace) -> int:
     import yaml
 
     from stages.core.dvc_cli import format_overrides
-    from stages.core.params import Params, ParamsError, load_params
-    from stages.core.typed_config import build, deep_merge, to_dict
+    from stages.core.params import ParamsError, apply_overrides, read_params_file
 
     path = Path(args.dir) / f"{args.name}.yaml"
     overrides = yaml.safe_load(path.read_text()) or {}
-    nested: dict = {}
-    for dotted, value in overrides.items():
-        node = nested
-        *parents, last = dotted.split(".")
-        for key in parents:
-            node = node.setdefault(key, {})
-        node[last] = value
-    try:  # every key and type checked before dvc sees it
-        build(Params, deep_merge(to_dict(load_params(args.params)), nested))
+    try:  # every key, type and range checked before dvc sees it (the same check as every run)
+        apply_overrides(read_params_file(args.params), overrides)
     except ParamsError as err:
         sys.stderr.write(f"{path}: {err}\n")
         return 2
@@ -114,12 +176,29 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vrsflow", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--debug", action="store_true", default=bool(os.environ.get("VRSFLOW_DEBUG")),
+                        help="show the traceback of a params or usage error (also: VRSFLOW_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     stage = sub.add_parser("stage", help="run one pipeline stage as a Prefect flow")
     stage.add_argument("name", help="stage name, e.g. synth, ingest")
     stage.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
     stage.set_defaults(func=_stage)
+
+    check = sub.add_parser("check", help="validate params.yaml (keys, types, ranges, rules) and -S overrides",
+                           description="Validate params the way every run does, before anything is deleted "
+                                       "or started; exit code 2 and one line naming the key when they are wrong.")
+    check.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
+    check.add_argument("-S", "--set-param", action="append", default=[], metavar="KEY=VALUE",
+                       help="an override as `dvc exp run -S` takes it, e.g. -S sample.grpo_size=32 (repeatable)")
+    check.add_argument("--stamp", default="", help="write a fixed stamp file when valid (the dvc.yaml check stage)")
+    check.set_defaults(func=_check)
+
+    repro = sub.add_parser("repro", help="`dvc repro` with one Prefect API for all its stages",
+                           description="Run `dvc repro ARGS…` with one local Prefect API shared by every stage "
+                                       "(or PREFECT_API_URL when set). Arguments are passed to dvc repro.")
+    repro.add_argument("dvc_args", nargs=argparse.REMAINDER, help="arguments for dvc repro, e.g. -f sft")
+    repro.set_defaults(func=_repro)
 
     lineage = sub.add_parser("lineage", help="print the lineage chain of an output (file or folder)")
     lineage.add_argument("path", help="any stage output, e.g. models/grpo or data/index/tracks.parquet")
@@ -145,7 +224,12 @@ def build_parser() -> argparse.ArgumentParser:
                                                "against a ReVOS-layout root, as VISA's evaluator does")
     evaluate.add_argument("--pred", required=True, help="predictions folder in VISA's layout (0/255 PNGs)")
     evaluate.add_argument("--data", required=True, help="ReVOS-layout root (meta_expressions_*_.json, mask_dict*.json)")
-    evaluate.add_argument("--split", default="valid", choices=["valid", "train"], help="meta file scored")
+    evaluate.add_argument("--benchmark", default="revos",
+                          choices=["revos", "mevis", "reasonvos", "refytvos", "refdavis"],
+                          help="whose layout and scoring protocol (docs/benchmarks.md); server splits give a zip")
+    evaluate.add_argument("--split", default="", help="benchmark split (default: its evaluation split, e.g. "
+                                                      "valid, mevis valid_u)")
+    evaluate.add_argument("--submission", default="", help="server splits: where the zip goes (default <pred>.zip)")
     evaluate.add_argument("--out", default="", help="write the metrics JSON here too")
     evaluate.add_argument("--table", default="", help="write the per-expression scores as CSV here")
     evaluate.set_defaults(func=_evaluate)
@@ -157,7 +241,15 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per Prefect API call otherwise
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    from stages.core.params import ParamsError
+
+    try:
+        return args.func(args)
+    except (ParamsError, UsageError) as err:
+        if args.debug:
+            raise
+        sys.stderr.write(f"error: {err}\n")  # one line; --debug shows the traceback
+        return 2
 
 
 if __name__ == "__main__":

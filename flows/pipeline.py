@@ -1,93 +1,165 @@
-"""The pipeline flow for runs started from the Prefect UI, and the deployment that serves it.
+"""The pipeline flow for runs started from the Prefect UI or API, and the deployment that serves it.
 
-A UI run is `dvc exp run -S key=value …` in the project folder, so DVC stays the single source of
-truth; each stage's own flow (`dvc-<stage>`) appears as its own run with tasks, logs and artifacts.
-Results are pushed to the DVC remote when one is set.
+A served run is `dvc exp run --temp -S key=value … [stages]` in the project folder fixed by
+`vrsflow serve`: DVC runs the experiment in its own temporary workspace and records it as an
+experiment (a git ref plus cached outputs), so nothing survives in the user's checkout but that
+experiment — a failed run changes nothing. Overrides, targets and the experiment name are checked
+first (flows/serve_request.py, the same params validation as everywhere else); a refused run fails
+with one line and DVC is never called. dvc's output streams into the run log; each stage's flow
+(`dvc-<stage>`) is a subflow of the run and carries the params it read (flows/serve_link.py); the
+experiment name, changed params and metrics are artifacts. Results are pushed when a DVC remote and
+a git remote are set.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import os
 from pathlib import Path
+from typing import Any
 
 from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_table_artifact
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.context import FlowRunContext, TaskRunContext
+from prefect.states import Failed
 
+from flows.serve_link import parent_env
+from flows.serve_request import SERVED_PROJECT_ENV, RequestRefused, RunRequest, check_request, served_project
 from stages.core import dvc_cli
 from stages.core.params import load_params
 
 DEPLOYMENT_NAME = "vrsflow"
 FLOW_NAME = "vrsflow-pipeline"
+HEADLINE_METRICS = ("metrics/summary.json", "metrics/eval.json")  # the first one the experiment has
 
 
 @task(name="dvc-exp-run", cache_policy=NO_CACHE, persist_result=False)
-def exp_run_task(project_dir: str, overrides: dict[str, str], targets: list[str], name: str | None) -> str:
-    """Run the experiment; dvc's output streams into the task log."""
-    return dvc_cli.exp_run(Path(project_dir), overrides, targets, name)
+def exp_run_task(request: RunRequest) -> str:
+    """`dvc exp run --temp` of the checked request; dvc's output streams into the run log."""
+    flow_run = FlowRunContext.get().flow_run  # type: ignore[union-attr]
+    task_run = TaskRunContext.get().task_run  # type: ignore[union-attr]
+    args = ["exp", "run", "--temp", "--name", request.name]
+    for item in request.set_args:
+        args += ["-S", item]
+    env = parent_env(str(flow_run.id), str(task_run.id), request.name)  # stage runs become subflows of this task
+    return dvc_cli.run_dvc([*args, *request.targets], request.project, extra_env=env)
 
 
-@task(name="dvc-metrics", cache_policy=NO_CACHE, persist_result=False)
-def metrics_task(project_dir: str) -> dict:
-    """The workspace metrics after the run."""
-    return dvc_cli.metrics_show(Path(project_dir))
+@task(name="dvc-exp-diff", cache_policy=NO_CACHE, persist_result=False)
+def diff_task(project: str, name: str) -> tuple[dict, dict]:
+    """The experiment against its baseline (HEAD): changed params, and every metric."""
+    params = json.loads(dvc_cli.run_dvc(["params", "diff", "HEAD", name, "--json"], Path(project), capture=True)
+                        or "{}")
+    metrics = json.loads(dvc_cli.run_dvc(["metrics", "diff", "HEAD", name, "--all", "--json"], Path(project),
+                                         capture=True) or "{}")
+    return params, metrics
 
 
-@task(name="dvc-push", cache_policy=NO_CACHE, persist_result=False)
-def push_task(project_dir: str, remote_name: str, url: str) -> str:
-    """Configure the remote and push data and checkpoints."""
-    dvc_cli.configure_remote(Path(project_dir), remote_name, url)
-    return dvc_cli.push(Path(project_dir), remote_name)
+@task(name="dvc-exp-push", cache_policy=NO_CACHE, persist_result=False)
+def push_task(project: str, name: str, remote_name: str, url: str, git_remote: str) -> str:
+    """Configure the DVC remote and push the experiment (git ref + its data)."""
+    dvc_cli.configure_remote(Path(project), remote_name, url)
+    return dvc_cli.run_dvc(["exp", "push", "-r", remote_name, git_remote, name], Path(project))
 
 
 @flow(name=FLOW_NAME)
 def pipeline_flow(
-    overrides: dict[str, str] | None = None,
+    overrides: dict[str, Any] | None = None,
     targets: list[str] | None = None,
     experiment_name: str | None = None,
     push: bool = True,
-    project_dir: str = ".",
-) -> dict:
-    """Run the DVC pipeline as an experiment with params overrides.
+) -> Any:
+    """Run the DVC pipeline as an isolated experiment with params overrides.
 
     Args:
-        overrides: params.yaml overrides, e.g. {"sample.grpo_size": "32", "cot.template_set": "veason"}.
-        targets: stages to reproduce (default: the whole pipeline).
-        experiment_name: name of the DVC experiment (default: DVC's generated name).
-        push: push results to the DVC remote when one is configured.
-        project_dir: the vrsflow checkout to run in.
+        overrides: params overrides by dotted key, e.g. {"sample.grpo_size": "32", "cot.template_set": "veason"}.
+        targets: stages of dvc.yaml to reproduce (default: the whole pipeline).
+        experiment_name: name of the DVC experiment (default: ui-<this run's name>).
+        push: push the experiment to the DVC remote when one (and a git remote) is configured.
     """
     logger = get_run_logger()
-    overrides = dict(overrides or {})
-    exp_run_task(project_dir, overrides, list(targets or []), experiment_name)
-    metrics = metrics_task(project_dir)
-    rows = [{"file": path, "metric": key, "value": value}
-            for path, values in sorted(metrics.items()) for key, value in sorted(_flat(values).items())]
-    if rows:
-        create_table_artifact(table=rows, key="pipeline-metrics", description="dvc metrics show after this run")
-    params = load_params(Path(project_dir) / "params.yaml")
+    logging.getLogger("stages").setLevel(logging.INFO)  # dvc's output lines reach the run log
+    flow_run = FlowRunContext.get().flow_run  # type: ignore[union-attr]
+    name = experiment_name or f"ui-{flow_run.name}-{str(flow_run.id)[:6]}"
+    try:
+        request = check_request(served_project(), overrides if overrides is not None else {}, targets, name)
+    except RequestRefused as err:
+        logger.error("refused: %s", err)
+        return Failed(message=f"refused: {err}")
+    logger.info("experiment %s: %s", request.name, " ".join(request.set_args) or "no overrides")
+    exp_run_task(request)
+    params_diff, metrics_diff = diff_task(str(request.project), request.name)
+    _publish(request, params_diff, metrics_diff)
+    params = load_params(request.project / "params.yaml")
     url = dvc_cli.remote_url(params.remote.url, params.remote.url_env)
-    if push and url:
-        push_task(project_dir, params.remote.name, url)
-    else:
-        logger.info("no DVC remote configured (params remote.url / $%s): nothing pushed", params.remote.url_env)
-    return metrics
+    git_remote = _git_remote(request.project)
+    if push and url and git_remote:
+        push_task(str(request.project), request.name, params.remote.name, url, git_remote)
+    elif push:
+        logger.info("not pushed: needs a DVC remote (params remote.url / $%s) and a git remote; the experiment "
+                    "is recorded locally (`dvc exp show`, `dvc exp apply %s`)", params.remote.url_env, request.name)
+    return {"experiment": request.name, "params": params_diff, "metrics": metrics_diff}
 
 
-def _flat(values: dict, prefix: str = "") -> dict:
-    flat = {}
-    for key, value in values.items():
-        if isinstance(value, dict):
-            flat.update(_flat(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
+def _git_remote(project: Path) -> str:
+    import subprocess
+
+    names = subprocess.run(["git", "remote"], cwd=project, capture_output=True, text=True).stdout.split()
+    return "origin" if "origin" in names else (names[0] if names else "")
+
+
+def _publish(request: RunRequest, params_diff: dict, metrics_diff: dict) -> None:
+    changed = [{"param": key, "old": _text(change.get("old")), "new": _text(change.get("new"))}
+               for changes in params_diff.values() for key, change in sorted(changes.items())]
+    metrics = [{"file": path, "metric": key, "value": change.get("new"), "baseline": change.get("old")}
+               for path, changes in sorted(metrics_diff.items()) for key, change in sorted(changes.items())]
+    headline_file = next((f for f in HEADLINE_METRICS if f in metrics_diff), "")
+    headline = [row for row in metrics if row["file"] == headline_file]
+    if changed:
+        create_table_artifact(table=changed, key="pipeline-params", description=f"{request.name}: changed params")
+    if metrics:
+        create_table_artifact(table=metrics, key="pipeline-metrics", description=f"{request.name}: every metric")
+    lines = [f"# Experiment `{request.name}`", "",
+             f"Targets: {', '.join(request.targets) or 'the whole pipeline'}. "
+             f"Apply it to a checkout with `dvc exp apply {request.name}`; compare with `dvc exp show`.", "",
+             "## Changed params", ""]
+    lines += _markdown_table(["param", "old", "new"], changed) if changed else ["(none)"]
+    lines += ["", f"## Headline metrics ({headline_file or 'none'})", ""]
+    lines += _markdown_table(["metric", "value", "baseline"], headline) if headline else ["(none)"]
+    create_markdown_artifact(markdown="\n".join(lines) + "\n", key="pipeline-experiment",
+                             description=f"experiment {request.name}")
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _markdown_table(columns: list[str], rows: list[dict]) -> list[str]:
+    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns),
+            *("| " + " | ".join(f"`{_text(row[c])}`" for c in columns) + " |" for row in rows)]
 
 
 def serve(project_dir: str = ".", name: str = DEPLOYMENT_NAME) -> None:
-    """Serve the pipeline as a deployment: start runs from the Prefect UI (Deployments → Run)."""
+    """Serve the pipeline as a deployment for the project in `project_dir` (fixed here, not per run).
+
+    Raises:
+        ParamsError: the project's params.yaml is invalid.
+        ServeRefused: the Prefect API is reachable by others without credentials (flows/serve_auth.py).
+    """
+    from flows.serve_auth import check_current_api
+
+    project = Path(project_dir).resolve()
+    if not (project / "dvc.yaml").is_file():
+        raise FileNotFoundError(f"{project}: no dvc.yaml (serve the vrsflow checkout)")
+    load_params(project / "params.yaml")
+    check_current_api()
+    os.environ[SERVED_PROJECT_ENV] = str(project)  # runs execute in child processes that inherit it
     pipeline_flow.serve(
         name=name,
-        parameters={"project_dir": str(Path(project_dir).resolve())},
-        description="Run the vrsflow DVC pipeline (dvc exp run -S …) with params overrides.",
+        description=f"Run the vrsflow DVC pipeline in {project} as an isolated experiment "
+                    "(dvc exp run --temp -S …) with checked params overrides.",
         tags=["vrsflow"],
+        enforce_parameter_schema=True,
     )

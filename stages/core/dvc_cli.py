@@ -28,13 +28,15 @@ def dvc_executable() -> str:
     return str(beside) if beside.exists() else (shutil.which("dvc") or "dvc")
 
 
-def run_dvc(args: Sequence[str], project_dir: Path, capture: bool = False) -> str:
+def run_dvc(args: Sequence[str], project_dir: Path, capture: bool = False,
+            extra_env: Mapping[str, str] | None = None) -> str:
     """Run `dvc <args>` in `project_dir`, streaming its output lines to the log.
 
+    `extra_env` is added to the environment dvc (and the stage commands it starts) sees.
     Returns the output text. Raises DvcError on a non-zero exit.
     """
     cmd = [dvc_executable(), *args]
-    env = dict(os.environ)
+    env = {**os.environ, **(extra_env or {})}
     # the stage commands (`vrsflow stage …`) must resolve to this environment's console script
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     log.info("$ %s", " ".join(cmd))

@@ -13,6 +13,7 @@ overrides (`apply_overrides`), which are checked before DVC is called.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -36,6 +37,7 @@ JpegQuality = Annotated[int, Ge(1), Le(100)]
 NonPosFloat = Annotated[float, Le(0)]
 NonEmptyStr = Annotated[str, MinLen(1)]
 NonEmptyNames = Annotated[tuple[str, ...], MinLen(1)]
+NonEmptyWeights = Annotated[tuple[Annotated[float, Gt(0)], ...], MinLen(1)]
 PoolName = Literal["sft", "grpo", "eval"]
 
 
@@ -110,6 +112,15 @@ class SampleParams:
     motion_strata: bool = False  # add a motion-heavy / static split to the strata
     motion_threshold: PosFloat = 0.25  # target box-centre travel ÷ frame diagonal that counts as motion-heavy
     difficulty_table: str = ""  # a difficulty scores parquet to stratify by level too; "" = off
+    single_multi_ratio: NonNegFloat = 0.0  # single:multi-instance expressions in SFT/GRPO; 0 = as the source (RCoT: 3)
+    sft_tasks: NonEmptyNames = ("veason",)  # tasks every SFT sample is trained on (stages/tasks)
+    grpo_tasks: NonEmptyNames = ("veason",)  # tasks of GRPO and eval samples, one per sample, by grpo_task_weights
+    grpo_task_weights: NonEmptyWeights = (1.0,)  # shares of grpo_tasks (RCoT-Seg: AKS 4K : KTG 6K)
+
+    def _rules(self) -> Iterator[tuple[str, str]]:
+        if len(self.grpo_task_weights) != len(self.grpo_tasks):
+            yield "grpo_task_weights", f"needs one weight per grpo task ({len(self.grpo_tasks)}), " \
+                f"got {len(self.grpo_task_weights)}"
 
 
 @dataclass(frozen=True)
@@ -118,6 +129,7 @@ class KeyframesParams:
     top_k: PosInt = 5  # keyframe drawn among the top-k frames by target area (Veason-R1: 5)
     mode: Literal["topk_random", "max_area"] = "topk_random"  # max_area: RCoT-Seg's largest-area frame
     train_size: PosInt = 112  # frames resized to train_size² for training (paper: 560; small on CPU)
+    keyframe_size: NonNegInt = 0  # side of single-frame task views (AKS, KTG, VideoSeg-R1); 0 = train_size (RCoT: 840)
 
 
 @dataclass(frozen=True)
@@ -147,7 +159,6 @@ class TeacherParams:
 @dataclass(frozen=True)
 class CotParams:
     pools: Annotated[tuple[PoolName, ...], MinLen(1)] = ("sft",)  # pools that get reasoning traces
-    template_set: Literal["veason", "rcot_description", "rcot_aks", "rcot_ktg"] = "veason"
     traces_per_sample: PosInt = 1  # teacher calls per sample (different template draws / seeds)
     cache_dir: str = "data/cot/cache"  # persistent response cache (DVC persist: true)
 
@@ -340,6 +351,7 @@ class GrpoParams:
     target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
     train_vision: bool = False  # also train the vision tower and merger (Veason-R1: language model only)
     save_every_steps: PosInt = 4  # trl checkpoint interval (resume after a kill)
+    cpu_threads: NonNegInt = 1  # trl: torch threads on CPU (results depend on it, so it is a param); 0 = torch default
     window: NonNegInt = 0  # steps averaged for the first / last mean reward; 0 = one pass over the pool (same prompts)
     verl: GrpoVerlParams = field(default_factory=GrpoVerlParams)
 
@@ -374,6 +386,22 @@ class Params:
     # -- later stages add their block field above this line (one line each) --
 
 
+class _ParamsLoader(yaml.SafeLoader):
+    """PyYAML's safe loader reading floats as YAML 1.2 does.
+
+    PyYAML follows YAML 1.1, where `1e-05` (no dot) is a string; DVC writes `-S` floats that way
+    (ruamel, YAML 1.2), so `dvc exp run -S grpo.learning_rate=1e-5` must still load as a number.
+    """
+
+
+_ParamsLoader.yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_ParamsLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
 def read_params_file(path: str | Path = "params.yaml") -> dict:
     """The raw mapping of a params file (no validation of its keys yet).
 
@@ -382,7 +410,7 @@ def read_params_file(path: str | Path = "params.yaml") -> dict:
     """
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.load(path.read_text(), Loader=_ParamsLoader)  # noqa: S506 (a SafeLoader)
     except FileNotFoundError as err:
         raise ParamsError(f"{path}: no such file") from err
     except yaml.YAMLError as err:
@@ -434,8 +462,6 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Mapping[str, Any]) -> tup
         ParamsError: a key that is not a params value (with "did you mean"), a value of the wrong
             type or range, a refused character, or a rule the merged params break.
     """
-    import re
-
     typed: dict[str, Any] = {}
     nested: dict[str, Any] = {}
     for key, value in overrides.items():
@@ -462,12 +488,6 @@ def _override_value(tp: Any, value: Any, key: str) -> Any:
     if not isinstance(value, str) or is_str_like(tp):
         return value
     try:
-        parsed = yaml.safe_load(value) if value.strip() else value
+        return yaml.load(value, Loader=_ParamsLoader) if value.strip() else value  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as err:
         raise ParamsError(f"{key}: cannot read {value!r} as a value") from err
-    if isinstance(parsed, str):
-        try:  # YAML 1.1 reads 1e-3 as text; DVC's -S reads it as a number
-            return float(parsed) if parsed.strip().lower() not in ("nan", "inf", "-inf", "+inf") else parsed
-        except ValueError:
-            return parsed
-    return parsed

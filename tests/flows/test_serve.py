@@ -1,8 +1,10 @@
-"""The served deployment: a run started programmatically (as the UI does) against a real local
-Prefect server, with its flow runs and artifacts read back."""
+"""The served deployment, end to end against a real local Prefect server: runs started as the UI starts
+them work in DVC's temporary experiment workspaces, so neither a refused nor a successful run leaves
+anything in the checkout but the recorded experiment; stage runs are its subflows and carry their params."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -10,7 +12,7 @@ from pathlib import Path
 
 import anyio
 
-from tests.pipeline_repo import env_with_venv, make_repo
+from tests.pipeline_repo import dvc, env_with_venv, make_repo, sh
 
 
 async def _wait_for_deployment(name: str, timeout: float) -> None:
@@ -29,39 +31,82 @@ async def _wait_for_deployment(name: str, timeout: float) -> None:
                 await anyio.sleep(1)
 
 
-async def _read_back(flow_run_id) -> tuple[list[str], list[str]]:
+def _read_back(flow_run_id) -> dict:
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        FlowFilter,
+        FlowFilterName,
+        FlowRunFilter,
+        FlowRunFilterTags,
+        LogFilter,
+        LogFilterFlowRunId,
+    )
 
-    async with get_client() as client:
-        artifacts = await client.read_artifacts()
-        stage_runs = await client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["dvc-ingest"])))
-    keys = [a.key for a in artifacts if a.key]
-    states = [r.state.type.value for r in stage_runs if r.state]
-    return keys, states
+    with get_client(sync_client=True) as client:
+        run_artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(
+            any_=[flow_run_id])))
+        stage_runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["dvc-ingest"])),
+                                           flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(
+                                               all_=[f"vrsflow-run:{flow_run_id}"])))
+        stage_artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(
+            any_=[r.id for r in stage_runs]))) if stage_runs else []
+        logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
+    return {"artifacts": {a.key: a for a in run_artifacts if a.key}, "stage_runs": stage_runs,
+            "stage_artifacts": {a.key: a for a in stage_artifacts if a.key}, "log": "\n".join(x.message for x in logs)}
 
 
-def test_served_pipeline_run(prefect_api: str, tmp_path: Path, project_root: Path) -> None:
+def test_served_runs_are_isolated_experiments(prefect_api: str, tmp_path: Path, project_root: Path) -> None:
     from prefect.deployments import run_deployment
 
     repo = make_repo(project_root, tmp_path / "served")
+    other = tmp_path / "other"  # a repository a run must not be able to execute
+    other.mkdir()
+    (other / "dvc.yaml").write_text("stages:\n  owned:\n    cmd: echo ran > owned.txt\n    outs: [owned.txt]\n")
+    sh(["git", "init", "-q"], other)
+    params_before = (repo / "params.yaml").read_bytes()
     server_log = tmp_path / "serve.log"
     with open(server_log, "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "serve", "--project", str(repo), "--name", "test"],
                                 cwd=repo, env=env_with_venv(), stdout=log, stderr=subprocess.STDOUT)
     try:
         anyio.run(_wait_for_deployment, "vrsflow-pipeline/test", 120.0)
+        refused = run_deployment("vrsflow-pipeline/test", parameters={"overrides": {"sample.grpo_size": "abc"}},
+                                 timeout=300)
+        assert refused.state is not None and refused.state.is_failed()
+        assert refused.state.message == "refused: sample.grpo_size: expected an integer, got str 'abc'"
+        try:
+            elsewhere = run_deployment("vrsflow-pipeline/test", parameters={"project_dir": str(other)}, timeout=300)
+            assert elsewhere.state is not None and not elsewhere.state.is_completed()
+        except Exception as err:  # the server refuses a parameter the flow does not have
+            assert "project_dir" in str(err)
+        assert not (other / "owned.txt").exists()
+        assert (repo / "params.yaml").read_bytes() == params_before
+
         flow_run = run_deployment(
             "vrsflow-pipeline/test",
-            parameters={"overrides": {"ingest.check_jpeg": "header"}, "targets": ["ingest"], "push": False},
+            parameters={"overrides": {"ingest.check_jpeg": "header"}, "targets": ["ingest"],
+                        "experiment_name": "served-ingest", "push": False},
             timeout=900,
         )
         assert flow_run.state is not None and flow_run.state.is_completed(), server_log.read_text()[-4000:]
-        keys, stage_states = anyio.run(_read_back, flow_run.id)
-        assert "pipeline-metrics" in keys
-        assert "ingest-metrics" in keys
-        assert "COMPLETED" in stage_states
-        assert "check_jpeg: header" in (repo / "params.yaml").read_text()
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+    # the checkout is exactly as before: same params bytes, nothing written, the experiment recorded
+    assert (repo / "params.yaml").read_bytes() == params_before
+    assert sh(["git", "status", "--porcelain"], repo).strip() == ""
+    assert not (repo / "data").exists() and not (repo / "metrics").exists()
+    changed = json.loads(dvc(repo, "params", "diff", "HEAD", "served-ingest", "--json"))
+    assert changed["params.yaml"]["ingest.check_jpeg"] == {"old": "decode", "new": "header"}
+    back = _read_back(flow_run.id)
+    assert {"pipeline-experiment", "pipeline-params", "pipeline-metrics"} <= set(back["artifacts"])
+    assert "served-ingest" in back["artifacts"]["pipeline-experiment"].data
+    assert "ingest.check_jpeg" in back["artifacts"]["pipeline-params"].data
+    assert "Running stage 'ingest'" in back["log"]  # dvc's output is in the run log
+    [stage_run] = back["stage_runs"]  # the ingest flow run carries the pipeline run's id and is its subflow
+    assert stage_run.state is not None and stage_run.state.is_completed()
+    assert stage_run.parent_task_run_id is not None and "experiment:served-ingest" in stage_run.tags
+    params_rows = json.loads(back["stage_artifacts"]["ingest-params"].data)
+    assert {"param": "ingest.check_jpeg", "value": "header"} in params_rows
