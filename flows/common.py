@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +19,8 @@ from prefect.cache_policies import NO_CACHE
 
 from stages.core import progress
 from stages.core.report import StageReport
+
+TIMINGS_ENV = "VRSFLOW_TIMINGS"  # a file: each stage process appends one JSON line of timings (bench/)
 
 
 def _artifact_key(stage: str, name: str) -> str:
@@ -51,11 +56,29 @@ def run_stage(stage: str, fn: Callable[..., StageReport], *args: Any, **kwargs: 
 
     stage_task = task(fn, name=stage, cache_policy=NO_CACHE, persist_result=False)
     progress.add_listener(on_progress)
+    started = time.time()
     try:
         report = stage_task(*args, **kwargs)
     finally:
         progress.remove_listener(on_progress)
+    _record_timings(stage, started, time.time())
     update_progress_artifact(artifact_id=artifact_id, progress=100.0)
     publish_report(report)
     logger.info("%s", report.summary_line())  # one short line; all metrics are in metrics/<stage>.json
     return report
+
+
+def _record_timings(stage: str, started: float, finished: float) -> None:
+    """Append when this process started and when the stage function ran to $VRSFLOW_TIMINGS, if set.
+
+    bench/bench_orchestration.py reads these to split a `dvc repro` into stage work and orchestration.
+    """
+    path = os.environ.get(TIMINGS_ENV)
+    if not path:
+        return
+    import psutil
+
+    record = {"stage": stage, "pid": os.getpid(), "process_start": psutil.Process().create_time(),
+              "task_start": started, "task_end": finished}
+    with open(path, "a") as out:
+        out.write(json.dumps(record) + "\n")

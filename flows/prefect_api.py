@@ -11,6 +11,8 @@ process (`python -m flows.prefect_api keep`) in its own session, so a SIGTERM or
 pipeline's process group does not reach it: an interrupted stage can still record its crashed run. The keeper
 stops the server once no live process has held a lease for `VRSFLOW_PREFECT_LINGER_S` seconds (default 30),
 which spans the gaps between stages of one `dvc repro` (DVC hashing outputs), and lets the next repro reuse it.
+`VRSFLOW_SHARED_PREFECT_API=0` turns this off (Prefect's own temporary server in each stage process, as before;
+bench/bench_orchestration.py compares the two).
 
 Without this, Prefect starts a temporary server in every stage process (≈5 s each, ≈12 s the first time).
 """
@@ -35,6 +37,7 @@ LOCK_FILE = "vrsflow-api.lock"
 LEASES_DIR = "vrsflow-api-leases"
 LOG_FILE = "vrsflow-api.log"
 LINGER_ENV = "VRSFLOW_PREFECT_LINGER_S"
+SHARED_ENV = "VRSFLOW_SHARED_PREFECT_API"  # "0": no shared server (Prefect starts one per stage process)
 DEFAULT_LINGER_S = 30.0
 STARTUP_TIMEOUT_S = 90.0
 
@@ -139,8 +142,8 @@ def prefect_api() -> Iterator[str]:
     Sets PREFECT_API_URL for the body (Prefect settings and the environment, so child processes share it).
     """
     url, home = _configured_api()
-    if url:
-        yield url
+    if url or os.environ.get(SHARED_ENV, "1") == "0":  # 0: Prefect's own temporary server in this process
+        yield url or ""
         return
     lease = home / LEASES_DIR / str(os.getpid())
     with _locked(home):

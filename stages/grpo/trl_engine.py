@@ -112,6 +112,8 @@ def train_trl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, dataset,
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     set_seed(grpo.seed)
     cuda = torch.cuda.is_available()
+    if not cuda and grpo.cpu_threads > 0:  # the same seed gives the same checkpoint only for the same count
+        torch.set_num_threads(grpo.cpu_threads)
     model, processor = load_vlm(grpo.model_path)
     processor.tokenizer.padding_side = "left"  # not saved with the tokenizer; generation needs it
     if reward_fn is None:

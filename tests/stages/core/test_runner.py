@@ -25,6 +25,12 @@ def test_errors_propagate() -> None:
         map_ordered(explode, [1, 2], RunnerParams(kind="threads"))
 
 
-@pytest.mark.slow
 def test_dask_local_cluster_matches_serial() -> None:
+    """A real local Dask cluster (worker processes); part of the default run, so CI exercises it.
+    tests/test_pipeline.py checks that serial, threads and dask build byte-identical shards."""
     assert map_ordered(square, range(10), RunnerParams(kind="dask", workers=2)) == [x * x for x in range(10)]
+
+
+def test_dask_errors_propagate() -> None:
+    with pytest.raises(ValueError, match="bad item"):
+        map_ordered(explode, [1, 2], RunnerParams(kind="dask", workers=1))

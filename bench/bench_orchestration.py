@@ -1,0 +1,127 @@
+"""Orchestration overhead of a whole `dvc repro`: Prefect's temporary server in every stage process (before)
+against one Prefect API shared by all stages (`vrsflow repro`, flows/prefect_api.py) (after), in the same run.
+
+    python bench/bench_orchestration.py [--profile ci|default] [--modes before,after]
+
+Each mode gets a fresh throwaway git + DVC copy of the project (tests/pipeline_repo.py) and a fresh
+PREFECT_HOME (the first server start creates the database, as for a new user), then runs the whole DAG:
+`dvc repro` with VRSFLOW_SHARED_PREFECT_API=0 (before), `vrsflow repro` (after); PREFECT_API_URL unset in both.
+Every stage process appends when it started and when its stage function ran to $VRSFLOW_TIMINGS
+(flows/common.py). Per stage: wall = from its process start to the next stage's process start (to the end of
+the repro for the last); work = the stage function; orchestration = wall − work (process start, imports,
+Prefect API calls and server, DVC hashing and bookkeeping). The time before the first stage process starts
+(dvc start-up, the shared server's start) is orchestration too.
+
+Writes bench/results/orchestration[-PROFILE].json (figures, commit, machine, load average).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.pipeline_repo import env_with_venv, make_repo  # noqa: E402
+
+TARGET_SHARE = 0.05  # issue 15: orchestration ≤ 5 % of the default run
+TARGET_DEFAULT_RUN_S = 360.0  # issue 15: default run ≤ 6 min on 2 cores
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+
+def machine() -> dict:
+    """CPU count and model, memory, Python; the load average is recorded per mode."""
+    model = ""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        model = next((line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+                      if line.startswith("model name")), "")
+    import psutil
+
+    return {"cpus": os.cpu_count(), "cpu_model": model, "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+            "python": platform.python_version(), "platform": platform.platform()}
+
+
+def run_mode(mode: str, profile: str | None, work: Path) -> dict:
+    """One fresh repo, one whole repro in `mode`; per-stage wall / work / orchestration seconds."""
+    repo = make_repo(ROOT, work / mode / "repo", profile=profile)
+    timings = work / mode / "timings.jsonl"
+    env = env_with_venv()
+    env.pop("PREFECT_API_URL", None)
+    env.update(PREFECT_HOME=str(work / mode / "prefect-home"), VRSFLOW_TIMINGS=str(timings),
+               PREFECT_SERVER_ANALYTICS_ENABLED="false", DO_NOT_TRACK="1", VRSFLOW_PREFECT_LINGER_S="5")
+    if mode == "before":
+        env["VRSFLOW_SHARED_PREFECT_API"] = "0"
+        command = [sys.executable, "-m", "dvc", "repro"]
+    else:
+        command = [sys.executable, "-m", "flows.cli", "repro"]
+    load_start = os.getloadavg()
+    started = time.time()
+    proc = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True)
+    ended = time.time()
+    if proc.returncode != 0:
+        raise SystemExit(f"{mode}: {' '.join(command)} failed:\n{(proc.stdout + proc.stderr)[-4000:]}")
+    records = [json.loads(line) for line in timings.read_text().splitlines()]
+    records.sort(key=lambda r: r["process_start"])
+    stages = {}
+    for i, record in enumerate(records):
+        until = records[i + 1]["process_start"] if i + 1 < len(records) else ended
+        wall = until - record["process_start"]
+        work_s = record["task_end"] - record["task_start"]
+        stages[record["stage"]] = {"wall_s": round(wall, 2), "work_s": round(work_s, 2),
+                                   "orchestration_s": round(wall - work_s, 2),
+                                   "start_to_work_s": round(record["task_start"] - record["process_start"], 2)}
+    total = ended - started
+    work_total = sum(s["work_s"] for s in stages.values())
+    return {"command": " ".join(["dvc repro"] if mode == "before" else ["vrsflow repro"]),
+            "total_s": round(total, 1), "work_s": round(work_total, 1),
+            "orchestration_s": round(total - work_total, 1),
+            "orchestration_share": round((total - work_total) / total, 3),
+            "before_first_stage_s": round(records[0]["process_start"] - started, 2),
+            "orchestration_per_stage_mean_s": round((total - work_total) / len(stages), 2),
+            "load_avg_1m_start_end": [round(load_start[0], 2), round(os.getloadavg()[0], 2)],
+            "stages": stages}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", default="ci", help="params profile (ci: seconds of work per stage) or 'default'")
+    parser.add_argument("--modes", default="before,after", help="comma-separated: before, after")
+    parser.add_argument("--out", default="", help="results file (default bench/results/orchestration[-PROFILE].json)")
+    args = parser.parse_args(argv)
+    profile = None if args.profile == "default" else args.profile
+    modes = [m for m in args.modes.split(",") if m]
+    results: dict = {"bench": "orchestration", "profile": args.profile, "commit": _git("rev-parse", "HEAD"),
+                     "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")), "machine": machine(),
+                     "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                     "targets": {"orchestration_share_max": TARGET_SHARE, "default_run_max_s": TARGET_DEFAULT_RUN_S},
+                     "modes": {}}
+    with tempfile.TemporaryDirectory(prefix="vrsflow-bench-orch-") as tmp:
+        for mode in modes:
+            results["modes"][mode] = run_mode(mode, profile, Path(tmp))
+            print(mode, json.dumps({k: v for k, v in results["modes"][mode].items() if k != "stages"}), flush=True)
+    if {"before", "after"} <= set(results["modes"]):
+        before, after = results["modes"]["before"], results["modes"]["after"]
+        results["orchestration_before_over_after"] = round(before["orchestration_s"] / after["orchestration_s"], 2)
+        results["orchestration_saved_s"] = round(before["orchestration_s"] - after["orchestration_s"], 1)
+    name = "orchestration" if args.profile == "ci" else f"orchestration-{args.profile}"
+    out = Path(args.out) if args.out else ROOT / "bench" / "results" / f"{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
