@@ -1,9 +1,15 @@
-"""`sft` stage: LoRA SFT (peft) of Qwen2.5-VL on the accepted reasoning traces.
+"""`sft` stage: supervised fine-tuning of Qwen2.5-VL on the accepted reasoning traces, with transformers'
+`Trainer` under `accelerate` (one process on CPU; DDP, FSDP or DeepSpeed ZeRO on GPUs and nodes).
 
-Reads top to bottom like a torchtune recipe: params → seed → data → model + LoRA → format rate before →
-train (gradient accumulation, cosine schedule, checkpoints) → save adapter + merged weights → format
-rate after → metrics. Loss is on assistant tokens only. bf16 on GPU, fp32 on CPU. A run killed
-mid-way resumes from its last checkpoint (same params and data, checked by a fingerprint).
+Reads top to bottom like a torchtune recipe: params → seed → data (indexed shards, encoded once) → model
+(LoRA or full fine-tuning of the language model; the vision tower stays frozen unless `sft.train_vision`)
+→ format rate before → train (cosine schedule, gradient accumulation, checkpoints that resume only for
+the same params, data and process count) → adapter + merged weights → format rate after → curve and
+metrics. Loss is on assistant tokens only. bf16 on GPU, fp32 on CPU.
+
+Several processes: `sft.processes > 1` makes the stage start `accelerate launch` (config
+`sft.accelerate_config`) or torchrun itself; on several nodes run `accelerate launch … -m stages.sft` on
+each (docs/sft.md). Only the main process writes outputs.
 """
 
 from __future__ import annotations
@@ -11,16 +17,16 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
+import os
 import random
 import shutil
-import time
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
-from peft import LoraConfig, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
-from transformers import get_cosine_schedule_with_warmup
 
 from schemas.answer import parse_answer
 from stages.core.io import atomic_write_text, write_json
@@ -31,9 +37,11 @@ from stages.core.progress import ProgressReporter
 from stages.core.report import StageReport
 from stages.core.typed_config import to_dict
 from stages.models import load_vlm
-from stages.sft.data import encode_example, encode_prompts, meta_json, read_shards
+from stages.models.trainable import freeze_vision, lora_targets, trainable_vision_parameters
+from stages.sft.data import PadCollator, SftDataset, encode_prompts, index_shards, meta_json, read_shards
 
 log = logging.getLogger(__name__)
+RESULT_FILE = "sft_result.json"  # what the main process of a launched run hands back to the stage
 
 
 def seed_everything(seed: int) -> None:
@@ -44,13 +52,17 @@ def seed_everything(seed: int) -> None:
 
 
 @torch.no_grad()
-def format_rate(model, processor, samples: list[dict], max_new_tokens: int, batch_size: int = 8
-                ) -> tuple[float, list[str]]:
-    """Share of greedy outputs that parse as the answer format (exact tags + answer JSON), and the outputs."""
+def format_rate(model, processor, samples: list[dict], max_new_tokens: int, batch_size: int = 8,
+                batches: list[dict] | None = None) -> tuple[float, list[str]]:
+    """Share of greedy outputs that parse as the answer format (exact tags + answer JSON), and the outputs.
+
+    `batches` are `encode_prompts` outputs of `samples` in `batch_size` groups, encoded once by the caller
+    when it checks several models on the same prompts.
+    """
     model.eval()
     outputs: list[str] = []
-    for start in range(0, len(samples), batch_size):
-        batch = encode_prompts(processor, samples[start:start + batch_size])
+    batches = batches if batches is not None else prompt_batches(processor, samples, batch_size)
+    for batch in batches:
         inputs = {k: v.to(model.device) for k, v in batch.items()}
         generated = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
         outputs += processor.batch_decode(generated[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
@@ -58,9 +70,14 @@ def format_rate(model, processor, samples: list[dict], max_new_tokens: int, batc
     return (sum(ok) / len(ok) if ok else 0.0), outputs
 
 
+def prompt_batches(processor, samples: list[dict], batch_size: int = 8) -> list[dict]:
+    """The generation inputs of `samples`, `batch_size` prompts each."""
+    return [encode_prompts(processor, samples[i:i + batch_size]) for i in range(0, len(samples), batch_size)]
+
+
 def train_sft(params: SftParams, model_params: ModelParams, shards_dir: Path, out_dir: Path,
               checkpoint_dir: Path, metrics_dir: Path) -> StageReport:
-    """Fine-tune `model.path` with LoRA on `shards_dir/sft`; write adapter/, merged/, a model card, curves.
+    """Fine-tune `model.path` on `shards_dir/sft`; write adapter/ (LoRA), merged/, a model card, the curve.
 
     Args:
         params: the `sft` block.
@@ -69,135 +86,225 @@ def train_sft(params: SftParams, model_params: ModelParams, shards_dir: Path, ou
         out_dir: `models/sft`.
         checkpoint_dir: persistent folder for resumable checkpoints.
         metrics_dir: where `sft_curve.tsv` (per step) goes.
+
+    Raises:
+        ValueError: no training samples, or params that cannot work (named).
     """
+    if params.processes > 1 and "WORLD_SIZE" not in os.environ:
+        return _launch(params, model_params, shards_dir, out_dir, checkpoint_dir, metrics_dir)
+    from transformers import PrinterCallback, Trainer, TrainingArguments, set_seed
+
+    _check(params)
     seed_everything(params.seed)
-    train = read_shards(Path(shards_dir) / "sft")
-    held_out = read_shards(Path(shards_dir) / "eval")[: params.format_eval_samples]
+    train = index_shards(Path(shards_dir) / "sft")
     if not train:
         raise ValueError(f"{shards_dir}/sft holds no samples: nothing to fine-tune on (did the filter reject all?)")
-    model, processor = load_vlm(model_params.path, model_params.dtype)
-    device = model.device
-    if device.type == "cpu" and params.cpu_threads > 0:
+    cuda = torch.cuda.is_available()
+    if not cuda and params.cpu_threads > 0:
         # measured here: the tiny model runs ~50× faster on 1 thread than on 2 when another process holds a core
         torch.set_num_threads(params.cpu_threads)
-    torch.manual_seed(params.seed)
-    before, _ = format_rate(model, processor, held_out, params.max_new_tokens)
+    args = TrainingArguments(
+        output_dir=str(checkpoint_dir), use_cpu=not cuda, bf16=cuda and model_params.dtype != "float32",
+        per_device_train_batch_size=params.batch_size, gradient_accumulation_steps=params.grad_accum,
+        num_train_epochs=params.epochs, learning_rate=params.learning_rate, weight_decay=params.weight_decay,
+        max_grad_norm=params.max_grad_norm, lr_scheduler_type=params.lr_scheduler, warmup_steps=params.warmup_ratio,
+        logging_steps=1, save_strategy="steps", save_steps=params.save_every_steps, report_to="none",
+        seed=params.seed, data_seed=params.seed, remove_unused_columns=False, dataloader_num_workers=0,
+        activation_checkpointing=params.gradient_checkpointing, disable_tqdm=True, save_only_model=False,
+        ddp_find_unused_parameters=False,
+    )
+    state = args.distributed_state  # set up by TrainingArguments: one process, or the launched group
+    main = state.is_main_process
+    fingerprint = _fingerprint(params, model_params, train, state.num_processes)
+    if main:
+        _prepare_checkpoints(Path(checkpoint_dir), fingerprint)
+    state.wait_for_everyone()
 
-    lora = LoraConfig(r=params.lora_r, lora_alpha=params.lora_alpha, lora_dropout=params.lora_dropout,
-                      target_modules=list(params.target_modules), modules_to_save=list(params.modules_to_save) or None,
-                      task_type="CAUSAL_LM")
-    model = get_peft_model(model, lora)
-    if params.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
-        model.enable_input_require_grads()
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=params.learning_rate, weight_decay=params.weight_decay)
-    micro_per_epoch = len(train)
-    total_steps = max(1, math.ceil(micro_per_epoch * params.epochs / params.grad_accum))
-    scheduler = get_cosine_schedule_with_warmup(optimizer, int(params.warmup_ratio * total_steps), total_steps)
+    model, processor = load_vlm(model_params.path, model_params.dtype, "cuda" if cuda else "cpu")
+    held_out = read_shards(Path(shards_dir) / "eval")[: params.format_eval_samples] if main else []
+    prompts = prompt_batches(processor, held_out)  # encoded once for the before and after checks
+    before = format_rate(model, processor, held_out, params.max_new_tokens, batches=prompts)[0] if main else 0.0
+    state.wait_for_everyone()
 
-    fingerprint = _fingerprint(params, model_params, train)
-    state = _resume(Path(checkpoint_dir), fingerprint, model, optimizer, scheduler)
-    step, curve = state["step"], state["curve"]
-    start_micro = step * params.grad_accum
-    order = _order(len(train), params.epochs, params.seed)
-    progress = ProgressReporter(total_steps, desc="sft steps")
-    progress.advance(step)
-    model.train()
-    started = time.perf_counter()
-    tokens = running = 0.0
-    micro_done = 0
-    for micro in range(start_micro, len(order)):
-        batch = {k: v.to(device) for k, v in encode_example(processor, train[order[micro]]).items()}
-        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-            loss = model(**batch).loss / params.grad_accum
-        loss.backward()
-        running += float(loss.detach())
-        tokens += int(batch["attention_mask"].sum())
-        micro_done += 1
-        last = micro == len(order) - 1
-        if (micro + 1) % params.grad_accum == 0 or last:
-            torch.nn.utils.clip_grad_norm_(trainable, params.max_grad_norm)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            step += 1
-            curve.append({"step": step, "loss": round(running, 6), "lr": scheduler.get_last_lr()[0]})
-            running = 0.0
-            progress.advance()
-            if step % params.save_every_steps == 0 and not last:
-                _save_checkpoint(Path(checkpoint_dir), fingerprint, step, curve, model, optimizer, scheduler)
-    progress.close()
-    elapsed = time.perf_counter() - started
+    set_seed(params.seed)
+    model = _trainable(model, params)
+    dataset = SftDataset(train, processor, params.cache_mb * 2**20)
+    trainer = Trainer(model=model, args=args, train_dataset=dataset,
+                      data_collator=PadCollator(processor.tokenizer.pad_token_id), callbacks=[_progress_callback()])
+    trainer.remove_callback(PrinterCallback)  # steps go to logging and the progress reporter instead
+    resume = _last_checkpoint(Path(checkpoint_dir))
+    if resume:
+        log.info("sft: resuming from %s", resume)
+    output = trainer.train(resume_from_checkpoint=resume)
 
     out_dir = Path(out_dir)
-    shutil.rmtree(out_dir, ignore_errors=True)
-    model.save_pretrained(out_dir / "adapter")
-    processor.save_pretrained(out_dir / "adapter")
-    merged = model.merge_and_unload()
-    merged.save_pretrained(out_dir / "merged")
-    processor.save_pretrained(out_dir / "merged")
-    after, samples_out = format_rate(merged, processor, held_out, params.max_new_tokens)
+    if main:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    state.wait_for_everyone()
+    lora = params.lora_r > 0
+    trainer.save_model(str(out_dir / ("adapter" if lora else "merged")))  # all ranks: FSDP/ZeRO gather here
+    curve = _curve(trainer.state.log_history)
+    steps = int(trainer.state.global_step)
+    result: dict = {}
+    if main:
+        result = _finish(params, model_params, processor, out_dir, held_out, prompts, before, curve, steps,
+                         train, dataset, output.metrics, Path(shards_dir), Path(metrics_dir), state.num_processes)
+        shutil.rmtree(checkpoint_dir, ignore_errors=True)  # finished: nothing to resume
+    state.wait_for_everyone()
+    return StageReport("sft", metrics=result)
 
-    _write_curve(Path(metrics_dir) / "sft_curve.tsv", curve)
-    metrics = {"format_rate_before": round(before, 4), "format_rate_after": round(after, 4), "steps": step,
+
+def _progress_callback():
+    """A Trainer callback: optimizer steps → the stage's progress reporter (Prefect progress) and `logging`."""
+    from transformers import TrainerCallback
+
+    class Progress(TrainerCallback):
+        reporter: ProgressReporter | None = None
+
+        def on_train_begin(self, args, state, control, **kwargs) -> None:
+            if state.is_world_process_zero:
+                self.reporter = ProgressReporter(state.max_steps, desc="sft steps")
+                self.reporter.advance(state.global_step)
+
+        def on_log(self, args, state, control, logs=None, **kwargs) -> None:
+            if state.is_world_process_zero and logs and "loss" in logs:
+                log.info("sft step %d/%d: %s", state.global_step, state.max_steps, logs)
+
+        def on_step_end(self, args, state, control, **kwargs) -> None:
+            if self.reporter is not None:
+                self.reporter.advance()
+
+        def on_train_end(self, args, state, control, **kwargs) -> None:
+            if self.reporter is not None:
+                self.reporter.close()
+
+    return Progress()
+
+
+def _finish(params: SftParams, model_params: ModelParams, processor, out_dir: Path, held_out: list[dict],
+            prompts: list[dict], before: float, curve: list[dict], steps: int, train: list, dataset: SftDataset,
+            train_metrics: dict, shards_dir: Path, metrics_dir: Path, processes: int) -> dict:
+    """Main process: merged weights, format rate after, curve, metrics, lineage, model card."""
+    if params.lora_r > 0:
+        _merge(model_params, out_dir)
+    processor.save_pretrained(out_dir / "merged")
+    merged, _ = load_vlm(out_dir / "merged", model_params.dtype)
+    after, samples_out = format_rate(merged, processor, held_out, params.max_new_tokens, batches=prompts)
+    _write_curve(metrics_dir / "sft_curve.tsv", curve)
+    runtime = float(train_metrics.get("train_runtime", 0.0))
+    tokens = sum(int(item["attention_mask"].sum()) for item in dataset.cache.values())
+    metrics = {"format_rate_before": round(before, 4), "format_rate_after": round(after, 4), "steps": steps,
                "final_loss": curve[-1]["loss"] if curve else float("nan"), "train_samples": len(train),
-               "held_out_samples": len(held_out),
-               "samples_per_s": round(micro_done / elapsed, 3) if elapsed > 0 else 0.0,
-               "tokens_per_s": round(tokens / elapsed, 1) if elapsed > 0 else 0.0}
+               "held_out_samples": len(held_out), "processes": processes,
+               "samples_per_s": round(float(train_metrics.get("train_samples_per_second", 0.0)), 3),
+               "tokens_per_s": round(tokens * params.epochs / runtime, 1)
+               if runtime > 0 and len(dataset.cache) == len(train) else 0.0}
     write_json(out_dir / "format_eval.json", {"outputs": samples_out[:4], "rate": after})
     write_lineage(out_dir, "sft", {"sft": params, "model": model_params}, seed=params.seed,
-                  inputs={"shards": Path(shards_dir)}, counts={"train_samples": len(train), "steps": step},
+                  inputs={"shards": shards_dir}, counts={"train_samples": len(train), "steps": steps},
                   code_modules=["stages.sft", "stages.models"])
-    write_model_card(out_dir, "vrsflow SFT checkpoint (LoRA on Qwen2.5-VL)", metrics={"sft": metrics})
-    shutil.rmtree(checkpoint_dir, ignore_errors=True)  # finished: nothing to resume
+    kind = "LoRA" if params.lora_r > 0 else "full fine-tuning"
+    write_model_card(out_dir, f"vrsflow SFT checkpoint ({kind} on Qwen2.5-VL)", metrics={"sft": metrics})
     log.info("sft: %s", metrics)
-    return StageReport("sft", metrics=metrics)
+    return metrics
 
 
-def _order(n: int, epochs: int, seed: int) -> list[int]:
-    """Sample order over all epochs: a seeded permutation per epoch (fixed, so a resumed run continues it)."""
-    return [int(i) for epoch in range(epochs) for i in np.random.default_rng([seed, epoch]).permutation(n)]
+def _check(params: SftParams) -> None:
+    if not 0.0 <= params.warmup_ratio < 1.0:
+        raise ValueError(f"sft.warmup_ratio: expected a share in [0, 1), got {params.warmup_ratio}")
+    for key in ("epochs", "grad_accum", "batch_size", "save_every_steps"):
+        if getattr(params, key) < 1:
+            raise ValueError(f"sft.{key}: expected at least 1, got {getattr(params, key)}")
 
 
-def _fingerprint(params: SftParams, model_params: ModelParams, train: list[dict]) -> str:
-    digest = hashlib.sha256(json.dumps([to_dict(params), to_dict(model_params)], sort_keys=True).encode())
+def _trainable(model, params: SftParams):
+    """LoRA on the language model (`lora_r` > 0) or full fine-tuning of it; the vision tower trains only with
+    `train_vision`."""
+    from peft import LoraConfig, get_peft_model
+
+    if params.lora_r > 0:
+        config = LoraConfig(r=params.lora_r, lora_alpha=params.lora_alpha, lora_dropout=params.lora_dropout,
+                            target_modules=lora_targets(params.target_modules, params.train_vision),
+                            modules_to_save=list(params.modules_to_save) or None, task_type="CAUSAL_LM")
+        model = get_peft_model(model, config)
+    elif not params.train_vision:
+        freeze_vision(model)
+    if not params.train_vision and trainable_vision_parameters(model):
+        raise ValueError(f"sft: vision parameters would train: {trainable_vision_parameters(model)[:3]} "
+                         "(sft.modules_to_save names a vision module?)")
+    return model
+
+
+def _merge(model_params: ModelParams, out_dir: Path) -> None:
+    """Base + saved adapter → merged weights (the same path for DDP, FSDP and ZeRO: the adapter on disk is whole)."""
+    from peft import PeftModel
+
+    base, _ = load_vlm(model_params.path, model_params.dtype)
+    merged = PeftModel.from_pretrained(base, out_dir / "adapter").merge_and_unload()
+    merged.save_pretrained(out_dir / "merged")
+
+
+def _last_checkpoint(folder: Path) -> str | None:
+    points = sorted(folder.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    return str(points[-1]) if points else None
+
+
+def _fingerprint(params: SftParams, model_params: ModelParams, train: list, processes: int) -> str:
+    """What a checkpoint must match to be resumed: params, model, the samples and the process count (it
+    decides which samples each step sees)."""
+    digest = hashlib.sha256(json.dumps([to_dict(params), to_dict(model_params), processes], sort_keys=True).encode())
     for sample in train:
         digest.update(meta_json(sample).encode())
     return digest.hexdigest()
 
 
-def _save_checkpoint(folder: Path, fingerprint: str, step: int, curve: list, model, optimizer, scheduler) -> None:
-    tmp = folder.with_name(folder.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    torch.save({"adapter": get_peft_model_state_dict(model), "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(), "torch_rng": torch.get_rng_state()}, tmp / "state.pt")
-    atomic_write_text(tmp / "trainer_state.json", json.dumps({"fingerprint": fingerprint, "step": step,
-                                                               "curve": curve}))
-    shutil.rmtree(folder, ignore_errors=True)
-    tmp.rename(folder)  # a kill leaves either the old or the new checkpoint, never half of one
+def _prepare_checkpoints(folder: Path, fingerprint: str) -> None:
+    """Keep checkpoints only when they come from the same run; otherwise start afresh."""
+    stamp = folder / "fingerprint.txt"
+    if folder.exists() and (not stamp.is_file() or stamp.read_text().strip() != fingerprint):
+        log.info("sft: checkpoints in %s are from other params or data; starting afresh", folder)
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(stamp, fingerprint + "\n")
 
 
-def _resume(folder: Path, fingerprint: str, model, optimizer, scheduler) -> dict:
-    meta = folder / "trainer_state.json"
-    if not meta.is_file():
-        return {"step": 0, "curve": []}
-    state = json.loads(meta.read_text())
-    if state.get("fingerprint") != fingerprint:
-        log.info("sft: checkpoint in %s is from other params or data; starting afresh", folder)
-        shutil.rmtree(folder, ignore_errors=True)
-        return {"step": 0, "curve": []}
-    saved = torch.load(folder / "state.pt", weights_only=False)
-    set_peft_model_state_dict(model, saved["adapter"])
-    optimizer.load_state_dict(saved["optimizer"])
-    scheduler.load_state_dict(saved["scheduler"])
-    torch.set_rng_state(saved["torch_rng"])
-    log.info("sft: resuming from step %d", state["step"])
-    return state
+def _curve(log_history: list[dict]) -> list[dict]:
+    """One row per optimizer step from the trainer's log history (the resumed part included)."""
+    rows = {int(e["step"]): {"step": int(e["step"]), "loss": round(float(e["loss"]), 6),
+                             "lr": float(e["learning_rate"])}
+            for e in log_history if "loss" in e and "learning_rate" in e}
+    return [rows[s] for s in sorted(rows)]
 
 
 def _write_curve(path: Path, curve: list[dict]) -> None:
     lines = ["step\tloss\tlr"] + [f"{c['step']}\t{c['loss']:.6f}\t{c['lr']:.8g}" for c in curve]
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, "\n".join(lines) + "\n")
+
+
+def launch_command(params: SftParams, job: Path) -> list[str]:
+    """`accelerate launch` with `sft.accelerate_config`, or torchrun (DDP) without one, on `sft.processes`."""
+    if params.accelerate_config:
+        head = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", params.accelerate_config,
+                "--num_processes", str(params.processes)]
+    else:
+        head = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                str(params.processes)]
+    return [*head, "-m", "stages.sft", "--job", str(job)]
+
+
+def _launch(params: SftParams, model_params: ModelParams, shards_dir: Path, out_dir: Path, checkpoint_dir: Path,
+            metrics_dir: Path) -> StageReport:
+    """Run this stage in `sft.processes` processes and return the main process's metrics."""
+    if params.accelerate_config and not Path(params.accelerate_config).is_file():
+        raise ValueError(f"sft.accelerate_config: {params.accelerate_config} is not a file")
+    with tempfile.TemporaryDirectory(prefix="vrsflow-sft-") as tmp:
+        job = Path(tmp) / "job.json"
+        job.write_text(json.dumps({"sft": to_dict(params), "model": to_dict(model_params),
+                                   "shards_dir": str(shards_dir), "out_dir": str(out_dir),
+                                   "checkpoint_dir": str(checkpoint_dir), "metrics_dir": str(metrics_dir),
+                                   "result": str(Path(tmp) / RESULT_FILE)}))
+        command = launch_command(params, job)
+        log.info("sft: %s", " ".join(command))
+        subprocess.run(command, check=True)
+        return StageReport("sft", metrics=json.loads((Path(tmp) / RESULT_FILE).read_text()))

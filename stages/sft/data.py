@@ -1,30 +1,97 @@
-"""SFT data: WebDataset shards → chat examples → model inputs with loss on assistant tokens only."""
+"""SFT data: WebDataset shards → chat examples → model inputs with loss on assistant tokens only.
+
+Shards are *indexed*, not decoded: `index_shards` records where each frame's JPEG bytes sit in its tar
+(offset, size) and keeps only the small JSON metadata in memory. Frames are read and decoded when a
+sample is encoded, so memory stays bounded by the batch, not the pool (the paper's 5.8K samples at
+560 px would be ~33 GB decoded). Encoded samples (the processor's output) are kept in memory up to a
+byte budget and reused in later epochs.
+"""
 
 from __future__ import annotations
 
+import io
 import json
+import tarfile
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import webdataset as wds
+from PIL import Image
 
 from stages.teacher.prompts import question_content
 
+IGNORE_INDEX = -100  # label of tokens that carry no loss (PyTorch cross-entropy's ignore_index)
+
+
+@dataclass(frozen=True)
+class ShardSample:
+    """One sample of a shard: its key, metadata and where its frames' JPEG bytes lie (tar, offset, size)."""
+
+    key: str
+    meta: dict
+    frames: tuple[tuple[str, int, int], ...]
+
+    def load_frames(self) -> list[Image.Image]:
+        """The frames, read from their tars and decoded (RGB)."""
+        images = []
+        handles: dict[str, io.BufferedReader] = {}
+        try:
+            for path, offset, size in self.frames:
+                handle = handles.get(path) or handles.setdefault(path, open(path, "rb"))  # noqa: SIM115
+                handle.seek(offset)
+                image = Image.open(io.BytesIO(handle.read(size)))
+                images.append(image.convert("RGB"))
+        finally:
+            for handle in handles.values():
+                handle.close()
+        return images
+
+
+def _frame_index(suffix: str) -> int:
+    """`frame_12.jpg` → 12 (numeric order: frame_10 comes after frame_9)."""
+    return int(suffix.split("_", 1)[1].split(".", 1)[0])
+
+
+def index_shards(folder: Path) -> list[ShardSample]:
+    """Every sample of a pool's `shard-*.tar`, in key order, without decoding a frame.
+
+    Raises:
+        ValueError: a sample without its `.json` metadata (names the tar and the key).
+    """
+    found: dict[str, dict] = {}
+    for path in sorted(Path(folder).glob("shard-*.tar")):
+        with tarfile.open(path, "r:") as tar:
+            for member in tar:
+                if not member.isfile():
+                    continue
+                key, _, suffix = member.name.partition(".")
+                entry = found.setdefault(key, {"meta": None, "frames": [], "tar": str(path)})
+                if suffix == "json":
+                    entry["meta"] = json.loads(tar.extractfile(member).read())
+                elif suffix.startswith("frame_"):
+                    entry["frames"].append((_frame_index(suffix), str(path), member.offset_data, member.size))
+    samples = []
+    for key in sorted(found):
+        entry = found[key]
+        if entry["meta"] is None:
+            raise ValueError(f"{entry['tar']}: sample {key} has no .json metadata")
+        frames = tuple((p, o, s) for _, p, o, s in sorted(entry["frames"]))
+        samples.append(ShardSample(key, entry["meta"], frames))
+    return samples
+
 
 def read_shards(folder: Path) -> list[dict]:
-    """Every sample of a pool's shards, in key order: {"key", "meta", "frames": [PIL images]}."""
-    urls = sorted(str(p) for p in Path(folder).glob("shard-*.tar"))
-    if not urls:
-        return []
-    samples = []
-    for sample in wds.WebDataset(urls, shardshuffle=False, empty_check=False).decode("pil"):
-        frames = [sample[k] for k in sorted(k for k in sample if k.startswith("frame_"))]
-        samples.append({"key": sample["__key__"], "meta": sample["json"], "frames": frames})
-    return sorted(samples, key=lambda s: s["key"])
+    """Every sample of a pool's shards, in key order, decoded: {"key", "meta", "frames": [PIL images]}.
+
+    Decodes everything: for small pools (the held-out format check, tests); training uses `index_shards`.
+    """
+    return [{"key": s.key, "meta": s.meta, "frames": s.load_frames()} for s in index_shards(folder)]
 
 
 def messages(meta: dict, response: str | None = None) -> list[dict]:
-    """The chat: user turn with `<Ns>` + image pairs and the question; the assistant response if given."""
+    """The chat of one sample from its metadata: user turn with `<Ns>` + image pairs and the question; the
+    assistant response if given."""
     chat = [{"role": "user", "content": question_content(meta["expression"], meta["timestamps"])}]
     if response is not None:
         chat.append({"role": "assistant", "content": [{"type": "text", "text": response}]})
@@ -40,7 +107,7 @@ def assistant_labels(input_ids: torch.Tensor, tokenizer) -> torch.Tensor:
     im_start = tokenizer.convert_tokens_to_ids("<|im_start|>")
     im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
     header = tokenizer("assistant\n", add_special_tokens=False)["input_ids"]
-    labels = torch.full_like(input_ids, -100)
+    labels = torch.full_like(input_ids, IGNORE_INDEX)
     for b in range(input_ids.shape[0]):
         row = input_ids[b].tolist()
         i = 0
@@ -79,8 +146,66 @@ def encode_prompts(processor, samples: list[dict]) -> dict[str, torch.Tensor]:
                           return_tensors="pt"))
 
 
-def meta_json(sample: dict) -> str:
+def meta_json(sample: dict | ShardSample) -> str:
     """Compact JSON of a sample's metadata (for fingerprints)."""
-    return json.dumps(sample["meta"], sort_keys=True)
+    meta = sample.meta if isinstance(sample, ShardSample) else sample["meta"]
+    return json.dumps(meta, sort_keys=True)
 
 
+def _nbytes(encoded: dict[str, torch.Tensor]) -> int:
+    return sum(v.numel() * v.element_size() for v in encoded.values())
+
+
+class SftDataset(torch.utils.data.Dataset):
+    """Map-style dataset over indexed shard samples: each item is `encode_example`'s output.
+
+    Frames are read from the tars when an item is first encoded. Encoded items are kept while their total
+    size stays under `cache_bytes`, so later epochs skip the JPEG decode and the processor; items beyond
+    the budget are encoded again each time (memory stays bounded).
+    """
+
+    def __init__(self, samples: Sequence[ShardSample], processor, cache_bytes: int) -> None:
+        self.samples = list(samples)
+        self.processor = processor
+        self.cache_bytes = cache_bytes
+        self.cached_bytes = 0
+        self.cache: dict[int, dict[str, torch.Tensor]] = {}
+        self.encodes = 0  # processor calls (reported by the benchmark)
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        hit = self.cache.get(index)
+        if hit is not None:
+            return hit
+        sample = self.samples[index]
+        encoded = encode_example(self.processor, {"meta": sample.meta, "frames": sample.load_frames()})
+        self.encodes += 1
+        size = _nbytes(encoded)
+        if self.cached_bytes + size <= self.cache_bytes:
+            self.cache[index] = encoded
+            self.cached_bytes += size
+        return encoded
+
+
+class PadCollator:
+    """Items of `SftDataset` → one batch: token rows right-padded (labels with -100), image tensors concatenated."""
+
+    def __init__(self, pad_token_id: int) -> None:
+        self.pad_token_id = pad_token_id
+
+    def __call__(self, items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+        if len(items) == 1:
+            return dict(items[0])
+        length = max(int(item["input_ids"].shape[1]) for item in items)
+        batch: dict[str, torch.Tensor] = {}
+        for key in items[0]:
+            values = [item[key] for item in items]
+            if values[0].dim() == 2 and values[0].shape[0] == 1 and key not in ("pixel_values", "image_grid_thw"):
+                fill = {"labels": IGNORE_INDEX, "input_ids": self.pad_token_id}.get(key, 0)
+                batch[key] = torch.cat([torch.nn.functional.pad(v, (0, length - v.shape[1]), value=fill)
+                                        for v in values])
+            else:
+                batch[key] = torch.cat(values)
+        return batch

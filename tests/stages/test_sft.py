@@ -1,4 +1,6 @@
-"""sft stage: loss only on assistant tokens (real Qwen2.5 tokenization), resume after a kill, merged weights."""
+"""sft stage: loss only on assistant tokens (real Qwen2.5 tokenization), streaming shard reader and encode cache,
+transformers' Trainer: resume after a kill, determinism, two processes under accelerate (gloo) = one process,
+merged weights, vision tower frozen."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from stages.core.params import ModelParams, SftParams, TinyModelsParams
 from stages.models import build_tiny_models
 from stages.models.tiny_qwen import CHAT_TEMPLATE
 from stages.sft import train_sft
-from stages.sft.data import assistant_labels, encode_example, messages, read_shards
+from stages.sft.data import SftDataset, assistant_labels, encode_example, index_shards, messages, read_shards
 from stages.teacher.prompts import build_question
 
 FRAME = 56  # 56 px frames → 4 vision tokens each: keeps the tests fast
@@ -126,7 +128,40 @@ def test_messages_interleave_timestamps_and_frames() -> None:
     assert chat[1] == {"role": "assistant", "content": [{"type": "text", "text": "<think>x</think>"}]}
 
 
-# -- training: resume after a kill, adapter vs merged weights ------------------------------------------------------
+# -- streaming reader and encode cache -------------------------------------------------------------------------------
+
+
+def test_index_reads_frames_lazily_and_equals_webdataset(tmp_path: Path) -> None:
+    write_sft_shards(tmp_path, n_train=3, n_eval=0, n_frames=12)  # frame_10, frame_11 sort after frame_9
+    indexed = index_shards(tmp_path / "sft")
+    expected = sorted(wds.WebDataset(str(tmp_path / "sft" / "shard-000000.tar"), shardshuffle=False,
+                                     empty_check=False).decode("rgb8"), key=lambda s: s["__key__"])
+    assert [s.key for s in indexed] == [e["__key__"] for e in expected] == ["S_sft_0", "S_sft_1", "S_sft_2"]
+    for sample, reference in zip(indexed, expected, strict=True):
+        assert sample.meta == reference["json"]
+        frames = [np.asarray(f) for f in sample.load_frames()]
+        assert len(frames) == 12
+        for j, frame in enumerate(frames):
+            assert np.array_equal(frame, reference[f"frame_{j}.jpg"])
+
+
+def test_encoded_samples_are_cached_within_the_budget(setup) -> None:
+    from stages.models import load_vlm
+
+    base, model_params = setup
+    _, processor = load_vlm(model_params.path, "float32", "cpu")
+    samples = index_shards(base / "shards" / "sft")
+    one = SftDataset(samples, processor, cache_bytes=10**9)[0]
+    size = sum(v.numel() * v.element_size() for v in one.values())
+    dataset = SftDataset(samples, processor, cache_bytes=2 * size)  # room for two of the four
+    for _ in range(3):  # three epochs
+        items = [dataset[i] for i in range(len(samples))]
+    assert dataset.encodes == 2 + 3 * 2 and sorted(dataset.cache) == [0, 1]
+    fresh = encode_example(processor, {"meta": samples[3].meta, "frames": samples[3].load_frames()})
+    assert all(torch.equal(items[3][k], fresh[k]) for k in fresh) and all(torch.equal(items[0][k], one[k]) for k in one)
+
+
+# -- training: transformers' Trainer; resume, determinism, two processes, merged weights, frozen vision ------------
 
 
 @pytest.fixture(scope="module")
@@ -138,8 +173,24 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ModelParams]:
     return base, ModelParams(path=str(base / "tiny" / "qwen25vl"), dtype="float32")
 
 
-SMALL = SftParams(epochs=2, learning_rate=5e-3, grad_accum=2, warmup_ratio=0.0, lora_dropout=0.1, save_every_steps=1,
-                  format_eval_samples=1, max_new_tokens=4)
+# no dropout: a second process draws other dropout masks, which would make the two-process run differ by design
+SMALL = SftParams(epochs=2, learning_rate=5e-3, grad_accum=2, warmup_ratio=0.0, lora_dropout=0.0, save_every_steps=1,
+                  format_eval_samples=1, max_new_tokens=4, cpu_threads=1)
+
+
+def _run(params: SftParams, setup, folder: Path):
+    base, model = setup
+    return train_sft(params, model, base / "shards", folder / "sft", folder / "ckpt", folder / "metrics")
+
+
+@pytest.fixture(scope="module")
+def reference(setup, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One uninterrupted one-process run of SMALL (4 optimizer steps)."""
+    folder = tmp_path_factory.mktemp("reference")
+    report = _run(SMALL, setup, folder)
+    assert report.metrics["steps"] == 4 and report.metrics["processes"] == 1
+    assert not (folder / "ckpt").exists()  # finished: nothing left to resume
+    return folder
 
 
 def _curve(path: Path) -> list[tuple[int, float, float]]:
@@ -154,72 +205,97 @@ def _adapter(folder: Path) -> dict[str, torch.Tensor]:
     return load_file(str(folder / "adapter" / "adapter_model.safetensors"))
 
 
-def test_resume_after_interruption_matches_an_uninterrupted_run(setup, tmp_path: Path,
+def _weights(folder: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return {k: v for f in sorted(folder.glob("*.safetensors")) for k, v in load_file(str(f)).items()}
+
+
+def _die_after_saves(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
+    """A kill right after the trainer's n-th checkpoint."""
+    from transformers import Trainer
+
+    real_save, saves = Trainer._save_checkpoint, []
+
+    def save_then_die(self, *args, **kwargs):
+        real_save(self, *args, **kwargs)
+        saves.append(self.state.global_step)
+        if len(saves) == n:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(Trainer, "_save_checkpoint", save_then_die)
+
+
+def test_resume_after_interruption_matches_an_uninterrupted_run(setup, reference: Path, tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    base, model = setup
-    full = tmp_path / "full"
-    report = train_sft(SMALL, model, base / "shards", full / "sft", full / "ckpt", full / "metrics")
-    assert report.metrics["steps"] == 4 and not (full / "ckpt").exists()  # finished: nothing left to resume
-
-    import stages.sft as sft
-
-    real_save, saves = sft._save_checkpoint, []
-
-    def save_then_die(*args, **kwargs):
-        real_save(*args, **kwargs)
-        saves.append(args[2])
-        if len(saves) == 2:
-            raise KeyboardInterrupt  # a kill right after the second checkpoint
-
-    monkeypatch.setattr(sft, "_save_checkpoint", save_then_die)
-    cut = tmp_path / "cut"
+    _die_after_saves(monkeypatch, 2)
     with pytest.raises(KeyboardInterrupt):
-        train_sft(SMALL, model, base / "shards", cut / "sft", cut / "ckpt", cut / "metrics")
-    assert json.loads((cut / "ckpt" / "trainer_state.json").read_text())["step"] == 2
-    monkeypatch.setattr(sft, "_save_checkpoint", real_save)
+        _run(SMALL, setup, tmp_path)
+    assert sorted(p.name for p in (tmp_path / "ckpt").glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
+    monkeypatch.undo()
 
-    resumed = train_sft(SMALL, model, base / "shards", cut / "sft", cut / "ckpt", cut / "metrics")
+    resumed = _run(SMALL, setup, tmp_path)
     assert resumed.metrics["steps"] == 4
-    a, b = _curve(full / "metrics" / "sft_curve.tsv"), _curve(cut / "metrics" / "sft_curve.tsv")
-    assert [s for s, _, _ in b] == [1, 2, 3, 4] and b[-1][2] == 0.0  # cosine decays to zero at the last step
+    a, b = _curve(reference / "metrics" / "sft_curve.tsv"), _curve(tmp_path / "metrics" / "sft_curve.tsv")
+    assert [s for s, _, _ in b] == [1, 2, 3, 4]
+    # the logged lr is the one each step used: cosine from the peak (no warm-up) over 4 steps
+    assert [lr for _, _, lr in b] == pytest.approx([5e-3 * 0.5 * (1 + np.cos(np.pi * k / 4)) for k in range(4)])
     assert np.allclose([x[1:] for x in a], [x[1:] for x in b], rtol=1e-4, atol=1e-6)
-    wa, wb = _adapter(full / "sft"), _adapter(cut / "sft")
+    wa, wb = _adapter(reference / "sft"), _adapter(tmp_path / "sft")
     assert wa.keys() == wb.keys() and all(torch.allclose(wa[k], wb[k], atol=1e-5) for k in wa)
+
+
+def test_same_seed_and_threads_give_an_identical_checkpoint(setup, reference: Path, tmp_path: Path) -> None:
+    _run(SMALL, setup, tmp_path)
+    for name in ("adapter/adapter_model.safetensors", "merged/model.safetensors"):
+        assert (tmp_path / "sft" / name).read_bytes() == (reference / "sft" / name).read_bytes(), name
+    assert (tmp_path / "metrics" / "sft_curve.tsv").read_text() == (reference / "metrics" / "sft_curve.tsv").read_text()
 
 
 def test_changed_params_do_not_resume_a_foreign_checkpoint(setup, tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    base, model = setup
-    import stages.sft as sft
-
-    def die(*args, **kwargs):
-        raise KeyboardInterrupt
-
-    real_save = sft._save_checkpoint
-    monkeypatch.setattr(sft, "_save_checkpoint", lambda *a, **k: (real_save(*a, **k), die()))
+    _die_after_saves(monkeypatch, 1)
     with pytest.raises(KeyboardInterrupt):
-        train_sft(SMALL, model, base / "shards", tmp_path / "sft", tmp_path / "ckpt", tmp_path / "metrics")
-    monkeypatch.setattr(sft, "_save_checkpoint", real_save)
-    other = replace(SMALL, learning_rate=1e-3)
-    report = train_sft(other, model, base / "shards", tmp_path / "sft", tmp_path / "ckpt", tmp_path / "metrics")
+        _run(SMALL, setup, tmp_path)
+    monkeypatch.undo()
+    report = _run(replace(SMALL, learning_rate=1e-3), setup, tmp_path)
     curve = _curve(tmp_path / "metrics" / "sft_curve.tsv")
     assert report.metrics["steps"] == 4 and [s for s, _, _ in curve] == [1, 2, 3, 4]
-    assert curve[0][2] == pytest.approx(1e-3 * 0.5 * (1 + np.cos(np.pi * 1 / 4)))
+    assert curve[0][2] == pytest.approx(1e-3) and curve[1][2] == pytest.approx(1e-3 * 0.5 * (1 + np.cos(np.pi / 4)))
 
 
-def test_merged_weights_reload_with_the_adapter_logits(setup, tmp_path: Path) -> None:
+# Two processes with one micro-batch each make the same global batch as one process accumulating two; the data
+# order (accelerate's seeded sampler, split over the ranks) and the token-averaged loss are the same, so the
+# losses agree to float rounding. Stated tolerance: 1e-4 relative on each step's loss, 1e-5 on the adapter weights.
+TWO_PROCESS_RTOL, TWO_PROCESS_ATOL = 1e-4, 1e-5
+
+
+def test_two_processes_under_accelerate_match_one_process(setup, reference: Path, tmp_path: Path) -> None:
+    config = Path(__file__).resolve().parents[2] / "configs" / "accelerate" / "ddp.yaml"
+    params = replace(SMALL, grad_accum=1, processes=2, accelerate_config=str(config))
+    report = _run(params, setup, tmp_path)
+    assert report.metrics["processes"] == 2 and report.metrics["steps"] == 4
+    assert sorted(p.name for p in (tmp_path / "sft").iterdir()) == [
+        "README.md", "adapter", "format_eval.json", "lineage.json", "merged"]
+    assert not (tmp_path / "ckpt").exists()
+    a, b = _curve(reference / "metrics" / "sft_curve.tsv"), _curve(tmp_path / "metrics" / "sft_curve.tsv")
+    assert [s for s, _, _ in a] == [s for s, _, _ in b]
+    assert np.allclose([x[1] for x in a], [x[1] for x in b], rtol=TWO_PROCESS_RTOL, atol=0)
+    wa, wb = _adapter(reference / "sft"), _adapter(tmp_path / "sft")
+    assert wa.keys() == wb.keys() and all(torch.allclose(wa[k], wb[k], atol=TWO_PROCESS_ATOL) for k in wa)
+
+
+def test_merged_weights_reload_with_the_adapter_logits(setup, reference: Path) -> None:
     from peft import PeftModel
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     base, model = setup
-    train_sft(replace(SMALL, epochs=1), model, base / "shards", tmp_path / "sft", tmp_path / "ckpt",
-              tmp_path / "metrics")
-    merged = AutoModelForImageTextToText.from_pretrained(tmp_path / "sft" / "merged", dtype=torch.float32,
+    merged = AutoModelForImageTextToText.from_pretrained(reference / "sft" / "merged", dtype=torch.float32,
                                                          local_files_only=True).eval()
-    processor = AutoProcessor.from_pretrained(tmp_path / "sft" / "merged", local_files_only=True)
+    processor = AutoProcessor.from_pretrained(reference / "sft" / "merged", local_files_only=True)
     adapted = PeftModel.from_pretrained(
         AutoModelForImageTextToText.from_pretrained(model.path, dtype=torch.float32, local_files_only=True),
-        tmp_path / "sft" / "adapter").eval()
+        reference / "sft" / "adapter").eval()
     sample = read_shards(base / "shards" / "sft")[0]
     batch = encode_example(processor, sample)
     batch.pop("labels")
@@ -229,8 +305,47 @@ def test_merged_weights_reload_with_the_adapter_logits(setup, tmp_path: Path) ->
     base_model = AutoModelForImageTextToText.from_pretrained(model.path, dtype=torch.float32, local_files_only=True)
     with torch.no_grad():
         assert not torch.allclose(base_model(**batch).logits, m, atol=1e-3)  # training changed the model
-    metrics = json.loads((tmp_path / "sft" / "lineage.json").read_text())
+    metrics = json.loads((reference / "sft" / "lineage.json").read_text())
     assert metrics["stage"] == "sft"
+
+
+def _vision_unchanged(base_dir: Path, merged_dir: Path) -> tuple[list[str], list[str]]:
+    """(changed vision tensors, changed language tensors) between the base and the trained checkpoint."""
+    base, trained = _weights(base_dir), _weights(merged_dir)
+    assert base.keys() == trained.keys()
+    changed = [k for k in base if not torch.equal(base[k], trained[k])]
+    return [k for k in changed if ".visual." in f".{k}"], [k for k in changed if ".visual." not in f".{k}"]
+
+
+def test_lora_leaves_the_vision_tower_untouched(setup, reference: Path) -> None:
+    _, model = setup
+    assert not [k for k in _adapter(reference / "sft") if "visual" in k]
+    vision, language = _vision_unchanged(Path(model.path), reference / "sft" / "merged")
+    assert vision == [] and any("layers.0.mlp.gate_proj" in k for k in language)
+
+
+def test_full_fine_tuning_leaves_the_vision_tower_untouched(setup, tmp_path: Path) -> None:
+    _, model = setup
+    report = _run(replace(SMALL, lora_r=0, epochs=1, weight_decay=0.01, learning_rate=1e-3), setup, tmp_path)
+    assert report.metrics["steps"] == 2 and not (tmp_path / "sft" / "adapter").exists()
+    vision, language = _vision_unchanged(Path(model.path), tmp_path / "sft" / "merged")
+    assert vision == [] and len(language) > 10
+
+
+@pytest.mark.parametrize(("train_vision", "lora_r"), [(False, 8), (False, 0), (True, 8), (True, 0)])
+def test_trainable_parameters_follow_train_vision(setup, train_vision: bool, lora_r: int) -> None:
+    from stages.models import load_vlm
+    from stages.models.trainable import trainable_vision_parameters
+    from stages.sft import _trainable
+
+    _, model_params = setup
+    model, _ = load_vlm(model_params.path, "float32", "cpu")
+    model = _trainable(model, replace(SMALL, train_vision=train_vision, lora_r=lora_r))
+    vision = trainable_vision_parameters(model)
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert bool(vision) == train_vision and len(trainable) > len(vision)
+    if train_vision and lora_r:  # the MLP names reach the vision blocks only when asked to
+        assert any("visual.blocks.0.mlp.gate_proj.lora_A" in n for n in vision)
 
 
 def test_batched_generation_equals_one_by_one(setup) -> None:

@@ -1,0 +1,50 @@
+"""Which parameters training may touch: the language model only, unless a param says otherwise.
+
+Qwen2.5-VL's vision tower (`visual`, its patch merger included) has MLPs named `gate_proj`, `up_proj`,
+`down_proj` like the language model's, so plain LoRA target names also adapt the vision tower. The
+papers adapt only the language model (Veason-R1 SFT "freezes other parameters"; LLaMA-Factory's
+default `freeze_vision_tower`). These helpers build a PEFT target regex that skips `visual` and freeze
+the vision tower for full fine-tuning.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+VISION_MODULE = "visual"  # the vision tower's attribute name in Qwen2-VL / Qwen2.5-VL (merger included)
+
+
+def lora_targets(names: Sequence[str], train_vision: bool) -> list[str] | str:
+    """PEFT `target_modules`: the names as given when the vision tower trains too; otherwise a regex
+    (PEFT full-matches a string against each module's dotted name) that matches them outside `visual`."""
+    if train_vision:
+        return list(names)
+    alternatives = "|".join(re.escape(n) for n in names)
+    return rf"^(?!(?:.*\.)?{VISION_MODULE}\.).*\.(?:{alternatives})$"
+
+
+def is_vision_parameter(name: str) -> bool:
+    """Whether a parameter's dotted name lies under the vision tower (also inside PEFT wrappers)."""
+    return f".{VISION_MODULE}." in f".{name}"
+
+
+def freeze_vision(model) -> int:
+    """Set requires_grad=False on every vision-tower parameter; returns how many tensors were frozen.
+
+    Raises:
+        ValueError: the model has no `visual` module (not a Qwen2-VL-family model).
+    """
+    frozen = 0
+    for name, parameter in model.named_parameters():
+        if is_vision_parameter(name):
+            parameter.requires_grad_(False)
+            frozen += 1
+    if frozen == 0:
+        raise ValueError(f"{type(model).__name__} has no '{VISION_MODULE}' module to freeze")
+    return frozen
+
+
+def trainable_vision_parameters(model) -> list[str]:
+    """Names of trainable parameters under the vision tower (empty when it is frozen)."""
+    return [n for n, p in model.named_parameters() if p.requires_grad and is_vision_parameter(n)]
