@@ -117,3 +117,11 @@ def test_size_preset_selects_scale(tmp_path: Path) -> None:
     params = load_params(write(tmp_path, "synth:\n  size: large\n  large:\n    height: 360\n"))
     assert params.synth.scale.height == 360
     assert params.synth.scale.width == 1280  # unspecified keys keep their defaults
+
+
+def test_floats_as_dvc_writes_them(tmp_path: Path) -> None:
+    # `dvc exp run -S grpo.learning_rate=1e-5` writes `1e-05` (YAML 1.2); PyYAML alone would read a string
+    params = load_params(write(tmp_path, "grpo:\n  learning_rate: 1e-05\n  kl_coef: 5.0e-3\n"))
+    assert params.grpo.learning_rate == 1e-5 and params.grpo.kl_coef == 5e-3
+    with pytest.raises(ParamsError, match="grpo.learning_rate: expected a number, got str '1e-05'"):
+        load_params(write(tmp_path, "grpo:\n  learning_rate: '1e-05'\n"))  # quoted text stays text
