@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandera.pandas as pa
 from pandera.typing import Series
 
-SCORE_STATUSES = ("ok", "missing_video", "missing_frame", "unreadable_frame", "bad_shape")
+SCORE_STATUSES = ("ok", "missing_video", "missing_frame", "unreadable_frame", "bad_shape", "missing_anno")
 ANSWER_STATUSES = ("ok", "parse_failure", "no_boxes", "keyframe_not_shown")
 
 

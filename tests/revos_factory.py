@@ -149,3 +149,49 @@ def edit_json(path: Path, edit) -> None:
     data = json.loads(path.read_text())
     edit(data)
     path.write_text(json.dumps(data))
+
+
+def benchmark_videos() -> list[VideoSpec]:
+    """Two validation videos for the benchmark fixtures: static and moving rectangles, one object absent from
+    a frame, single- and multi-object expressions and a no-target one (dropped by the non-ReVOS layouts)."""
+    return [
+        VideoSpec(key="SRC/valid/a", split="valid", n_frames=5, objects={
+            11: [(2, 2, 10, 8)] * 5,
+            12: [(18 + i, 10, 26 + i, 18) if i != 2 else None for i in range(5)],
+        }, expressions=[
+            {"exp": "the small box", "obj_id": [0], "anno_id": [11], "type_id": 0},
+            {"exp": "the box moving right", "obj_id": [1], "anno_id": [12], "type_id": 0},
+            {"exp": "everything that is red", "obj_id": [0, 1], "anno_id": [11, 12], "type_id": 1},
+        ]),
+        VideoSpec(key="SRC/valid/b", split="valid", height=20, width=30, n_frames=4, objects={
+            21: [(5, 5, 15, 15)] * 4,
+            22: [(16, 2, 28, 9)] * 4,
+        }, expressions=[
+            {"exp": "the square", "obj_id": [0], "anno_id": [21], "type_id": 0},
+            {"exp": "the flat box", "obj_id": [1], "anno_id": [22], "type_id": 0},
+            {"exp": "the purple cat", "obj_id": [], "anno_id": [], "type_id": 2},
+        ]),
+    ]
+
+
+PERTURBATIONS = ("same", "shift", "dilate", "empty", "full", "one_pixel", "low_value")
+
+
+def perturb(mask: np.ndarray, kind: str) -> np.ndarray:
+    """A prediction PNG (uint8) made from a ground-truth mask: "same" (0/255), "shift" (2 px right), "dilate"
+    (1 px), "empty", "full" (every pixel), "one_pixel" (the mask plus one stray pixel), "low_value" (0/1)."""
+    m = mask.astype(bool)
+    if kind == "shift":
+        m = np.roll(m, 2, axis=1)
+    elif kind == "dilate":
+        m = m | np.roll(m, 1, 0) | np.roll(m, -1, 0) | np.roll(m, 1, 1) | np.roll(m, -1, 1)
+    elif kind == "empty":
+        m = np.zeros_like(m)
+    elif kind == "full":
+        m = np.ones_like(m)
+    elif kind == "one_pixel":
+        m = m.copy()
+        m[-1, -1] = True
+    elif kind == "low_value":
+        return m.astype(np.uint8)
+    return m.astype(np.uint8) * 255

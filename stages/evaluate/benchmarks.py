@@ -258,3 +258,15 @@ def make_submission(name: str, pred_dir: Path, root: Path, out_zip: Path, split:
                     n += 1
     return {"videos": len(bench.videos), "expressions": sum(len(x.expressions) for x in bench.videos.values()),
             "pngs": n}
+
+
+def evaluate_folder(name: str, pred_dir: Path, root: Path, split: str = "", submission: Path | None = None
+                    ) -> tuple[dict[str, float], pd.DataFrame | None]:
+    """`vrsflow evaluate --benchmark NAME`: score with the benchmark's protocol, or, for a server split, write
+    the submission archive (`submission`, default `<pred_dir>.zip`) and return its counts."""
+    bench = None if name == "revos" else read_benchmark(name, root, split)
+    if bench is not None and not bench.has_masks:
+        out = Path(submission) if submission else Path(pred_dir).with_suffix(".zip")
+        counts = make_submission(name, pred_dir, root, out, split)
+        return {**counts, "submission": str(out)}, None
+    return score_benchmark(name, pred_dir, root, split, bench=bench)

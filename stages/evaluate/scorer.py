@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import cv2
 import numpy as np
 import pandas as pd
-from PIL import Image, UnidentifiedImageError
+from PIL import UnidentifiedImageError
 from pycocotools import mask as mask_utils
 
 from schemas.evaluate import ExpressionScoresSchema
@@ -32,7 +33,7 @@ from stages.evaluate import metrics as M
 log = logging.getLogger(__name__)
 
 FRAME_CHUNK = 32  # frames held in memory at once per expression (720p: ~28 MB per uint8 stack)
-STATUSES = ("ok", "missing_video", "missing_frame", "unreadable_frame", "bad_shape")
+STATUSES = ("ok", "missing_video", "missing_frame", "unreadable_frame", "bad_shape", "missing_anno")
 
 
 @dataclass(frozen=True)
@@ -79,10 +80,17 @@ def load_ground_truth(root: Path, split: str = "valid", expressions: Iterable[st
         if wanted - found:
             raise ValueError(f"{revos.meta_path(root, split)}: expressions not found: {sorted(wanted - found)[:10]}")
         videos = kept
+    for video, entry in videos.items():
+        for exp_id, x in entry.get("expressions", {}).items():
+            type_id = x.get("type_id", 0) if isinstance(x, dict) else None
+            if isinstance(type_id, bool) or type_id not in (0, 1, 2):
+                raise revos.RevosFormatError(f"{revos.meta_path(root, split)}: expression "
+                                             f"{expression_id(video, exp_id)}: type_id {type_id!r} outside 0–2")
     annos = {str(a) for e in videos.values() for x in e["expressions"].values() for a in x.get("anno_id", [])}
     masks = {k: v for k, v in revos.iter_json_object(root / revos.MASK_DICT) if k in annos}
-    if annos - set(masks):
-        raise ValueError(f"{root / revos.MASK_DICT}: anno_ids missing: {sorted(annos - set(masks))[:10]}")
+    if annos - set(masks):  # VISA: the expression cannot be scored; it scores 0 (status missing_anno)
+        log.warning("%s: %d anno_ids missing (their expressions score 0), e.g. %s", root / revos.MASK_DICT,
+                    len(annos - set(masks)), sorted(annos - set(masks))[0])
     foreground = {k: v["masks_rle"] for k, v in revos.iter_json_object(root / revos.FOREGROUND) if k in videos}
     if set(videos) - set(foreground):
         raise ValueError(f"{root / revos.FOREGROUND}: videos missing: {sorted(set(videos) - set(foreground))[:10]}")
@@ -90,9 +98,16 @@ def load_ground_truth(root: Path, split: str = "valid", expressions: Iterable[st
 
 
 def read_mask_png(path: Path) -> np.ndarray:
-    """A prediction PNG as VISA reads it (grayscale uint8, values as stored)."""
-    with Image.open(path) as img:
-        return np.asarray(img.convert("L"), dtype=np.uint8)
+    """A prediction PNG as VISA reads it: `cv2.imread(path, cv2.IMREAD_GRAYSCALE)` (uint8; RGB → luma,
+    16-bit → high byte, as OpenCV converts them).
+
+    Raises:
+        OSError: the file is missing or not an image.
+    """
+    mask = cv2.imread(str(path), cv2.IMREAD_GRAYSCALE)
+    if mask is None:
+        raise OSError(f"{path}: not readable as an image")
+    return mask
 
 
 def _decode(rle: Any, where: str) -> np.ndarray:
@@ -156,6 +171,8 @@ def _score(job: _Job) -> dict:
     row = {"video": job.video, "exp_id": job.exp_id, "expression_id": expression_id(job.video, job.exp_id),
            "type_id": int(job.entry.get("type_id", 0)), "text": str(job.entry.get("exp", "")),
            "n_frames": len(job.frames), "status": "ok", **dict.fromkeys(M.METRICS, 0.0)}
+    if any(str(a) not in job.gt.masks for a in job.entry.get("anno_id", [])):
+        return {**row, "status": "missing_anno"}
     if not (job.pred_dir / job.video).is_dir():
         return {**row, "status": "missing_video"}
     per_frame: dict[str, list[np.ndarray]] = {m: [] for m in M.METRICS}

@@ -1,0 +1,223 @@
+"""The other benchmarks: synth writes each published layout, the readers index it like ReVOS, and each
+benchmark's protocol scores hand-computed fixtures (docs/benchmarks.md has the side-by-side with the
+official scripts on the same fixtures)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import zipfile
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+
+from flows.cli import main as cli_main
+from stages.core.params import IngestParams
+from stages.evaluate.benchmarks import PredictionsError, make_submission, merge_annotator, score_benchmark
+from stages.evaluate.scorer import load_ground_truth, score_predictions
+from stages.ingest.benchmarks import BenchmarkFormatError, ingest_benchmark, read_benchmark
+from stages.ingest.checks import IngestError
+from stages.synth.layouts import write_layout
+from tests.revos_factory import benchmark_videos, edit_json, perturb, rect_mask, write_root
+
+BOX_A = (2, 2, 10, 8)  # video a, object 11: 8 × 6 px on every frame
+
+
+@pytest.fixture(scope="module")
+def revos_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_root(tmp_path_factory.mktemp("bench") / "revos", benchmark_videos())
+
+
+@pytest.fixture(scope="module")
+def layouts(revos_root: Path) -> dict[str, Path]:
+    base = revos_root.parent
+    return {"mevis": write_layout("mevis", revos_root, base / "mevis", "valid_u"),
+            "mevis_server": write_layout("mevis", revos_root, base / "mevis_s", "valid", with_masks=False),
+            "reasonvos": write_layout("reasonvos", revos_root, base / "reasonvos", "valid"),
+            "refytvos": write_layout("refytvos", revos_root, base / "refytvos", "valid", with_masks=False),
+            "refdavis": write_layout("refdavis", revos_root, base / "refdavis", "valid")}
+
+
+def write_preds(bench, out: Path, kind=lambda n, t: "same") -> Path:
+    """Predictions made from the benchmark's own ground truth (`perturb` kinds per expression n, frame t)."""
+    for video, v in bench.videos.items():
+        for n, exp_id in enumerate(v.expressions):
+            track = bench.track(video, exp_id)
+            shape = next(m.shape for m in track if m is not None) if any(m is not None for m in track) else (24, 32)
+            folder = out / video / exp_id
+            folder.mkdir(parents=True, exist_ok=True)
+            for t, (frame, m) in enumerate(zip(v.frames, track, strict=True)):
+                m = np.zeros(shape, bool) if m is None else m
+                cv2.imwrite(str(folder / f"{frame}.png"), perturb(m, kind(n, t)))
+    return out
+
+
+# --- layouts and readers -------------------------------------------------------------------------------
+
+
+def test_each_layout_on_disk_exactly(layouts: dict[str, Path]) -> None:
+    mevis = json.loads((layouts["mevis"] / "valid_u/meta_expressions.json").read_text())["videos"]
+    assert mevis["SRC-valid-a"]["frames"] == ["00000", "00001", "00002", "00003", "00004"]  # renumbered
+    assert mevis["SRC-valid-a"]["expressions"]["2"] == {"exp": "everything that is red", "obj_id": [0, 1],
+                                                         "anno_id": [11, 12]}
+    assert "2" not in mevis["SRC-valid-b"]["expressions"]  # no-target expressions are ReVOS-only
+    assert not (layouts["mevis_server"] / "valid/mask_dict.json").exists()
+    reason = json.loads((layouts["reasonvos"] / "meta_expressions.json").read_text())["videos"]
+    assert reason["valid-a"]["source"] == "SRC"
+    assert reason["valid-a"]["expressions"][2] == {"obj_id": 2, "exp_id": 2, "exp_text": "everything that is red",
+                                                   "is_sent": True}
+    png = cv2.imread(str(layouts["reasonvos"] / "Annotations/SRC_valid-a_0/00000.png"), cv2.IMREAD_GRAYSCALE)
+    assert png.sum() == 48 * 255 and set(np.unique(png)) == {0, 255}
+    davis = json.loads((layouts["refdavis"] / "meta_expressions/valid/meta_expressions.json").read_text())["videos"]
+    assert [davis["SRC-valid-a"]["expressions"][str(i)]["obj_id"] for i in range(8)] == ["1"] * 4 + ["2"] * 4
+    with Image.open(layouts["refdavis"] / "valid/Annotations/SRC-valid-a/00002.png") as img:
+        assert img.mode == "P" and sorted(np.unique(np.asarray(img))) == [0, 1]  # object 2 absent at frame 2
+    assert not (layouts["refytvos"] / "valid/Annotations").exists()
+
+
+@pytest.mark.parametrize("name", ["mevis", "reasonvos", "refdavis"])
+def test_readers_index_like_revos(name: str, layouts: dict[str, Path], tmp_path: Path) -> None:
+    split = "valid_u" if name == "mevis" else "valid"
+    report = ingest_benchmark(IngestParams(), name, layouts[name], split, tmp_path / "index", tmp_path / "canon")
+    expressions = pd.read_parquet(tmp_path / "index/expressions.parquet")
+    tracks = pd.read_parquet(tmp_path / "index/tracks.parquet")
+    n = {"mevis": 5, "reasonvos": 5, "refdavis": 16}[name]
+    assert len(expressions) == n and report.metrics["quarantined"] == 0
+    # the static box of video a keeps its 48 px area on every frame, whatever layout it came through
+    assert 48 in set(tracks["area"])
+
+
+def test_reader_problems_are_named_or_quarantined(layouts: dict[str, Path], tmp_path: Path) -> None:
+    root = tmp_path / "reasonvos"
+    shutil.copytree(layouts["reasonvos"], root)
+    shutil.rmtree(root / "Annotations/SRC_valid-b_1")
+    with pytest.raises(IngestError, match="annotation folder Annotations/SRC_valid-b_1 missing"):
+        read_benchmark("reasonvos", root)
+    report = ingest_benchmark(IngestParams(strict=False), "reasonvos", root, "valid", tmp_path / "i", tmp_path / "c")
+    quarantine = pd.read_parquet(tmp_path / "i/quarantine.parquet")
+    assert quarantine["item"].tolist() == ["SRC_valid-b_1#1"] and report.metrics["quarantined"] == 1
+    (root / "meta_expressions.json").write_text("{not json")
+    with pytest.raises(BenchmarkFormatError, match="meta_expressions.json: malformed JSON"):
+        read_benchmark("reasonvos", root)
+    with pytest.raises(BenchmarkFormatError, match="unknown split 'valid_u'"):
+        read_benchmark("refdavis", layouts["refdavis"], "valid_u")
+
+
+# --- protocols on hand-computed fixtures -------------------------------------------------------------------
+
+
+def test_mevis_protocol_hand_values(layouts: dict[str, Path], tmp_path: Path) -> None:
+    bench = read_benchmark("mevis", layouts["mevis"], "valid_u")
+    summary, _ = score_benchmark("mevis", write_preds(bench, tmp_path / "same"), layouts["mevis"], "valid_u")
+    assert (summary["J"], summary["F"], summary["n_scored"]) == (100.0, 100.0, 5)
+    # a#0 shifted 2 px on every frame: IoU 6·6 / 6·10; the other expressions perfect; a missing video is skipped
+    pred = write_preds(bench, tmp_path / "p", lambda n, t: "same")
+    cv2.imwrite(str(pred / "SRC-valid-a/0/00003.png"), perturb(rect_mask(BOX_A, 24, 32), "shift"))
+    shutil.rmtree(pred / "SRC-valid-b")
+    summary, table = score_benchmark("mevis", pred, layouts["mevis"], "valid_u")
+    assert summary["n_scored"] == 3 and summary["n_skipped"] == 2
+    assert table.set_index(["video", "exp_id"]).loc[("SRC-valid-a", "0"), "J"] == pytest.approx((4 + 0.6) / 5)
+    assert summary["J"] == pytest.approx(100 * (0.92 + 1 + 1) / 3)
+
+
+def test_mevis_reads_nonzero_as_target(layouts: dict[str, Path], tmp_path: Path) -> None:
+    bench = read_benchmark("mevis", layouts["mevis"], "valid_u")
+    summary, _ = score_benchmark("mevis", write_preds(bench, tmp_path / "p", lambda n, t: "low_value"),
+                                 layouts["mevis"], "valid_u")
+    assert summary["JF"] == 100.0  # 0/1 PNGs, as OpenCV reads them: 1 is foreground
+
+
+def test_reasonvos_scores_annotated_frames_only(layouts: dict[str, Path], tmp_path: Path) -> None:
+    root = tmp_path / "reasonvos"
+    shutil.copytree(layouts["reasonvos"], root)
+    (root / "Annotations/SRC_valid-a_0/00004.png").unlink()  # frame 00004 of that target is not annotated
+    bench = read_benchmark("reasonvos", root)
+    pred = write_preds(bench, tmp_path / "p")
+    cv2.imwrite(str(pred / "SRC_valid-a_0/0/00004.png"), np.zeros((24, 32), np.uint8))  # wrong, but unscored
+    summary, table = score_benchmark("reasonvos", pred, root)
+    assert summary["JF"] == 100.0
+    assert table.set_index(["video", "exp_id"]).loc[("SRC_valid-a_0", "0"), "n_frames"] == 4
+
+
+def test_refdavis_merges_annotators_and_matches_objects(layouts: dict[str, Path], tmp_path: Path) -> None:
+    root = layouts["refdavis"]
+    bench = read_benchmark("refdavis", root)
+    # annotator 0 perfect, 1 empty, 2 shifted, 3 perfect but with the objects of video a swapped
+    pred = write_preds(bench, tmp_path / "p", lambda n, t: ("same", "empty", "same", "same")[n % 4])
+    for frame in bench.videos["SRC-valid-a"].frames:
+        one, two = pred / "SRC-valid-a/3" / f"{frame}.png", pred / "SRC-valid-a/7" / f"{frame}.png"
+        x, y = one.read_bytes(), two.read_bytes()
+        one.write_bytes(y)
+        two.write_bytes(x)
+    labels = merge_annotator(bench, pred, "SRC-valid-a", 3)
+    assert labels[0, 3, 3] == 2  # object 1's expression now marks the pixels of object 2's label
+    summary, _ = score_benchmark("refdavis", pred, root)
+    assert summary["JF_anno0"] == 100.0 and summary["JF_anno3"] == 100.0  # unsupervised matching undoes the swap
+    # empty: every object scores 0 on frames where it is present, 1 where both are empty (object 2, frame 2)
+    assert summary["J_anno1"] == pytest.approx(100 * (0 + 1 / 5 + 0 + 0) / 4)
+    assert summary["J"] == pytest.approx((100 + summary["J_anno1"] + 100 + 100) / 4)
+
+
+def test_refdavis_overlap_goes_to_the_lower_object(layouts: dict[str, Path], tmp_path: Path) -> None:
+    bench = read_benchmark("refdavis", layouts["refdavis"])
+    pred = write_preds(bench, tmp_path / "p", lambda n, t: "full")
+    labels = merge_annotator(bench, pred, "SRC-valid-b", 0)
+    assert (labels == 1).all()  # both objects claim every pixel at 255/100: argmax keeps the first
+
+
+# --- bad input, server splits, CLI -----------------------------------------------------------------------
+
+
+def test_type_id_outside_range_is_a_named_error(revos_root: Path, tmp_path: Path) -> None:
+    root = tmp_path / "r"
+    shutil.copytree(revos_root, root)
+    edit_json(root / "meta_expressions_valid_.json",
+              lambda d: d["videos"]["SRC/valid/a"]["expressions"]["0"].update(type_id=7))
+    with pytest.raises(ValueError, match=r"expression SRC/valid/a#0: type_id 7 outside 0–2"):
+        load_ground_truth(root, "valid")
+
+
+def test_missing_anno_id_scores_zero_with_a_warning(revos_root: Path, tmp_path: Path,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    root = tmp_path / "r"
+    shutil.copytree(revos_root, root)
+    edit_json(root / "mask_dict.json", lambda d: d.pop("12"))
+    bench = read_benchmark("revos", revos_root)
+    pred = write_preds(bench, tmp_path / "p")
+    summary, table = score_predictions(pred, root)
+    rows = table.set_index("expression_id")
+    assert rows.loc["SRC/valid/a#1", "status"] == "missing_anno" and rows.loc["SRC/valid/a#1", "J"] == 0.0
+    assert rows.loc["SRC/valid/a#0", "J"] == 1.0 and summary["n_missing_anno"] == 2
+    assert "anno_ids missing" in caplog.text
+
+
+def test_server_split_gives_the_submission_archive(layouts: dict[str, Path], tmp_path: Path) -> None:
+    bench = read_benchmark("refytvos", layouts["refytvos"])
+    pred = write_preds(bench, tmp_path / "p", lambda n, t: "empty")
+    counts = make_submission("refytvos", pred, layouts["refytvos"], tmp_path / "sub.zip")
+    names = zipfile.ZipFile(tmp_path / "sub.zip").namelist()
+    assert counts == {"videos": 2, "expressions": 4, "pngs": 18}
+    assert names[0] == "Annotations/SRC-valid-a/0/00000.png" and len(names) == 18
+    bench = read_benchmark("mevis", layouts["mevis_server"], "valid")
+    pred = write_preds(bench, tmp_path / "m", lambda n, t: "empty")
+    (pred / "SRC-valid-b/1/00003.png").unlink()
+    with pytest.raises(PredictionsError, match=r"1 prediction PNGs missing .* e.g. SRC-valid-b/1/00003.png"):
+        make_submission("mevis", pred, layouts["mevis_server"], tmp_path / "m.zip", "valid")
+
+
+def test_cli_benchmark_and_a_folder_matching_nothing(layouts: dict[str, Path], tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture) -> None:
+    bench = read_benchmark("reasonvos", layouts["reasonvos"])
+    pred = write_preds(bench, tmp_path / "p")
+    assert cli_main(["evaluate", "--benchmark", "reasonvos", "--pred", str(pred), "--data",
+                     str(layouts["reasonvos"])]) == 0
+    assert json.loads(capsys.readouterr().out)["JF"] == 100.0
+    (tmp_path / "other/x/0").mkdir(parents=True)
+    assert cli_main(["evaluate", "--benchmark", "reasonvos", "--pred", str(tmp_path / "other"), "--data",
+                     str(layouts["reasonvos"])]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no prediction folder matches any reasonvos valid expression" in err[0]
