@@ -18,6 +18,7 @@ class GenerationsSchema(pa.DataFrameModel):
     sample_id: Series[str]
     pool: Series[str] = pa.Field(isin=POOLS)
     trace_index: Series[int] = pa.Field(ge=0)
+    task: Series[str] = pa.Field(description="the task (stages/tasks) the trace is written for")
     template_set: Series[str]
     template_id: Series[str]
     teacher: Series[str] = pa.Field(description="model name, or template-teacher-v1 for the offline backend")

@@ -27,6 +27,7 @@ class SampleSchema(pa.DataFrameModel):
     stratum: Series[str] = pa.Field(description="type/instances[/motion][/level]")
     motion: Series[float] = pa.Field(ge=0, description="max box-centre travel of a target ÷ frame diagonal")
     level: Series[str] = pa.Field(nullable=True, description="difficulty level when difficulty strata are on")
+    tasks: Series[object] = pa.Field(description="task names (stages/tasks) this sample is trained / scored on")
 
     class Config:
         strict = True
@@ -77,6 +78,11 @@ class KeyframesSchema(SampleSchema):
                                        "(in aks_valid); B: a zero-area frame (in aks_invalid); 1:1 per pool over "
                                        "samples that have both")
     aks_frame_idx: Series[int] = pa.Field(ge=0)
+    aks_frame_name: Series[str] = pa.Field(description="the candidate frame's file, from ingest's frame list")
+    aks_boxes: Series[object] = pa.Field(description="per object box at the candidate frame (train size), null absent")
+    aks_areas: Series[object] = pa.Field(description="per object area at the candidate frame (train size)")
+    aks_union_mask: Series[str] = pa.Field(description="COCO RLE JSON of the union target at the candidate frame")
+    keyframe_size: Series[int] = pa.Field(gt=0, description="side of single-frame task views (AKS, KTG)")
     train_size: Series[int] = pa.Field(gt=0)
     seed: Series[int]
 

@@ -112,10 +112,10 @@ class SampleParams:
     motion_strata: bool = False  # add a motion-heavy / static split to the strata
     motion_threshold: PosFloat = 0.25  # target box-centre travel ÷ frame diagonal that counts as motion-heavy
     difficulty_table: str = ""  # a difficulty scores parquet to stratify by level too; "" = off
-    single_multi_ratio: NonNegFloat = 0.0  # single:multi-instance expressions in SFT/GRPO; 0 = as the source (RCoT: 3)
     sft_tasks: NonEmptyNames = ("veason",)  # tasks every SFT sample is trained on (stages/tasks)
     grpo_tasks: NonEmptyNames = ("veason",)  # tasks of GRPO and eval samples, one per sample, by grpo_task_weights
     grpo_task_weights: NonEmptyWeights = (1.0,)  # shares of grpo_tasks (RCoT-Seg: AKS 4K : KTG 6K)
+    single_multi_ratio: NonNegFloat = 0.0  # single:multi-instance expressions in SFT/GRPO; 0 = as the source (RCoT: 3)
 
     def _rules(self) -> Iterator[tuple[str, str]]:
         if len(self.grpo_task_weights) != len(self.grpo_tasks):

@@ -29,6 +29,7 @@ from stages.core.lineage import write_lineage
 from stages.core.params import CotParams, TeacherParams
 from stages.core.progress import ProgressReporter
 from stages.core.report import StageReport
+from stages.tasks import Task, get_task
 from stages.teacher.cache import ResponseCache, request_key
 from stages.teacher.client import ChatRequest, ChatResult, TeacherClient
 from stages.teacher.prompts import cot_template_ids, render_cot_prompt, timestamp_tag
@@ -44,7 +45,8 @@ def generate_cot(teacher: TeacherParams, params: CotParams, seed: int, data_root
 
     Args:
         teacher: client settings (backend, endpoint, model, key env var name, limits).
-        params: the `cot` block (pools, template set, traces per sample, cache folder).
+        params: the `cot` block (pools, traces per sample and task, cache folder); each sample's tasks
+            (keyframes table `tasks`, plus the tasks they need) choose the template sets.
         seed: global seed (template draws use derive_seed(seed, "cot", sample_id, trace_index)).
         data_root: ReVOS-layout root holding the JPEG frames.
         keyframes_dir: the keyframes stage's tables.
@@ -52,19 +54,21 @@ def generate_cot(teacher: TeacherParams, params: CotParams, seed: int, data_root
     """
     samples = pd.concat([read_table(Path(keyframes_dir) / f"{pool}.parquet", KeyframesSchema) for pool in params.pools],
                         ignore_index=True)
-    template_ids = cot_template_ids(params.template_set)
     teacher_name = TEACHER_NAME if teacher.backend == "template" else teacher.model
     requests, rows = [], []
     for sample in samples.to_dict("records"):
-        for trace_index in range(params.traces_per_sample):
-            rng = np.random.default_rng(derive_seed(seed, "cot", sample["sample_id"], trace_index))
-            template_id = template_ids[int(rng.integers(len(template_ids)))]
-            request = build_request(sample, template_id, trace_index, teacher, Path(data_root))
-            requests.append(request)
-            rows.append({"request_key": request.key, "sample_id": sample["sample_id"], "pool": sample["pool"],
-                         "trace_index": trace_index, "template_set": params.template_set, "template_id": template_id,
-                         "teacher": teacher_name, "backend": teacher.backend,
-                         "keyframe_timestamp": int(sample["keyframe_timestamp"])})
+        for k, task in enumerate(trace_tasks(sample["tasks"])):
+            template_ids = cot_template_ids(task.template_set)
+            for j in range(params.traces_per_sample):
+                trace_index = k * params.traces_per_sample + j  # unique per sample over its tasks
+                rng = np.random.default_rng(derive_seed(seed, "cot", sample["sample_id"], trace_index))
+                template_id = template_ids[int(rng.integers(len(template_ids)))]
+                request = build_request(sample, template_id, trace_index, teacher, Path(data_root), task)
+                requests.append(request)
+                rows.append({"request_key": request.key, "sample_id": sample["sample_id"], "pool": sample["pool"],
+                             "trace_index": trace_index, "task": task.name, "template_set": task.template_set,
+                             "template_id": template_id, "teacher": teacher_name, "backend": teacher.backend,
+                             "keyframe_timestamp": int(sample["keyframe_timestamp"])})
     cache = ResponseCache(Path(params.cache_dir))
     client = TeacherClient(teacher, cache, template_writer)
     progress = ProgressReporter(len(requests), desc="cot requests")
@@ -84,8 +88,20 @@ def generate_cot(teacher: TeacherParams, params: CotParams, seed: int, data_root
     return report
 
 
+def trace_tasks(names) -> list[Task]:
+    """The tasks a sample needs teacher traces for: the tasks it needs first (RCoT-Seg's VDG descriptions
+    feed AKS and KTG), then its own tasks; each once."""
+    out: list[Task] = []
+    for name in names:
+        task = get_task(str(name))
+        for needed in (*task.needs_tasks, task.name):
+            if all(t.name != needed for t in out):
+                out.append(get_task(needed))
+    return out
+
+
 def build_request(sample: dict, template_id: str, trace_index: int, teacher: TeacherParams,
-                  data_root: Path) -> ChatRequest:
+                  data_root: Path, task: Task | None = None) -> ChatRequest:
     """The chat request of one sample: interleaved timestamp + marked frame, then the instruction.
 
     For the openai backend the messages (base64 JPEGs) are built by `request.build()` only when the
@@ -97,10 +113,11 @@ def build_request(sample: dict, template_id: str, trace_index: int, teacher: Tea
                                     keyframe_timestamp=int(sample["keyframe_timestamp"]),
                                     candidate_timestamp=int(sample["aks_frame_idx"]))
     template_set = template_id.split("/")[0]
+    task = task or get_task(str(sample["tasks"][0]))
     context = {"template_set": template_set, "expression": sample["text"], "timestamps": timestamps,
                "keyframe_timestamp": int(sample["keyframe_timestamp"]), "train_size": int(sample["train_size"]),
                "boxes": _lists(sample["boxes"]), "union_areas": [float(a) for a in sample["union_areas"]],
-               "n_instances": int(sample["n_instances"]), "ktg_points": _lists(sample["ktg_points"]),
+               "n_instances": int(sample["n_instances"]), "ktg_points": _scaled_points(sample, task),
                "aks_option": str(sample["aks_option"]), "aks_timestamp": int(sample["aks_frame_idx"])}
     identity: dict[str, Any] = {"sample_id": sample["sample_id"], "backend": teacher.backend,
                                 "template_id": template_id, "instruction": instruction, "trace_index": trace_index}
@@ -112,9 +129,9 @@ def build_request(sample: dict, template_id: str, trace_index: int, teacher: Tea
     # versioned by DVC, and this lets a rerun decide "cached" without decoding a single JPEG. Bump
     # FRAME_ENCODING when `marked_frame` changes what it sends.
     frames = [str(name) for name in sample["frame_names"]]
-    aks_idx = int(sample["aks_frame_idx"]) if template_set == "rcot_aks" else None
+    candidate = str(sample["aks_frame_name"]) if task.view == "candidate" else None
     identity.update(model=teacher.model, temperature=teacher.temperature, max_tokens=teacher.max_tokens,
-                    video=sample["video"], frames=frames, boxes=context["boxes"], aks_frame_idx=aks_idx,
+                    video=sample["video"], frames=frames, boxes=context["boxes"], candidate_frame=candidate,
                     image_size=teacher.image_size, train_size=int(sample["train_size"]), encoding=FRAME_ENCODING)
 
     def build() -> list[dict]:
@@ -123,27 +140,28 @@ def build_request(sample: dict, template_id: str, trace_index: int, teacher: Tea
             jpeg = marked_frame(revos.frame_path(data_root, sample["video"], name), boxes or [],
                                 int(sample["train_size"]), teacher.image_size)
             content += [{"type": "text", "text": timestamp_tag(t)}, _image_part(jpeg)]
-        if aks_idx is not None:  # the candidate frame itself, unmarked (it may not be among those shown)
-            jpeg = marked_frame(candidate_frame_path(data_root, sample["video"], aks_idx), [],
+        if candidate is not None:  # the candidate frame itself, unmarked (it may not be among those shown)
+            jpeg = marked_frame(revos.frame_path(data_root, sample["video"], candidate), [],
                                 int(sample["train_size"]), teacher.image_size)
-            content += [{"type": "text", "text": f"Candidate keyframe {timestamp_tag(aks_idx)}"}, _image_part(jpeg)]
+            content += [{"type": "text", "text": f"Candidate keyframe {timestamp_tag(int(sample['aks_frame_idx']))}"},
+                        _image_part(jpeg)]
         content.append({"type": "text", "text": instruction})
         return [{"role": "user", "content": content}]
 
     return ChatRequest(key=request_key(identity), context=context, build=build)
 
 
+def _scaled_points(sample: dict, task: Task | None) -> list | None:
+    """KTG points at the size the task shows its frame (a trace that names a point must agree with the answer)."""
+    points = _lists(sample["ktg_points"])
+    size = int(sample["train_size"]) if task is None or task.view == "sampled" else int(sample["keyframe_size"])
+    factor = size / int(sample["train_size"])
+    return None if points is None else [None if p is None else [v * factor for v in p] for p in points]
+
+
 def _image_part(jpeg: bytes) -> dict:
     url = "data:image/jpeg;base64," + base64.b64encode(jpeg).decode("ascii")
     return {"type": "image_url", "image_url": {"url": url}}
-
-
-def candidate_frame_path(data_root: Path, video: str, frame_idx: int) -> Path:
-    """The JPEG of a video's `frame_idx`-th frame (frames sorted by name, as ingest indexes them)."""
-    frames = sorted((Path(data_root) / "JPEGImages" / video).glob("*.jpg"))
-    if not 0 <= frame_idx < len(frames):
-        raise ValueError(f"video {video}: AKS candidate frame {frame_idx} out of range ({len(frames)} JPEG frames)")
-    return frames[frame_idx]
 
 
 def marked_frame(path: Path, boxes: list, train_size: int, image_size: int) -> bytes:

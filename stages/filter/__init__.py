@@ -1,10 +1,10 @@
 """`filter` stage: keep only good reasoning traces, with a reason for every rejection.
 
-Rules are applied in a fixed order and the first failing rule is the recorded reason
-(`stages.filter.rules`). An accepted trace becomes the training response
-`<think>trace</think><answer>{"keyframe_timestamp": t, "bbox_2d_list": [[x1, y1, x2, y2], …]}</answer>`
-with the ground-truth boxes at the keyframe (train resolution, integers; objects absent at the
-keyframe are left out).
+Each trace is judged by the rules its task declares (`stages.tasks`, `Task.rules`), in order; the first
+failing rule is the recorded reason (`stages.filter.rules`). An accepted trace becomes the training
+response `<think>trace</think><answer>{json}</answer>`, the JSON being the task's ground-truth answer at
+the task's view (Veason-R1: keyframe + boxes at train size; KTG: boxes + points on the keyframe at the
+keyframe size; AKS: the option; VDG: the description), integer pixels, objects absent there left out.
 """
 
 from __future__ import annotations
@@ -22,15 +22,14 @@ from stages.core.lineage import write_lineage
 from stages.core.params import FilterParams
 from stages.core.report import StageReport
 from stages.filter import rules
+from stages.tasks import answer_text, get_task, integer_payload
+from stages.tasks.views import task_ground_truth
 
 log = logging.getLogger(__name__)
 
 
 def answer_json(keyframe_timestamp: int, boxes: list, points: list | None = None) -> str:
-    """The answer JSON of the training response (boxes and points rounded to integer pixels).
-
-    Objects absent at the keyframe are left out; `points` (RCoT-Seg KTG) adds `point_2d_list`.
-    """
+    """A Veason-R1 answer JSON (boxes and points rounded to integer pixels; absent objects left out)."""
     present = [[int(round(v)) for v in box] for box in boxes if box is not None]
     answer: dict = {"keyframe_timestamp": int(keyframe_timestamp), "bbox_2d_list": present}
     if points is not None:
@@ -43,51 +42,42 @@ def build_response(trace: str, keyframe_timestamp: int, boxes: list, points: lis
     return f"<think>{trace.strip()}</think><answer>{answer_json(keyframe_timestamp, boxes, points)}</answer>"
 
 
-def response_for(template_set: str, trace: str, sample: dict) -> str:
-    """The training response of an accepted trace: Veason-R1's keyframe + boxes answer (also for RCoT-Seg's
-    video description, whose text becomes the thinking); KTG adds the points; AKS answers the option."""
-    if template_set == "rcot_aks":
-        return f"<think>{trace.strip()}</think><answer>{json.dumps({'option': str(sample['aks_option'])})}</answer>"
-    points = _key_points(sample) if template_set == "rcot_ktg" else None
-    return build_response(trace, int(sample["keyframe_timestamp"]), _key_boxes(sample), points)
-
-
-# which rules apply to which template set (the keyframe and location rules need a given keyframe)
-NAMES_KEYFRAME = {"veason", "rcot_ktg"}
-LOCATES_TARGET = {"veason", "rcot_ktg"}
+def response_for(task_name: str, trace: str, sample: dict) -> str:
+    """The training response of an accepted trace: the trace as the thinking (the task's fixed thinking when it
+    declares one) and the task's ground-truth answer at the task's view, in integer pixels."""
+    task = get_task(task_name)
+    description = trace.strip() if task.schema.required == frozenset({"description"}) else None
+    payload = task.render_answer(task_ground_truth(sample, task, description=description))
+    return answer_text(task.response_think or trace, integer_payload(payload))
 
 
 def judge(row: dict, sample: dict, accepted_texts: list[str], params: FilterParams) -> str | None:
-    """The first rule the trace fails, or None when it passes all of them.
+    """The first rule of the trace's task (`Task.rules`) that the trace fails, or None when it passes all.
 
-    Order: request error, length, refusal, three steps, keyframe named (and no other), no markings,
-    AKS option (rcot_aks), step-3 location vs the ground-truth box, near-duplicate of an accepted trace.
+    Order: request error, then the task's rules — length, refusal, three steps, the task's own (keyframe
+    named and no other, AKS option, step-3 location vs the ground-truth box), no markings, near-duplicate of
+    an accepted trace.
     """
     text = row["text"]
     if row["error"]:
         return f"request_error: {row['error'][:80]}"
-    template_set = row["template_set"]
-    checks = [
-        lambda: rules.length_within(text, params.min_chars, params.max_chars),
-        lambda: rules.no_refusal(text),
-        lambda: rules.three_steps(text),
-        lambda: rules.keyframe_named(text, int(sample["keyframe_timestamp"]), [int(t) for t in sample["timestamps"]])
-        if template_set in NAMES_KEYFRAME else None,
-        lambda: rules.no_markings(text),
-        lambda: rules.aks_option_matches(text, sample["aks_option"]) if template_set == "rcot_aks" else None,
-        lambda: rules.location_faithful(text, _key_boxes(sample), float(sample["train_size"]))
-        if params.check_faithfulness and template_set in LOCATES_TARGET else None,
-        lambda: rules.not_near_duplicate(text, accepted_texts, params.near_duplicate_ratio),
-    ]
-    for check in checks:
-        reason = check()
+    checks = {
+        "length": lambda: rules.length_within(text, params.min_chars, params.max_chars),
+        "refusal": lambda: rules.no_refusal(text),
+        "three_steps": lambda: rules.three_steps(text),
+        "keyframe_named": lambda: rules.keyframe_named(text, int(sample["keyframe_timestamp"]),
+                                                        [int(t) for t in sample["timestamps"]]),
+        "no_markings": lambda: rules.no_markings(text),
+        "aks_option": lambda: rules.aks_option_matches(text, sample["aks_option"]),
+        "location": lambda: rules.location_faithful(text, _key_boxes(sample), float(sample["train_size"]))
+        if params.check_faithfulness else None,
+        "near_duplicate": lambda: rules.not_near_duplicate(text, accepted_texts, params.near_duplicate_ratio),
+    }
+    for name in get_task(row["task"]).rules:
+        reason = checks[name]()
         if reason:
             return reason
     return None
-
-
-def _key_points(sample: dict) -> list:
-    return [None if p is None else [float(v) for v in p] for p in sample["ktg_points"]]
 
 
 def _key_boxes(sample: dict) -> list:
@@ -117,7 +107,7 @@ def filter_traces(params: FilterParams, cot_dir: Path, keyframes_dir: Path, out_
             rejected.append({**row, "reason": reason})
             continue
         kept_texts.setdefault(row["sample_id"], []).append(row["text"])
-        accepted.append({**row, "response": response_for(row["template_set"], row["text"], sample)})
+        accepted.append({**row, "response": response_for(row["task"], row["text"], sample)})
     out_dir = Path(out_dir)
     accepted_df = pd.DataFrame(accepted, columns=list(AcceptedSchema.to_schema().columns))
     rejected_df = pd.DataFrame(rejected, columns=list(RejectedSchema.to_schema().columns))

@@ -13,7 +13,7 @@ from pathlib import Path
 import webdataset as wds
 
 from schemas.answer import GroundTruth
-from stages.teacher.prompts import question_content
+from stages.tasks import frame_keys, meta_content
 
 
 def read_grpo_shards(folder: Path) -> list[dict]:
@@ -28,8 +28,7 @@ def read_grpo_shards(folder: Path) -> list[dict]:
     samples = []
     for sample in wds.WebDataset(urls, shardshuffle=False, empty_check=False).decode("pil"):
         meta = sample["json"]
-        frames = [sample[k] for k in sorted((k for k in sample if k.startswith("frame_")),
-                                            key=lambda k: int(k.split("_")[1].split(".")[0]))]
+        frames = [sample[k] for k in frame_keys(sample)]
         try:
             GroundTruth.from_json(meta["ground_truth"])
         except (ValueError, KeyError) as err:
@@ -42,8 +41,7 @@ def read_grpo_shards(folder: Path) -> list[dict]:
 
 def prompt_messages(meta: dict) -> list[dict]:
     """The user turn (same question as SFT and evaluation)."""
-    content = [{"type": c["type"], "text": c.get("text")} for c in question_content(meta["expression"],
-                                                                                     meta["timestamps"])]
+    content = [{"type": c["type"], "text": c.get("text")} for c in meta_content(meta)]  # the task's question
     return [{"role": "user", "content": content}]
 
 

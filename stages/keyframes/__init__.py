@@ -166,10 +166,19 @@ def _process(job: _Job) -> dict:
         centre = inscribed_circle_centre(rle.decode(obj[key_idx], H, W))
         points.append(None if centre is None else [centre[0] * S / W, centre[1] * S / H])
     zero = [int(t) for t in range(T) if union_areas[t] == 0]
-    # AKS frames for both options are drawn here (per-sample seed); which option a sample gets is
-    # decided per pool by `_balance_aks`, so that A:B is 1:1 exactly over the samples that have both
-    aks_a = int(rng.choice(topk))
+    # AKS candidates for both options are chosen here (RCoT-Seg: option A is the largest-area frame, option B
+    # a zero-area frame drawn with the per-sample seed); which option a sample gets is decided per pool by
+    # `_balance_aks`, so that A:B is 1:1 exactly over the samples that have both
+    aks_a = int(topk[0])
     aks_b = int(rng.choice(zero)) if zero else None
+
+    def candidate(t: int) -> dict:
+        """The candidate frame's file (ingest's frame list) and geometry at train size."""
+        mask = rle.union([obj[t] for obj in job.rles], H, W)
+        return {"aks_frame_idx": t, "aks_frame_name": str(video["frames"][t]),
+                "aks_boxes": [scale_box(job.boxes[k, t], W, H, S) for k in range(len(job.rles))],
+                "aks_areas": [float(job.areas[k, t]) * (S * S) / (H * W) for k in range(len(job.rles))],
+                "aks_union_mask": json.dumps(rle.to_json(mask), sort_keys=True)}
     return {
         **{k: sample[k] for k in SampleSchema.to_schema().columns},
         "height": H, "width": W, "n_video_frames": T,
@@ -178,8 +187,9 @@ def _process(job: _Job) -> dict:
         "keyframe_mode": params.mode, "topk_indices": topk,
         "boxes": boxes, "areas": areas, "union_areas": [float(union_areas[t]) * area_scale for t in indices],
         "union_masks": [json.dumps(rle.to_json(unions[t]), sort_keys=True) for t in indices],
-        "ktg_points": points, "aks_valid": topk, "aks_invalid": zero, "aks_option": "A",
-        "aks_frame_idx": aks_a, "aks_frame_b": aks_b, "train_size": S, "seed": job.seed,
+        "ktg_points": points, "aks_valid": topk, "aks_invalid": zero, "aks_option": "A", **candidate(aks_a),
+        "aks_frame_b": None if aks_b is None else candidate(aks_b), "train_size": S,
+        "keyframe_size": params.keyframe_size or S, "seed": job.seed,
     }
 
 
@@ -191,7 +201,7 @@ def _balance_aks(rows: list[dict], seed: int) -> list[dict]:
     eligible = sorted((derive_seed(seed, "keyframes", "aks", r["sample_id"]), i)
                       for i, r in enumerate(rows) if r["aks_frame_b"] is not None and r["aks_option"] == "A")
     for _, i in eligible[: len(eligible) // 2]:
-        rows[i] = {**rows[i], "aks_option": "B", "aks_frame_idx": rows[i]["aks_frame_b"]}
+        rows[i] = {**rows[i], "aks_option": "B", **rows[i]["aks_frame_b"]}
     return [{k: v for k, v in r.items() if k != "aks_frame_b"} for r in rows]
 
 
@@ -211,5 +221,7 @@ def _no_target_row(job: _Job) -> dict:
         "keyframe_mode": params.mode, "topk_indices": [], "boxes": [[] for _ in indices],
         "areas": [[] for _ in indices], "union_areas": [0.0 for _ in indices], "union_masks": [empty] * len(indices),
         "ktg_points": [], "aks_valid": [], "aks_invalid": list(range(T)), "aks_option": "B",
-        "aks_frame_idx": key_idx, "aks_frame_b": None, "train_size": params.train_size, "seed": job.seed,
+        "aks_frame_idx": key_idx, "aks_frame_name": str(video["frames"][key_idx]), "aks_boxes": [], "aks_areas": [],
+        "aks_union_mask": empty, "aks_frame_b": None, "train_size": params.train_size,
+        "keyframe_size": params.keyframe_size or params.train_size, "seed": job.seed,
     }

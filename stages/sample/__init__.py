@@ -30,11 +30,12 @@ import pandas as pd  # noqa: E402
 from schemas.index import ExpressionsSchema, TracksSchema, VideosSchema  # noqa: E402
 from schemas.sample import DistributionSchema, SampleSchema  # noqa: E402
 from stages.core.ids import sample_id  # noqa: E402
-from stages.core.io import read_table, write_table  # noqa: E402
+from stages.core.io import derive_seed, read_table, write_table  # noqa: E402
 from stages.core.lineage import write_lineage  # noqa: E402
 from stages.core.params import SampleParams  # noqa: E402
 from stages.core.report import StageReport, image_markdown  # noqa: E402
-from stages.sample.stratify import allocate, draw  # noqa: E402
+from stages.sample.stratify import allocate, draw, largest_remainder  # noqa: E402
+from stages.tasks import check_tasks, get_task  # noqa: E402
 
 log = logging.getLogger(__name__)
 COLUMNS = list(SampleSchema.to_schema().columns)
@@ -63,10 +64,12 @@ def sample_pools(params: SampleParams, seed: int, index_dir: Path, out_dir: Path
     videos = read_table(index_dir / "videos.parquet", VideosSchema)
     candidates = _annotate(expressions, tracks, videos, params)
 
+    sft_tasks = check_tasks(params.sft_tasks, "sample.sft_tasks")
+    grpo_tasks = check_tasks(params.grpo_tasks, "sample.grpo_tasks")
     train = candidates[candidates["split"] == "train"]
     if not params.include_no_target_train:
         train = train[train["type"] != "no_target"]
-    source_train = train["stratum"].value_counts().to_dict()
+    source_train = instance_weights(train["stratum"].value_counts().to_dict(), params.single_multi_ratio)
 
     # the first k *usable* expressions of each video (after excluding no-target ones)
     first_k = train[train.groupby("video").cumcount() < params.sft_first_k] if params.sft_first_k > 0 else train
@@ -79,7 +82,11 @@ def sample_pools(params: SampleParams, seed: int, index_dir: Path, out_dir: Path
         valid = valid[valid["type"] != "no_target"]
     eval_pool = _stratified(valid, params.eval_size, valid["stratum"].value_counts().to_dict(), seed, "eval")
 
-    pools = {"sft": sft, "grpo": grpo, "eval": eval_pool}
+    pools = {"sft": with_tasks(sft, [sft_tasks] * len(sft)),
+             "grpo": with_tasks(grpo, assign_tasks(list(grpo["expression_id"]), grpo_tasks, params.grpo_task_weights,
+                                                   seed, "grpo")),
+             "eval": eval_pool.assign(tasks=assign_tasks(list(eval_pool["expression_id"]), grpo_tasks,
+                                                         params.grpo_task_weights, seed, "eval"))}
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, pool in pools.items():
         table = pool.assign(pool=name, sample_id=pool["expression_id"].map(sample_id))[COLUMNS]
@@ -100,6 +107,55 @@ def sample_pools(params: SampleParams, seed: int, index_dir: Path, out_dir: Path
             metrics[f"{name}.shortfall"] = asked[name] - n
     return StageReport("sample", metrics=dict(sorted(metrics.items())), tables={"sampling distribution": distribution},
                        markdown=image_markdown(out_dir / "distribution.png", "sampling distribution"))
+
+
+def instance_weights(source: dict[str, int], single_multi_ratio: float) -> dict[str, float]:
+    """Stratum weights for the training pools: the source counts, or — when `single_multi_ratio` > 0 — rescaled
+    so that single-instance strata weigh `single_multi_ratio` times the multi-instance ones in total
+    (RCoT-Seg: 3:1), keeping the proportions inside each group; other strata keep their source share."""
+    out = {k: float(v) for k, v in source.items()}
+    if single_multi_ratio <= 0:
+        return out
+    single = [k for k in source if k.split("/")[1] == "single"]
+    multi = [k for k in source if k.split("/")[1] == "multi"]
+    n_single, n_multi = sum(source[k] for k in single), sum(source[k] for k in multi)
+    if not n_single or not n_multi:
+        return out
+    paired = n_single + n_multi
+    for keys, size, share in ((single, n_single, single_multi_ratio / (1 + single_multi_ratio)),
+                              (multi, n_multi, 1 / (1 + single_multi_ratio))):
+        for k in keys:
+            out[k] = paired * share * source[k] / size
+    return out
+
+
+def assign_tasks(ids: list[str], tasks: tuple[str, ...], weights: tuple[float, ...], seed: int,
+                 pool: str) -> list[list[str]]:
+    """One task per sample: counts by largest remainder over `weights`, samples ranked by a seeded hash of
+    their id (order-independent); returned in the order of `ids`."""
+    counts = largest_remainder(len(ids), dict(zip(tasks, weights, strict=True)))
+    ranked = sorted(ids, key=lambda e: derive_seed(seed, "sample", "task", pool, e))
+    chosen: dict[str, str] = {}
+    start = 0
+    for task in tasks:
+        for e in ranked[start:start + counts[task]]:
+            chosen[e] = task
+        start += counts[task]
+    return [[chosen[e]] for e in ids]
+
+
+def with_tasks(pool: pd.DataFrame, tasks: list) -> pd.DataFrame:
+    """The pool with a `tasks` column; a no-target expression keeps only the tasks that can ask it (a task
+    whose answer needs a target cannot), and leaves the pool when none is left."""
+    kept = []
+    for tasks_of, kind in zip(tasks, pool["type"], strict=True):
+        kept.append([t for t in tasks_of if kind != "no_target" or get_task(t).supports_no_target])
+    out = pool.assign(tasks=kept)
+    dropped = int((out["tasks"].map(len) == 0).sum())
+    if dropped:
+        log.warning("%d no-target expressions left the pool: none of their tasks can ask a no-target question",
+                    dropped)
+    return out[out["tasks"].map(len) > 0]
 
 
 def _check(params: SampleParams) -> None:
@@ -164,7 +220,7 @@ def _motion(expressions: pd.DataFrame, tracks: pd.DataFrame, videos: pd.DataFram
     return expressions["anno_ids"].map(lambda ids: max((per_anno.get(int(a), 0.0) for a in ids), default=0.0))
 
 
-def _stratified(candidates: pd.DataFrame, size: int, source: dict[str, int], seed: int, pool: str) -> pd.DataFrame:
+def _stratified(candidates: pd.DataFrame, size: int, source: dict[str, float], seed: int, pool: str) -> pd.DataFrame:
     """`size` rows (0 = all) keeping the source proportions; see stages.sample.stratify."""
     if size <= 0 or size >= len(candidates):
         return candidates

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from PIL import Image
 
-from stages.teacher.prompts import question_content
+from stages.tasks import frame_key_order, meta_content
 
 IGNORE_INDEX = -100  # label of tokens that carry no loss (PyTorch cross-entropy's ignore_index)
 
@@ -48,9 +48,9 @@ class ShardSample:
         return images
 
 
-def _frame_index(suffix: str) -> int:
-    """`frame_12.jpg` → 12 (numeric order: frame_10 comes after frame_9)."""
-    return int(suffix.split("_", 1)[1].split(".", 1)[0])
+def _frame_index(suffix: str) -> tuple:
+    """`frame_12.jpg` → its numeric order (frame_10 after frame_9): `stages.tasks.frame_key_order`."""
+    return frame_key_order(suffix)
 
 
 def index_shards(folder: Path) -> list[ShardSample]:
@@ -92,7 +92,7 @@ def read_shards(folder: Path) -> list[dict]:
 def messages(meta: dict, response: str | None = None) -> list[dict]:
     """The chat of one sample from its metadata: user turn with `<Ns>` + image pairs and the question; the
     assistant response if given."""
-    chat = [{"role": "user", "content": question_content(meta["expression"], meta["timestamps"])}]
+    chat = [{"role": "user", "content": meta_content(meta)}]  # the task's question, recorded by the shard stage
     if response is not None:
         chat.append({"role": "assistant", "content": [{"type": "text", "text": response}]})
     return chat

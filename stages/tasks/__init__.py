@@ -60,8 +60,12 @@ def task_of(meta: Mapping) -> Task:
 
 
 def meta_content(meta: Mapping) -> list[dict]:
-    """User-turn content of a shard sample: its frames' `<ts>` tags and images, then its recorded question."""
-    return user_content([int(t) for t in meta["timestamps"]], str(meta["question"]))
+    """User-turn content of a shard sample: its frames' `<ts>` tags and images, then its question — the one the
+    shard stage recorded, else its task's question for the expression (and description, when it has one)."""
+    timestamps = [int(t) for t in meta["timestamps"]]
+    question = meta.get("question") or task_of(meta).question(str(meta["expression"]), timestamps,
+                                                              str(meta.get("description") or ""))
+    return user_content(timestamps, str(question))
 
 
 __all__ = ["DEFAULT_TASK", "TASKS", "Task", "answer_text", "check_tasks", "frame_key_order", "frame_keys",

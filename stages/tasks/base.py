@@ -89,6 +89,7 @@ class Task:
     uses_description: bool = False  # the question carries the VDG description (RCoT-Seg AKS, KTG)
     supports_no_target: bool = False  # a no-target expression can be a sample of this task
     needs_tasks: tuple[str, ...] = ()  # tasks whose accepted traces this task's samples need (VDG)
+    response_think: str = ""  # the thinking of training responses; "" = the teacher's trace
     doc: str = field(default="", compare=False)
 
     @property

@@ -92,8 +92,10 @@ def test_images_are_data_urls_with_timestamps(data: Path) -> None:
     assert f"Keyframe: {int(sample['keyframe_timestamp'])}s" in content[-1]["text"]
     assert sum(c["type"] == "image_url" for c in content) == len(sample["timestamps"])
     # AKS: the candidate frame follows the sampled frames, and the instruction names its timestamp
+    from stages.tasks import get_task
+
     aks = build_request(sample, "rcot_aks/v1/style_b", 0, TeacherParams(backend="openai", image_size=64),
-                        data / "root").build()[0]["content"]
+                        data / "root", get_task("rcot_aks")).build()[0]["content"]
     assert sum(c["type"] == "image_url" for c in aks) == len(sample["timestamps"]) + 1
     assert aks[-3]["text"] == f"Candidate keyframe <{int(sample['aks_frame_idx'])}s>"
     assert f"Candidate keyframe: {int(sample['aks_frame_idx'])}s" in aks[-1]["text"]
@@ -151,26 +153,42 @@ def test_resume_after_kill_sends_nothing_twice(data: Path, tmp_path: Path) -> No
     assert len(table) <= successes <= len(table) + 4
 
 
-@pytest.mark.parametrize("template_set", ["veason", "rcot_ktg", "rcot_aks", "rcot_description"])
-def test_template_traces_pass_the_filter(data: Path, tmp_path: Path, template_set: str) -> None:
-    """The template teacher writes, for every set, traces that the filter accepts (a consistency check of
-    both), and the response carries the ground truth in the set's answer format."""
+@pytest.mark.parametrize("task", ["veason", "rcot_kfg", "rcot_aks", "rcot_ktg", "rcot_vdg", "videoseg"])
+def test_template_traces_pass_the_filter(data: Path, tmp_path: Path, task: str) -> None:
+    """The template teacher writes, for every task, traces that the filter accepts (a consistency check of
+    both), and the response carries the ground truth in the task's answer format at the task's view."""
     from stages.core.params import FilterParams
     from stages.filter import filter_traces
+    from stages.tasks import get_task
 
-    generate_cot(TeacherParams(), CotParams(template_set=template_set, cache_dir=str(tmp_path / "cache")), 0,
-                 data / "root", data / "keyframes", tmp_path / "cot")
-    report = filter_traces(FilterParams(), tmp_path / "cot", data / "keyframes", tmp_path / "filter")
+    sample_pools(SampleParams(sft_first_k=2, grpo_size=4, sft_tasks=(task,)), 0, data / "index", tmp_path / "sample")
+    select_keyframes(KeyframesParams(train_size=112, keyframe_size=168), 0, data / "root", data / "index",
+                     tmp_path / "sample", tmp_path / "keyframes")
+    generate_cot(TeacherParams(), CotParams(cache_dir=str(tmp_path / "cache")), 0, data / "root",
+                 tmp_path / "keyframes", tmp_path / "cot")
+    report = filter_traces(FilterParams(), tmp_path / "cot", tmp_path / "keyframes", tmp_path / "filter")
     accepted = pd.read_parquet(tmp_path / "filter" / "accepted.parquet")
     assert report.metrics["rejected"] == 0, pd.read_parquet(tmp_path / "filter" / "rejected.parquet")["reason"]
-    samples = pd.read_parquet(data / "keyframes" / "sft.parquet").set_index("sample_id")
-    for row in accepted.itertuples():
+    samples = pd.read_parquet(tmp_path / "keyframes" / "sft.parquet").set_index("sample_id")
+    # AKS and KTG samples also get the VDG description they are given; each (sample, task) has its own trace index
+    expected_tasks = {"rcot_aks": {"rcot_vdg", "rcot_aks"}, "rcot_ktg": {"rcot_vdg", "rcot_ktg"}}.get(task, {task})
+    assert set(accepted["task"]) == expected_tasks and len(accepted) == len(samples) * len(expected_tasks)
+    assert not accepted.duplicated(["sample_id", "trace_index"]).any()
+    for row in accepted[accepted["task"] == task].itertuples():
+        assert get_task(task).parse(row.response) is not None, row.response
         answer = json.loads(row.response.split("<answer>")[1].removesuffix("</answer>"))
         sample = samples.loc[row.sample_id]
-        if template_set == "rcot_aks":
+        key_boxes = [b for b in sample["boxes"][sample["keyframe_pos"]] if b is not None]
+        if task == "rcot_aks":
             assert answer == {"option": sample["aks_option"]} and row.text.endswith(f"Answer: {sample['aks_option']}")
-        else:
+        elif task == "rcot_vdg":
+            assert answer == {"description": row.text.strip()} and "<think>I describe" in row.response
+        elif task == "rcot_kfg":
+            assert answer == {"keyframe_timestamp": sample["keyframe_timestamp"]}
+        elif task == "veason":
             assert answer["keyframe_timestamp"] == sample["keyframe_timestamp"]
-            key_boxes = [b for b in sample["boxes"][sample["keyframe_pos"]] if b is not None]
             assert answer["bbox_2d_list"] == [[int(round(v)) for v in b] for b in key_boxes]
-            assert ("point_2d_list" in answer) == (template_set == "rcot_ktg")
+        else:  # KTG and VideoSeg-R1 answer on the keyframe shown at keyframe_size = 1.5 × train size
+            assert answer["bbox_2d_list"] == [[int(round(v * 1.5)) for v in b] for b in key_boxes]
+            points = [p for p in sample["ktg_points"] if p is not None]
+            assert answer["point_2d_list"] == [[int(round(v * 1.5)) for v in p] for p in points]

@@ -257,6 +257,15 @@ def test_keyframe_topk_aks_and_ktg(pipeline: Path) -> None:
         assert list(row.aks_valid) == top
         assert list(row.aks_invalid) == [t for t in range(row.n_video_frames) if union[t] == 0]
         assert row.aks_frame_idx in (top if row.aks_option == "A" else list(row.aks_invalid))
+        # regression: option A is THE largest-area frame (RCoT-Seg), not a random top-k one
+        assert row.aks_option == "B" or row.aks_frame_idx == top[0] == int(np.argmax(union))
+        # regression: the candidate's file comes from ingest's frame list (ReVOS has gaps in frame numbers)
+        frames = pd.read_parquet(pipeline / "index" / "videos.parquet").set_index("video").loc[row.video, "frames"]
+        assert row.aks_frame_name == frames[row.aks_frame_idx]
+        S = row.train_size
+        assert mask_utils.area(rle.to_coco(json.loads(row.aks_union_mask))) * S * S / (row.height * row.width) \
+            == pytest.approx(sum(row.aks_areas))
+        assert (sum(row.aks_areas) > 0) == (row.aks_option == "A") and row.keyframe_size == S
         options[row.aks_option] += 1
         for anno, point in zip(annos, row.ktg_points, strict=True):
             mask = rle.decode(root_masks[anno][row.keyframe_idx], row.height, row.width)

@@ -261,3 +261,33 @@ def test_difficulty_strata_from_a_sample_id_table(index_dir: Path, tmp_path: Pat
 def test_bad_params_are_named(index_dir: Path, tmp_path: Path, params: SampleParams, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         sample_pools(params, 0, index_dir, tmp_path)
+
+
+def test_tasks_per_pool(index_dir: Path, tmp_path: Path) -> None:
+    # RCoT-Seg: every SFT sample trains all four tasks; GRPO samples get one task each, AKS : KTG = 4 : 6
+    params = SampleParams(sft_first_k=3, grpo_size=20, sft_tasks=("rcot_vdg", "rcot_kfg", "rcot_aks", "rcot_ktg"),
+                          grpo_tasks=("rcot_aks", "rcot_ktg"), grpo_task_weights=(4.0, 6.0))
+    sample_pools(params, 0, index_dir, tmp_path)
+    sft, grpo, ev = read_pools(tmp_path)
+    assert all(list(t) == ["rcot_vdg", "rcot_kfg", "rcot_aks", "rcot_ktg"] for t in sft["tasks"])
+    assert grpo["tasks"].map(tuple).value_counts().to_dict() == {("rcot_ktg",): 12, ("rcot_aks",): 8}
+    assert set(ev["tasks"].map(tuple)) <= {("rcot_aks",), ("rcot_ktg",)}
+    # no-target expressions cannot be asked by RCoT-Seg's tasks: they leave the training pools
+    sample_pools(SampleParams(sft_first_k=3, grpo_size=40, include_no_target_train=True,
+                              grpo_tasks=("rcot_ktg",)), 0, index_dir, tmp_path / "nt")
+    _, grpo_nt, _ = read_pools(tmp_path / "nt")
+    assert "no_target" not in set(grpo_nt["type"])
+    with pytest.raises(ValueError, match="sample.grpo_tasks: unknown task 'rcot_akz'"):
+        sample_pools(SampleParams(grpo_tasks=("rcot_akz",)), 0, index_dir, tmp_path / "bad")
+
+
+def test_single_multi_ratio(index_dir: Path, tmp_path: Path) -> None:
+    # RCoT-Seg trains single : multi = 3 : 1 whatever the source's mix
+    sample_pools(SampleParams(sft_first_k=1, grpo_size=20, single_multi_ratio=3.0), 0, index_dir, tmp_path)
+    _, grpo, _ = read_pools(tmp_path)
+    instances = grpo["stratum"].str.split("/").str[1].value_counts().to_dict()
+    assert (instances["single"], instances["multi"]) == (15, 5)
+    from stages.sample import instance_weights
+
+    weights = instance_weights({"referring/single": 10, "reasoning/single": 30, "referring/multi": 40}, 3.0)
+    assert weights == {"referring/single": 15.0, "reasoning/single": 45.0, "referring/multi": 20.0}
