@@ -37,12 +37,11 @@ def stage_params(stage: str, params_path: str | Path, dvc_yaml: str | Path = "dv
     listed = (spec.get("stages") or {}).get(stage, {}).get("params") or []
     values = to_dict(load_params(params_path))
     rows: list[dict[str, Any]] = []
-    for entry in listed:
-        for key in [entry] if isinstance(entry, str) else []:  # `file.yaml: [keys]` entries name other files
-            node: Any = values
-            for part in key.split("."):
-                node = node.get(part) if isinstance(node, dict) else None
-            rows.extend(_flatten(key, node))
+    for key in (entry for entry in listed if isinstance(entry, str)):  # mappings name other params files
+        node: Any = values
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        rows.extend(_flatten(key, node))
     return rows
 
 
