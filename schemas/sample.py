@@ -83,6 +83,7 @@ class KeyframesSchema(SampleSchema):
     aks_areas: Series[object] = pa.Field(description="per object area at the candidate frame (train size)")
     aks_union_mask: Series[str] = pa.Field(description="COCO RLE JSON of the union target at the candidate frame")
     keyframe_size: Series[int] = pa.Field(gt=0, description="side of single-frame task views (AKS, KTG)")
+    video_union_areas: Series[object] = pa.Field(description="union target area per video frame, original pixels")
     train_size: Series[int] = pa.Field(gt=0)
     seed: Series[int]
 

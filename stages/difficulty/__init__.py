@@ -22,7 +22,7 @@ import pandas as pd
 from PIL import Image
 
 from schemas.difficulty import DifficultySchema
-from schemas.index import ExpressionsSchema, TracksSchema
+from schemas.index import ExpressionsSchema
 from schemas.sample import POOLS, KeyframesSchema
 from stages.core import revos
 from stages.core.io import read_table, write_table
@@ -102,14 +102,12 @@ def score_difficulty(params: DifficultyParams, teacher: TeacherParams, data_root
     samples = pd.concat([read_table(Path(keyframes_dir) / f"{p}.parquet", KeyframesSchema) for p in POOLS],
                         ignore_index=True)
     expressions = read_table(Path(index_dir) / "expressions.parquet", ExpressionsSchema)
-    tracks = read_table(Path(index_dir) / "tracks.parquet", TracksSchema)
     annotated = expressions.explode("anno_ids").dropna(subset=["anno_ids"])
     objects_per_video = annotated.groupby("video")["anno_ids"].nunique()
-    area = tracks.pivot_table(index="anno_id", columns="frame_idx", values="area", fill_value=0)
     rows = []
     for sample in samples.to_dict("records"):
-        annos = [int(a) for a in sample["anno_ids"]]
-        per_frame = area.loc[annos].sum(axis=0).to_numpy()[: int(sample["n_video_frames"])] if annos else np.zeros(1)
+        # the UNION area of the targets per video frame (keyframes stage; overlapping objects count once)
+        per_frame = np.asarray(sample["video_union_areas"], dtype=float)
         present = per_frame[per_frame > 0]
         absent = 1.0 - present.size / max(per_frame.size, 1)
         visible_ratio = float(present.min() / present.max()) if present.size else 0.0

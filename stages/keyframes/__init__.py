@@ -189,6 +189,7 @@ def _process(job: _Job) -> dict:
         "union_masks": [json.dumps(rle.to_json(unions[t]), sort_keys=True) for t in indices],
         "ktg_points": points, "aks_valid": topk, "aks_invalid": zero, "aks_option": "A", **candidate(aks_a),
         "aks_frame_b": None if aks_b is None else candidate(aks_b), "train_size": S,
+        "video_union_areas": [float(a) for a in union_areas],
         "keyframe_size": params.keyframe_size or S, "seed": job.seed,
     }
 
@@ -223,5 +224,6 @@ def _no_target_row(job: _Job) -> dict:
         "ktg_points": [], "aks_valid": [], "aks_invalid": list(range(T)), "aks_option": "B",
         "aks_frame_idx": key_idx, "aks_frame_name": str(video["frames"][key_idx]), "aks_boxes": [], "aks_areas": [],
         "aks_union_mask": empty, "aks_frame_b": None, "train_size": params.train_size,
+        "video_union_areas": [0.0] * T,
         "keyframe_size": params.keyframe_size or params.train_size, "seed": job.seed,
     }

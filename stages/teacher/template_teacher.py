@@ -5,7 +5,7 @@ the keyframe is best (largest visible area among the frames shown), and where th
 keyframe (left / right / top / bottom / centre from its box). Traces are labelled backend="template".
 One writer per template set (`WRITERS`): Veason-R1's three steps, and RCoT-Seg's KTG (plus a point
 inside each target), AKS (candidate valid or not, ending in `Answer: A|B`) and video description.
-Location words come from `location_of`, which the filter's faithfulness check uses too.
+Location words come from `location_of` (the filter checks them with its own, independent rule).
 """
 
 from __future__ import annotations

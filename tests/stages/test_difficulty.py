@@ -83,3 +83,25 @@ def test_mllm_backend_retries_invalid_json(data: Path, tmp_path: Path) -> None:
                          data / "root", data / "index", data / "keyframes", tmp_path / "good")
     scores = pd.read_parquet(tmp_path / "good" / "scores.parquet")
     assert (scores["backend"] == "mllm").all() and (scores["difficulty"] == 4.8).all()
+
+
+def test_heuristic_uses_union_areas_of_overlapping_targets(tmp_path: Path) -> None:
+    """Regression: two targets that overlap count once. Frame 0: the same 8×8 square twice (union 64);
+    frames 1–3: side by side (union 128). With summed areas every frame would be 128 (ratio 1, temporal
+    ambiguity 1); with the union the visible ratio is 64 / 128 = 0.5 → rating round(1 + 9 · 0.4 · 0.5) = 3."""
+    from tests.revos_factory import VideoSpec
+
+    objects = {1: [(2, 2, 10, 10)] * 4, 2: [(2, 2, 10, 10)] + [(16, 2, 24, 10)] * 3}
+    video = VideoSpec("S/train/pair", n_frames=4, objects=objects,
+                      expressions=[{"exp": "both squares", "obj_id": [0, 1], "anno_id": [1, 2], "type_id": 0}])
+    write_root(tmp_path / "root", [video, simple_video("S/valid/w", split="valid")])
+    ingest(IngestParams(), tmp_path / "root", tmp_path / "index", RunnerParams(kind="serial"))
+    sample_pools(SampleParams(sft_first_k=1, grpo_size=0), 0, tmp_path / "index", tmp_path / "sample")
+    select_keyframes(KeyframesParams(), 0, tmp_path / "root", tmp_path / "index", tmp_path / "sample",
+                     tmp_path / "keyframes")
+    kf = pd.read_parquet(tmp_path / "keyframes" / "sft.parquet")
+    assert list(kf["video_union_areas"].iloc[0]) == [64.0, 128.0, 128.0, 128.0]
+    score_difficulty(DifficultyParams(cache_dir=str(tmp_path / "cache")), TeacherParams(), tmp_path / "root",
+                     tmp_path / "index", tmp_path / "keyframes", tmp_path / "out")
+    scores = pd.read_parquet(tmp_path / "out" / "scores.parquet").set_index("expression_id")
+    assert scores.loc["S/train/pair#0", "temporal_ambiguity"] == 3
