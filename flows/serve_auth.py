@@ -56,14 +56,18 @@ def check_api(api_url: str | None, auth_string: str | None, api_key: str | None)
     """Refuse to serve on an API others can reach without credentials.
 
     Args:
-        api_url: PREFECT_API_URL ("" or None: a temporary local API that only this process uses).
+        api_url: PREFECT_API_URL ("" or None: none set, refused).
         auth_string: the client's basic-auth string (`api.auth_string`), if any.
         api_key: the client's Prefect Cloud key (`api.key`), if any.
 
     Raises:
-        ServeRefused: a non-loopback API without client credentials, or one that accepts anonymous requests.
+        ServeRefused: no API, a non-loopback API without client credentials, or one that accepts
+            anonymous requests.
     """
-    if not api_url or is_loopback(api_url):
+    if not api_url:  # Prefect would serve on a temporary API of this process: no UI, runs started by nobody
+        raise ServeRefused("no Prefect API to serve on: start `prefect server start` and set PREFECT_API_URL "
+                           "(e.g. http://127.0.0.1:4200/api)")
+    if is_loopback(api_url):
         return
     if not (auth_string or api_key):
         raise ServeRefused(f"refusing to serve on {api_url} (not loopback) without Prefect basic auth: {HOW}")

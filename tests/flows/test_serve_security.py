@@ -106,7 +106,8 @@ def test_serve_refuses_non_loopback_api_without_auth(served_repo: Path, capsys: 
     assert is_loopback("http://127.0.0.1:4200/api") and is_loopback("http://localhost:4200/api")
     assert is_loopback("http://[::1]:4200/api") and not is_loopback("http://0.0.0.0:4200/api")
     assert not is_loopback("http://prefect.example.org/api")
-    check_api(None, None, None)  # a temporary local API: nobody else can reach it
+    with pytest.raises(ServeRefused, match="no Prefect API to serve on"):
+        check_api(None, None, None)  # a temporary API of the serving process: no UI, nobody can start runs
     check_api("http://127.0.0.1:1/api", None, None)
     with pytest.raises(ServeRefused, match="without Prefect basic auth"):
         check_api("http://10.255.255.1:4200/api", None, None)
