@@ -1,19 +1,25 @@
 """Progress reporting without an orchestrator dependency.
 
 Stages wrap their per-item loops in `track(...)`: a tqdm bar on the terminal, and — when a flow has
-registered a listener — the same progress forwarded (e.g. to a Prefect progress artifact).
+registered a listener — the same progress forwarded (e.g. to a Prefect progress artifact). Training loops
+of transformers / TRL get the same through `trainer_progress`, and `quiet_library_deprecations` keeps the
+libraries' per-step FutureWarnings off the console.
 """
 
 from __future__ import annotations
 
+import logging
+import warnings
 from collections.abc import Callable, Iterable, Iterator
-from typing import TypeVar
+from contextlib import contextmanager
+from typing import Any, TypeVar
 
 from tqdm import tqdm
 
 T = TypeVar("T")
 Listener = Callable[[str, int, int], None]  # (description, done, total)
 _listeners: list[Listener] = []
+_log = logging.getLogger("vrsflow.progress")
 
 
 def add_listener(listener: Listener) -> None:
@@ -62,3 +68,63 @@ class ProgressReporter:
     def close(self) -> None:
         """Close the terminal bar."""
         self._bar.close()
+
+
+# -- training loops of transformers / TRL ------------------------------------------------------------------
+
+LIBRARY_MODULES = r"(transformers|trl|peft|accelerate)(\.|$)"
+# deprecation notices the libraries print on every training step (addressed to library users, not ours)
+DEPRECATION_MESSAGES = (r"`gradient_checkpointing` is deprecated", r"`is_gradient_checkpointing` is deprecated")
+TRAINER_LOG_KEYS = ("loss", "reward", "reward_std", "kl", "completions/mean_length", "learning_rate")
+
+
+@contextmanager
+def quiet_library_deprecations() -> Iterator[None]:
+    """Inside: FutureWarnings raised by transformers / TRL / PEFT / accelerate (and the per-step deprecation
+    notices named in DEPRECATION_MESSAGES) are not printed."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning, module=LIBRARY_MODULES)
+        for message in DEPRECATION_MESSAGES:
+            warnings.filterwarnings("ignore", message=message, category=FutureWarning)
+        yield
+
+
+def trainer_progress(trainer: Any, desc: str, every: int = 10) -> None:
+    """Replace a transformers `Trainer`'s console output — a tqdm bar that also prints the whole log dict
+    (~1.5 KB) at every logged step — with one vrsflow progress bar (forwarded to the flow's listeners, i.e. the
+    Prefect progress artifact) and one short line every `every` steps (loss, reward, KL, length). The full
+    log stays in `trainer.state.log_history`."""
+    from transformers import TrainerCallback
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    from stages.core.report import summary_line
+
+    class _Progress(TrainerCallback):
+        reporter: ProgressReporter | None = None
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if state.is_world_process_zero:
+                self.reporter = ProgressReporter(int(state.max_steps), desc)
+                if state.global_step:  # resumed
+                    self.reporter.advance(int(state.global_step))
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if self.reporter is not None:
+                self.reporter.advance()
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
+            step, total = int(state.global_step), int(state.max_steps)
+            if self.reporter is None or not logs or "train_runtime" in logs:
+                return
+            if step % every == 0 or step == total:
+                values = {k.split("/")[-1]: logs[k] for k in TRAINER_LOG_KEYS if k in logs}
+                _log.info(summary_line(f"{desc} step {step}/{total}", values))
+
+        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if self.reporter is not None:
+                self.reporter.close()
+                self.reporter = None
+
+    trainer.remove_callback(ProgressCallback)
+    trainer.remove_callback(PrinterCallback)
+    trainer.add_callback(_Progress())

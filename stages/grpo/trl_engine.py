@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from stages.core.params import GrpoParams, RewardParams, Sam2Params
+from stages.core.progress import quiet_library_deprecations, trainer_progress
 from stages.rewards import score_group
 
 log = logging.getLogger(__name__)
@@ -144,12 +145,14 @@ def train_trl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, dataset,
                                  target_modules=list(grpo.target_modules))
     trainer = GRPOTrainer(model=model, reward_funcs=[reward_fn], args=args, train_dataset=dataset,
                           processing_class=processor, peft_config=peft_config)
+    trainer_progress(trainer, "grpo steps")  # a bar + a short line every 10 steps, not a 1.5 KB dict per step
     _prepare_checkpoints(Path(checkpoint_dir), run_fingerprint(grpo, reward, len(dataset)))
     resume = _last_checkpoint(Path(checkpoint_dir))
     if resume:
         log.info("resuming GRPO from %s", resume)
     start = time.perf_counter()
-    trainer.train(resume_from_checkpoint=resume)
+    with quiet_library_deprecations():  # TRL calls deprecated transformers APIs on every step
+        trainer.train(resume_from_checkpoint=resume)
     wall = time.perf_counter() - start
     out_dir = Path(out_dir)
     trained = trainer.model
