@@ -46,6 +46,8 @@ def _stage(args: argparse.Namespace) -> int:
         hint = f"did you mean '{close[0]}'?" if close else f"stages: {', '.join(names)}"
         raise UsageError(f"unknown stage '{args.name}' ({hint})")
     load_params(args.params)  # first of all: a bad param is one line here, not a flow run's traceback
+    if args.item:  # a DVC foreach stage's item (bench --item mevis), read by the stage's flow
+        os.environ["VRSFLOW_STAGE_ITEM"] = args.item
     with prefect_api():  # one Prefect API shared by every stage of a repro (flows/prefect_api.py)
         from flows.serve_link import run_stage_flow
 
@@ -183,6 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     stage = sub.add_parser("stage", help="run one pipeline stage as a Prefect flow")
     stage.add_argument("name", help="stage name, e.g. synth, ingest")
     stage.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
+    stage.add_argument("--item", default="", help="the item of a foreach stage (bench --item mevis)")
     stage.set_defaults(func=_stage)
 
     check = sub.add_parser("check", help="validate params.yaml (keys, types, ranges, rules) and -S overrides",

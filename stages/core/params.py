@@ -73,6 +73,7 @@ class SynthParams:
     size: Literal["default", "large"] = "default"
     out_dir: str = "data/raw/synth"
     source: str = "SYNTH"  # first component of the video keys (SYNTH/train/v0003)
+    layout: Literal["revos", "mevis", "reasonvos", "refytvos", "refdavis"] = "revos"  # on-disk layout written
     default: SynthScale = field(default_factory=SynthScale)
     large: SynthScale = field(
         default_factory=lambda: SynthScale(
@@ -269,9 +270,30 @@ class EvaluateParams:
     mode: Literal["veason", "rcot"] = "veason"  # rcot: RCoT-Seg agentic keyframe selection (A/B judgment)
     max_rounds: PosInt = 5  # RCoT-Seg λ: keyframe selections before the last one is kept
     mask_threshold: float = 0.0  # SAM2 mask logit threshold (SAM2's own: 0)
+    segmenter: Literal["sam2", "box"] = "sam2"  # box: the keyframe boxes filled on every frame (box-only lower bound)
     limit: NonNegInt = 0  # evaluate the first `limit` expressions of the eval pool; 0 = all
     bound_th: PosFloat = 0.008  # DAVIS boundary tolerance, fraction of the diagonal (published: 0.008)
     report_examples: NonNegInt = 2  # best and worst expressions pictured in the report
+
+
+BENCHMARK_NAMES = ("revos", "mevis", "reasonvos", "refytvos", "refdavis")
+
+
+@dataclass(frozen=True)
+class BenchmarksParams:
+    names: NonEmptyNames = BENCHMARK_NAMES  # one `bench@<name>` DVC stage each (docs/benchmarks.md)
+    models: dict[str, str] = field(default_factory=lambda: {  # table rows: label → Qwen2.5-VL folder
+        "base": "models/tiny/qwen25vl", "sft": "models/sft/merged", "grpo": "models/grpo/merged"})
+    roots: dict[str, str] = field(default_factory=dict)  # name → published root; missing = synthetic from data.root
+    splits: dict[str, str] = field(default_factory=dict)  # name → split of a given root; missing = evaluation split
+    videos: NonNegInt = 1  # first videos per benchmark (whole videos: Ref-DAVIS merges a video's expressions); 0 = all
+
+    def _rules(self) -> Iterator[tuple[str, str]]:
+        for name in (*self.names, *self.roots, *self.splits):
+            if name not in BENCHMARK_NAMES:
+                yield "names", f"unknown benchmark {name!r} (one of {', '.join(BENCHMARK_NAMES)})"
+        if not self.models:
+            yield "models", "needs at least one model"
 
 
 @dataclass(frozen=True)
@@ -381,6 +403,7 @@ class Params:
     shard: ShardParams = field(default_factory=ShardParams)
     sft: SftParams = field(default_factory=SftParams)
     evaluate: EvaluateParams = field(default_factory=EvaluateParams)
+    benchmarks: BenchmarksParams = field(default_factory=BenchmarksParams)
     reward: RewardParams = field(default_factory=RewardParams)
     grpo: GrpoParams = field(default_factory=GrpoParams)
     # -- later stages add their block field above this line (one line each) --

@@ -13,8 +13,10 @@ An answered keyframe that was not among the frames shown is moved to the nearest
 from __future__ import annotations
 
 import logging
+import math
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -41,11 +43,13 @@ from stages.teacher.prompts import QUESTION_VERSION
 
 log = logging.getLogger(__name__)
 
-__all__ = ["evaluate", "predict_masks", "select_prompt", "write_prediction"]
+__all__ = ["box_masks", "evaluate", "evaluate_video", "model_policy", "predict_masks", "segmenter", "select_prompt",
+           "write_prediction"]
 
 
 def evaluate(params: EvaluateParams, model: ModelParams, sam2: Sam2Params, train_size: int, data_root: Path,
-             eval_table: Path, out_dir: Path, report_path: Path, runner: RunnerParams | None = None) -> StageReport:
+             eval_table: Path, out_dir: Path, report_path: Path, runner: RunnerParams | None = None,
+             policy: Policy | None = None) -> StageReport:
     """Run the model and SAM2 on the eval pool, write predictions, score them, write the report.
 
     Args:
@@ -58,6 +62,7 @@ def evaluate(params: EvaluateParams, model: ModelParams, sam2: Sam2Params, train
         out_dir: `data/evaluate` (predictions/, answers.parquet, scores.parquet, lineage.json).
         report_path: `reports/eval.md` (pictures in a folder beside it named after it).
         runner: where scoring runs.
+        policy: answers the queries instead of the model at `evaluate.model_path` (a scripted policy: tests, oracles).
 
     Returns:
         StageReport whose metrics are those of `metrics/eval.json`.
@@ -65,9 +70,6 @@ def evaluate(params: EvaluateParams, model: ModelParams, sam2: Sam2Params, train
     Raises:
         FileNotFoundError: no model / SAM2 checkpoint / frames. ValueError: eval rows unknown to the data root.
     """
-    from stages.models import load_vlm
-    from stages.segment import load_video_predictor
-
     data_root, out_dir, report_path = Path(data_root), Path(out_dir), Path(report_path)
     size = params.frame_size or train_size
     rows = read_table(Path(eval_table), KeyframesSchema).sort_values(["video", "exp_id"], kind="stable")
@@ -75,11 +77,8 @@ def evaluate(params: EvaluateParams, model: ModelParams, sam2: Sam2Params, train
     ids = rows["expression_id"].tolist()
     gt = load_ground_truth(data_root, params.split, ids)
     model_path = params.model_path or model.path
-    if not Path(model_path).is_dir():
-        raise FileNotFoundError(f"evaluate.model_path {model_path} is not a folder (train with sft/grpo, or point it "
-                                f"at a local Qwen2.5-VL checkpoint)")
-    vlm, processor = load_vlm(model_path, model.dtype)
-    predictor = load_video_predictor(sam2.checkpoint, sam2.config)
+    policy = policy or model_policy(params, model_path, model.dtype)
+    segment = segmenter(params, sam2)
 
     pred_dir = out_dir / "predictions"
     shutil.rmtree(pred_dir, ignore_errors=True)  # outputs are rewritten whole
@@ -88,8 +87,8 @@ def evaluate(params: EvaluateParams, model: ModelParams, sam2: Sam2Params, train
     seconds: list[float] = []
     for video, group in track(list(rows.groupby("video", sort=True)), desc="evaluate videos"):
         started = time.perf_counter()
-        answers += _evaluate_video(params, size, vlm, processor, predictor, data_root, gt, video,
-                                   group.to_dict("records"), pred_dir)
+        answers += evaluate_video(params, size, policy, segment, data_root, gt, video, group.to_dict("records"),
+                                  pred_dir)
         seconds.append(time.perf_counter() - started)
 
     summary, scores = score_predictions(pred_dir, data_root, params.split, ids, runner, params.bound_th, gt)
@@ -124,19 +123,67 @@ def _load_video(root: Path, video: str, frames: list[str]) -> list[np.ndarray]:
     return out
 
 
-def _evaluate_video(params: EvaluateParams, size: int, vlm, processor, predictor, root: Path, gt: GroundTruth,
-                    video: str, rows: list[dict], pred_dir: Path) -> list[dict]:
-    """Answer, segment and write predictions for the expressions of one video; returns InferenceSchema rows."""
+Policy = Callable[[list[Query]], list[Reply]]  # queries → replies (the model, or a scripted policy)
+Segmenter = Callable[[list[np.ndarray], list[tuple[int, list[list[float]]]]], list[np.ndarray]]
+
+
+def model_policy(params: EvaluateParams, model_path: str | Path, dtype: str) -> Policy:
+    """The Qwen2.5-VL checkpoint at `model_path` answering queries (batched; RCoT loop in "rcot" mode).
+
+    Raises:
+        FileNotFoundError: `model_path` is not a folder.
+    """
+    from stages.models import load_vlm
+
+    if not Path(model_path).is_dir():
+        raise FileNotFoundError(f"evaluate.model_path {model_path} is not a folder (train with sft/grpo, or point it "
+                                f"at a local Qwen2.5-VL checkpoint)")
+    vlm, processor = load_vlm(str(model_path), dtype)
+    from stages.tasks.inference import HtfsParams
+
+    htfs = HtfsParams(k=params.htfs_k, delta=params.htfs_delta, m=params.htfs_m)
+    return lambda queries: answer_queries(vlm, processor, queries, params.max_new_tokens, params.batch_size,
+                                          params.mode, params.max_rounds, htfs)
+
+
+def segmenter(params: EvaluateParams, sam2: Sam2Params) -> Segmenter:
+    """`evaluate.segmenter`: "sam2" (boxes prompt SAM2 at the keyframe, tracked both ways) or "box" (the
+    keyframe boxes filled as the mask on every frame: the lower bound of a box-only method)."""
+    if params.segmenter == "box":
+        return box_masks
+    from stages.segment import load_video_predictor
+
+    predictor = load_video_predictor(sam2.checkpoint, sam2.config)
+    return lambda frames, prompts: predict_masks(predictor, frames, prompts, params.mask_threshold)
+
+
+def box_masks(frames: list[np.ndarray], prompts: list[tuple[int, list[list[float]]]]) -> list[np.ndarray]:
+    """Per prompt, the union of its boxes (video pixels, exclusive edges, rounded to whole pixels) on every frame."""
+    height, width = frames[0].shape[:2]
+    out = []
+    for _, boxes in prompts:
+        mask = np.zeros((height, width), dtype=bool)
+        for x1, y1, x2, y2 in boxes:
+            mask[math.floor(y1 + 0.5):math.floor(y2 + 0.5), math.floor(x1 + 0.5):math.floor(x2 + 0.5)] = True
+        out.append(np.broadcast_to(mask, (len(frames), height, width)))
+    return out
+
+
+def evaluate_video(params: EvaluateParams, size: int, policy: Policy, segment: Segmenter, root: Path,
+                   gt: GroundTruth, video: str, rows: list[dict], pred_dir: Path) -> list[dict]:
+    """Answer, segment and write predictions for the expressions of one video; returns InferenceSchema rows.
+
+    `rows`: the eval pool's rows of the video (sample_id, expression_id, exp_id, text).
+    """
     names = list(gt.videos[video]["frames"])
     frames = _load_video(root, video, names)
     height, width = frames[0].shape[:2]
     shown_idx = uniform_frames(len(frames), params.n_frames)
     shown = [Image.fromarray(frames[t]).resize((size, size), Image.Resampling.BICUBIC) for t in shown_idx]
     queries = [Query(row["sample_id"], row["text"], list(shown_idx), shown) for row in rows]
-    replies = answer_queries(vlm, processor, queries, params.max_new_tokens, params.batch_size, params.mode,
-                             params.max_rounds)
+    replies = policy(queries)
     picks = [select_prompt(reply, shown_idx, size, width, height) for reply in replies]
-    masks = predict_masks(predictor, frames, [(key, boxes) for _, key, boxes in picks], params.mask_threshold)
+    masks = segment(frames, [(key, boxes) for _, key, boxes in picks])
     out = []
     for row, reply, (status, key, boxes), union in zip(rows, replies, picks, masks, strict=True):
         write_prediction(pred_dir / video / str(row["exp_id"]), names, union)

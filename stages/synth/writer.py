@@ -170,6 +170,8 @@ def generate_synthetic(params: SynthParams, out_dir: Path, runner: RunnerParams 
     _write_compact_json(out_dir / "mask_dict.json", mask_dict)
     _write_compact_json(out_dir / "mask_dict_foreground.json", foreground)
     counts = _counts(meta)
+    if params.layout != "revos":
+        _rewrite_layout(params.layout, out_dir)
     write_lineage(out_dir, "synth", params, seed=params.seed, counts=counts, code_modules=["stages.synth"])
     table = pd.DataFrame(
         [{"split": split, "type": TYPE_NAMES[e["type_id"]], "instances": _instances(e)}
@@ -177,6 +179,26 @@ def generate_synthetic(params: SynthParams, out_dir: Path, runner: RunnerParams 
     ).value_counts().rename("expressions").reset_index().sort_values(["split", "type", "instances"])
     log.info("synth: %s", counts)
     return StageReport("synth", metrics=counts, tables={"expressions per split, type and instances": table})
+
+
+LAYOUT_SPLITS = {  # (split, with masks) written per layout: the published splits a synthetic root can stand for
+    "mevis": (("train", True), ("valid_u", True), ("valid", False)),
+    "reasonvos": (("valid", True),),
+    "refytvos": (("train", True), ("valid", False)),
+    "refdavis": (("valid", True),),
+}
+
+
+def _rewrite_layout(layout: str, out_dir: Path) -> None:
+    """Replace the ReVOS files in `out_dir` by `layout`'s (stages/synth/layouts.py), split by split."""
+    from stages.synth.layouts import write_layout
+
+    staging = out_dir.with_name(out_dir.name + ".revos")
+    shutil.rmtree(staging, ignore_errors=True)
+    out_dir.rename(staging)
+    for split, with_masks in LAYOUT_SPLITS[layout]:
+        write_layout(layout, staging, out_dir, split, with_masks)
+    shutil.rmtree(staging)
 
 
 def _instances(expression: dict) -> str:

@@ -221,3 +221,36 @@ def test_cli_benchmark_and_a_folder_matching_nothing(layouts: dict[str, Path], t
                      str(layouts["reasonvos"])]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no prediction folder matches any reasonvos valid expression" in err[0]
+
+
+# --- synth.layout, the table ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("layout", "split", "n_files"), [("mevis", "valid_u", 3), ("refdavis", "valid", 2)])
+def test_synth_writes_a_benchmark_layout_its_reader_reads(layout: str, split: str, n_files: int,
+                                                          tmp_path: Path) -> None:
+    from stages.core.params import SynthParams, SynthScale
+    from stages.synth import generate_synthetic
+
+    scale = SynthScale(n_videos_train=2, n_videos_valid=2, min_frames=5, max_frames=6, height=32, width=48)
+    generate_synthetic(SynthParams(seed=1, default=scale, layout=layout), tmp_path / "r")
+    assert not list((tmp_path / "r").glob("meta_expressions_*_.json"))  # no ReVOS files left
+    assert len([p for p in (tmp_path / "r").iterdir() if p.name != "lineage.json"]) == n_files
+    bench = read_benchmark(layout, tmp_path / "r", split)
+    assert len(bench.videos) == 2 and all(v.expressions for v in bench.videos.values())
+    video = sorted(bench.videos)[0]
+    track = bench.track(video, next(iter(bench.videos[video].expressions)))
+    assert all(m is not None for m in track) and any(m.any() for m in track)
+
+
+def test_table_rows_models_columns_benchmarks_and_the_gain_line() -> None:
+    from stages.evaluate.suite import benchmark_table, gain_line
+
+    results = {"revos": {"sft": {"JF": 40.04, "R_visa_overall": 10.0}, "grpo": {"JF": 45.06, "R_visa_overall": 12.0}},
+               "mevis": {"sft": {"JF": 30.0}, "grpo": {"JF": 29.0}},
+               "refytvos": {"sft": {"pngs": 9.0}, "grpo": {"pngs": 9.0}}}
+    table = benchmark_table(results, ["sft", "grpo"])
+    assert table.to_dict("records") == [
+        {"model": "sft", "revos J&F": 40.0, "revos R": 10.0, "mevis J&F": 30.0, "refytvos J&F": "server"},
+        {"model": "grpo", "revos J&F": 45.1, "revos R": 12.0, "mevis J&F": 29.0, "refytvos J&F": "server"}]
+    assert gain_line(results) == "grpo vs sft: +2.0 J&F on average (revos +5.0, mevis -1.0)."

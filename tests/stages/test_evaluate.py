@@ -270,3 +270,86 @@ def test_evaluate_end_to_end_with_tiny_models(root: Path, tiny_models, tmp_path:
     assert (tmp_path / "out" / "lineage.json").is_file()
     pictures = list((tmp_path / "reports" / "eval").glob("*.png"))
     assert pictures and all(Image.open(p).size[0] > 0 for p in pictures)
+
+
+# --- end-to-end oracle of coordinates (train size ↔ original size ↔ SAM2 frames) ------------------------------
+
+ORACLE_H, ORACLE_W, ORACLE_SIZE = 40, 80, 160  # shown at 160 × 160: x × 2, y × 4 (exact both ways)
+ORACLE_RECTS = {31: (6, 4, 30, 20), 32: (44, 22, 70, 37), 41: (10, 10, 26, 30), 42: (50, 5, 75, 15)}
+
+
+def oracle_specs() -> list[VideoSpec]:
+    """Static axis-aligned rectangles, present on every frame: the keyframe box is the mask everywhere."""
+    def video(key: str, annos: tuple[int, int], n: int) -> VideoSpec:
+        a, b = annos
+        return VideoSpec(key=key, split="valid", height=ORACLE_H, width=ORACLE_W, n_frames=n,
+                         objects={x: [ORACLE_RECTS[x]] * n for x in annos},
+                         expressions=[{"exp": "the left box", "obj_id": [0], "anno_id": [a], "type_id": 0},
+                                      {"exp": "both boxes", "obj_id": [0, 1], "anno_id": [a, b], "type_id": 1},
+                                      {"exp": "the right box", "obj_id": [1], "anno_id": [b], "type_id": 1}])
+    return [video("SRC/valid/o1", (31, 32), 7), video("SRC/valid/o2", (41, 42), 5)]
+
+
+def oracle_policy(specs: list[VideoSpec]):
+    """Answers every query with a ground-truth keyframe (the middle shown frame) and the targets' boxes at the
+    shown size, computed here from the rectangles (no project code)."""
+    from stages.evaluate.infer import Reply
+
+    targets = {f"{s.key}#{i}": e["anno_id"] for s in specs for i, e in enumerate(s.expressions)}
+
+    def policy(queries):
+        out = []
+        for q in queries:
+            key = q.timestamps[len(q.timestamps) // 2]
+            boxes = [[x1 * ORACLE_SIZE // ORACLE_W, y1 * ORACLE_SIZE // ORACLE_H, x2 * ORACLE_SIZE // ORACLE_W,
+                      y2 * ORACLE_SIZE // ORACLE_H] for x1, y1, x2, y2 in (ORACLE_RECTS[a] for a in targets[q.key])]
+            text = f'<think>oracle</think><answer>{{"keyframe_timestamp": {key}, "bbox_2d_list": {boxes}}}</answer>'
+            out.append(Reply(text, parse_answer(text), [key]))
+        return out
+    return policy
+
+
+def test_oracle_policy_with_box_segmenter_scores_full_marks(tmp_path: Path) -> None:
+    from stages.evaluate import box_masks
+    from stages.evaluate.suite import evaluate_benchmark
+
+    specs = oracle_specs()
+    root = write_root(tmp_path / "root", specs)
+    params = EvaluateParams(n_frames=3, segmenter="box")
+    summary, answers = evaluate_benchmark(params, "revos", root, "valid", tmp_path / "out", ORACLE_SIZE,
+                                          oracle_policy(specs), box_masks)
+    assert (answers["status"] == "ok").all() and len(answers) == 6
+    assert summary["J"] >= 95 and summary["J"] == pytest.approx(100.0)
+    assert summary["F"] == pytest.approx(100.0) and summary["keyframe_box_iou"] == pytest.approx(1.0)
+
+
+def test_oracle_prompts_reach_sam2_at_the_original_resolution_and_frame(tiny_models, tmp_path: Path) -> None:
+    from stages.evaluate.suite import evaluate_benchmark
+    from stages.segment import load_video_predictor
+
+    _, checkpoint, config = tiny_models
+    predictor = load_video_predictor(str(checkpoint), str(config), device="cpu")
+    received = []  # (frames in the state, prompted frame, box in video pixels) of every box SAM2 receives
+    scale = np.array([ORACLE_W, ORACLE_H], dtype=np.float64) / predictor.image_size
+    original_add, original_step = predictor.add_new_points_or_box, predictor._run_single_frame_inference
+
+    def add(state, frame_idx, obj_id, box=None, **kw):  # SAM2's public path: box in video pixels
+        received.append((state["num_frames"], frame_idx, [float(v) for v in box]))
+        return original_add(state, frame_idx=frame_idx, obj_id=obj_id, box=box, **kw)
+
+    def step(**kw):  # the batched path: corner points (labels 2, 3) at SAM2's input resolution
+        if kw.get("point_inputs") is not None:
+            assert kw["point_inputs"]["point_labels"].tolist() == [[2, 3]] * kw["batch_size"]
+            for corners in kw["point_inputs"]["point_coords"].cpu().numpy().astype(np.float64):
+                received.append((kw["inference_state"]["num_frames"], kw["frame_idx"],
+                                 [round(float(v), 4) for v in (corners * scale).ravel()]))
+        return original_step(**kw)
+
+    predictor.add_new_points_or_box, predictor._run_single_frame_inference = add, step
+    specs = oracle_specs()[:1]
+    root = write_root(tmp_path / "root", specs)
+    evaluate_benchmark(EvaluateParams(n_frames=3), "revos", root, "valid", tmp_path / "out", ORACLE_SIZE,
+                       oracle_policy(specs), lambda frames, prompts: predict_masks(predictor, frames, prompts))
+    # shown frames of a 7-frame video: 0, 3, 6 → the oracle's keyframe is video frame 3; boxes in video pixels
+    expected = sorted([(7, 3, [float(v) for v in ORACLE_RECTS[a]]) for a in (31, 31, 32, 32)])
+    assert sorted(received) == expected

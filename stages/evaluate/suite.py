@@ -1,0 +1,181 @@
+"""Benchmarks × models: run one benchmark split through inference and its own protocol, for every model.
+
+`evaluate_benchmark` reads the split in its published layout (`stages.ingest.benchmarks`), writes the chosen
+videos as a ReVOS-layout root (`to_revos`) so inference runs unchanged, writes predictions in the
+benchmark's prediction layout (`<video key>/<exp_id>/<frame>.png`), then scores them with the benchmark's
+protocol against the published files (`stages.evaluate.benchmarks`) — or, for a server split, writes the
+submission archive. `run_benchmark` is the `bench` stage (one DVC stage per benchmark): every model of
+`benchmarks.models`, one metrics file. The `bench_table` stage joins those files into the papers' table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from schemas.evaluate import InferenceSchema
+from stages.core import revos
+from stages.core.ids import expression_id
+from stages.core.io import atomic_write_text, markdown_table, write_table
+from stages.core.lineage import write_lineage
+from stages.core.params import BenchmarksParams, EvaluateParams, ModelParams, Sam2Params
+from stages.core.report import StageReport
+from stages.evaluate import Policy, Segmenter, _answer_metrics, evaluate_video, model_policy, segmenter
+from stages.evaluate.benchmarks import make_submission, score_benchmark
+from stages.evaluate.scorer import _exp_order, load_ground_truth
+from stages.ingest.benchmarks import DEFAULT_SPLIT, SERVER_SPLITS, read_benchmark, to_revos
+from stages.synth.layouts import write_layout
+
+log = logging.getLogger(__name__)
+
+SUMMARY_KEYS = ("J", "F", "JF", "R_visa_overall", "R_binary_overall", "n_expressions", "n_scored", "pngs")
+
+
+def _revos_videos(root: Path, split: str) -> dict[str, list[str]]:
+    videos, _ = revos.load_meta(revos.meta_path(root, split))
+    return {v: sorted(e["expressions"], key=_exp_order) for v, e in videos.items() if e.get("expressions")}
+
+
+def evaluate_benchmark(params: EvaluateParams, name: str, root: Path, split: str, out_dir: Path, size: int,
+                       policy: Policy, segment: Segmenter, videos: int = 0) -> tuple[dict[str, float], pd.DataFrame]:
+    """Infer and score the first `videos` videos (sorted keys; 0 = all) of a benchmark split.
+
+    Returns:
+        (summary: J, F, JF in percent and counts — for a server split the archive's counts —, answers table).
+    """
+    root, out_dir = Path(root), Path(out_dir)
+    split = split or DEFAULT_SPLIT[name]
+    if name == "revos":
+        exps = _revos_videos(root, split)
+        keys = sorted(exps)[: videos or None]
+        canon, canon_split, bench = root, split, None
+    else:
+        bench = read_benchmark(name, root, split)
+        keys = sorted(k for k, v in bench.videos.items() if v.expressions)[: videos or None]
+        bench = dataclasses.replace(bench, videos={k: bench.videos[k] for k in keys})
+        exps = {k: sorted(bench.videos[k].expressions, key=_exp_order) for k in keys}
+        canon, canon_split = to_revos(bench, out_dir / "root"), "train" if split == "train" else "valid"
+    ids = [expression_id(v, e) for v in keys for e in exps[v]]
+    gt = load_ground_truth(canon, canon_split, ids)
+    pred_dir = out_dir / "predictions"
+    shutil.rmtree(pred_dir, ignore_errors=True)
+    pred_dir.mkdir(parents=True)
+    answers: list[dict] = []
+    for video in keys:
+        rows = [{"sample_id": expression_id(video, e), "expression_id": expression_id(video, e), "exp_id": e,
+                 "text": gt.videos[video]["expressions"][e]["exp"], "video": video} for e in exps[video]]
+        answers += evaluate_video(params, size, policy, segment, canon, gt, video, rows, pred_dir)
+    answers_df = write_table(pd.DataFrame(answers, columns=list(InferenceSchema.to_schema().columns)),
+                             InferenceSchema, out_dir / "answers.parquet")
+    if (name, split) in SERVER_SPLITS:
+        summary: dict[str, float] = dict(make_submission(name, pred_dir, root, out_dir / "submission.zip", split,
+                                                         videos=set(keys)))
+    else:
+        pairs = {(v, e) for v in keys for e in exps[v]}
+        summary, table = score_benchmark(name, pred_dir, root, split, params.bound_th, bench=bench, expressions=pairs)
+        table.to_csv(out_dir / "scores.csv", index=False)
+    summary.update(_answer_metrics(answers_df, params.mode))
+    return summary, answers_df
+
+
+def synthetic_root(name: str, revos_root: Path, out: Path) -> tuple[Path, str]:
+    """The synthetic ReVOS root's validation videos written in benchmark `name`'s layout (its evaluation split)."""
+    if name == "revos":
+        return Path(revos_root), "valid"
+    split = DEFAULT_SPLIT[name]
+    shutil.rmtree(out, ignore_errors=True)
+    return write_layout(name, revos_root, out, split, with_masks=(name, split) not in SERVER_SPLITS), split
+
+
+def run_benchmark(name: str, params: BenchmarksParams, evaluate: EvaluateParams, model: ModelParams, sam2: Sam2Params,
+                  train_size: int, data_root: Path, out_dir: Path) -> StageReport:
+    """The `bench@<name>` stage: every model of `benchmarks.models` on benchmark `name`; metrics per model.
+
+    The benchmark's root is `benchmarks.roots[name]`; "" = the synthetic data root's validation videos
+    written in the benchmark's layout (under `out_dir/data`).
+    """
+    if name not in params.names:
+        raise ValueError(f"benchmark {name!r} is not in benchmarks.names ({', '.join(params.names)})")
+    out_dir = Path(out_dir)
+    given = params.roots.get(name, "")
+    root, split = (Path(given), params.splits.get(name, "") or DEFAULT_SPLIT[name]) if given else \
+        synthetic_root(name, data_root, out_dir / "data")
+    size = evaluate.frame_size or train_size
+    segment = segmenter(evaluate, sam2)
+    metrics: dict[str, dict] = {}
+    for label, path in params.models.items():
+        summary, _ = evaluate_benchmark(evaluate, name, root, split, out_dir / label, size,
+                                        model_policy(evaluate, path, model.dtype), segment, params.videos)
+        metrics[label] = {k: float(v) for k, v in summary.items() if k in SUMMARY_KEYS or k.startswith("JF_anno")}
+        metrics[label]["parse_failure_rate"] = float(summary["parse_failure_rate"])
+        log.info("%s / %s: %s", name, label, metrics[label])
+    write_lineage(out_dir, f"bench@{name}", {"benchmarks": params, "evaluate": evaluate, "sam2": sam2},
+                  inputs={"root": root, **{label: Path(p) for label, p in params.models.items()}},
+                  counts={"models": len(metrics)}, code_modules=["stages.evaluate", "stages.ingest.benchmarks"],
+                  extra={"benchmark": name, "split": split})
+    flat = {f"{label}.{k}": v for label, m in metrics.items() for k, v in m.items()}
+    table = pd.DataFrame([{"model": label, **m} for label, m in metrics.items()])
+    return StageReport(f"bench@{name}", metrics=flat, tables={f"{name} per model": table})
+
+
+# --- the table -------------------------------------------------------------------------------------------
+
+
+def benchmark_table(results: dict[str, dict[str, dict[str, float]]], models: list[str]) -> pd.DataFrame:
+    """Rows = models, columns = J&F per benchmark (R for ReVOS), rounded to one decimal as the papers print.
+
+    `results[benchmark][model]` is a `bench` stage's metrics; a server split's column says "server".
+    """
+    rows = []
+    for model in models:
+        row: dict[str, object] = {"model": model}
+        for name, per_model in results.items():
+            m = per_model.get(model, {})
+            row[f"{name} J&F"] = round(m["JF"], 1) if "JF" in m else "server" if "pngs" in m else "—"
+            if name == "revos":
+                row["revos R"] = round(m["R_visa_overall"], 1) if "R_visa_overall" in m else "—"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def gain_line(results: dict[str, dict[str, dict[str, float]]], model: str = "grpo", over: str = "sft") -> str:
+    """One line: the mean J&F gain of `model` over `over`, across the benchmarks that have scores for both."""
+    gains = {name: m[model]["JF"] - m[over]["JF"] for name, m in results.items()
+             if "JF" in m.get(model, {}) and "JF" in m.get(over, {})}
+    if not gains:
+        return f"{model} vs {over}: no benchmark with scores for both."
+    parts = ", ".join(f"{name} {g:+.1f}" for name, g in gains.items())
+    return f"{model} vs {over}: {float(np.mean(list(gains.values()))):+.1f} J&F on average ({parts})."
+
+
+def write_benchmark_table(params: BenchmarksParams, metrics_dir: Path, report_path: Path) -> StageReport:
+    """The `bench_table` stage: metrics/bench/<name>.json of every benchmark → reports/benchmarks.md."""
+    results = {}
+    for name in params.names:
+        flat = json.loads((Path(metrics_dir) / f"{name}.json").read_text())
+        per_model: dict[str, dict[str, float]] = {}
+        for key, value in flat.items():
+            label, _, metric = key.partition(".")
+            per_model.setdefault(label, {})[metric] = value
+        results[name] = per_model
+    models = list(params.models)
+    table = benchmark_table(results, models)
+    line = gain_line(results) if {"grpo", "sft"} <= set(models) else ""
+    text = "\n".join(["# Benchmarks", "",
+                      "J&F (percent) per benchmark with each benchmark's own protocol (docs/benchmarks.md); R for "
+                      "ReVOS as VISA computes it. \"server\": no public masks, the submission archive was written.",
+                      "", markdown_table(table), "", line, ""])
+    atomic_write_text(Path(report_path), text)
+    metrics = {f"{row['model']}.{col}": value for row in table.to_dict("records") for col, value in row.items()
+               if col != "model" and isinstance(value, float)}
+    if line:
+        metrics["gain_grpo_over_sft"] = float(np.mean([results[n]["grpo"]["JF"] - results[n]["sft"]["JF"]
+                                                       for n in results if "JF" in results[n].get("grpo", {})
+                                                       and "JF" in results[n].get("sft", {})] or [0.0]))
+    return StageReport("bench_table", metrics=metrics, tables={"benchmarks": table}, markdown=text)
