@@ -201,7 +201,8 @@ def _finish(params: SftParams, model_params: ModelParams, processor, out_dir: Pa
                if runtime > 0 and len(dataset.cache) == len(train) else 0.0}
     write_json(out_dir / "format_eval.json", {"outputs": samples_out[:4], "rate": after})
     write_lineage(out_dir, "sft", {"sft": params, "model": model_params}, seed=params.seed,
-                  inputs={"shards": shards_dir}, counts={"train_samples": len(train), "steps": steps},
+                  inputs={"shards": shards_dir, "base_model": Path(model_params.path)},  # the base is raw data too
+                  counts={"train_samples": len(train), "steps": steps},
                   code_modules=["stages.sft", "stages.models"])
     kind = "LoRA" if params.lora_r > 0 else "full fine-tuning"
     write_model_card(out_dir, f"vrsflow SFT checkpoint ({kind} on Qwen2.5-VL)", metrics={"sft": metrics})
