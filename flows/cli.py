@@ -154,7 +154,6 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _profile(args: argparse.Namespace) -> int:
-    import shlex
     from pathlib import Path
 
     import yaml
@@ -169,8 +168,31 @@ def _profile(args: argparse.Namespace) -> int:
     except ParamsError as err:
         sys.stderr.write(f"{path}: {err}\n")
         return 2
-    sys.stdout.write(" ".join(shlex.quote(arg) for arg in format_overrides(overrides)) + "\n")
+    # printed for `$(vrsflow profile NAME)`: the shell splits the output at whitespace and removes no quotes,
+    # so values are written compactly (lists as [a,b]) and never quoted; a value with whitespace is refused
+    out = [arg if arg == "-S" else arg.split("=", 1)[0] + "=" + _compact(overrides[arg.split("=", 1)[0]])
+           for arg in format_overrides(overrides)]
+    spaced = [a for a in out if any(c.isspace() for c in a)]
+    if spaced:
+        sys.stderr.write(f"{path}: {spaced[0]!r} has whitespace; `$(vrsflow profile {args.name})` would split "
+                         "it — pass that value with -S yourself\n")
+        return 2
+    sys.stdout.write(" ".join(out) + "\n")
     return 0
+
+
+def _compact(value: object) -> str:
+    """A -S value as YAML that survives the shell's word splitting unquoted: flow lists without spaces or
+    quotes ([sft,grpo]), true / false / null; anything else as its text."""
+    import json
+
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ",".join(_compact(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return json.dumps(value)
+    return str(value)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -218,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     remote.set_defaults(func=_remote)
 
     profile = sub.add_parser("profile", help="print a params profile as `dvc exp run -S` arguments")
-    profile.add_argument("name", help="profile name, e.g. revos-paper")
+    profile.add_argument("name", help="profile name, e.g. veason-r1, rcot-seg, videoseg-r1")
     profile.add_argument("--dir", default="profiles", help="folder of profiles (default: profiles)")
     profile.add_argument("--params", default="params.yaml")
     profile.set_defaults(func=_profile)

@@ -267,8 +267,11 @@ class EvaluateParams:
     frame_size: NonNegInt = 0  # square side of the frames shown, pixels; 0 = keyframes.train_size (paper: 560)
     batch_size: PosInt = 4  # prompts per generate() call
     max_new_tokens: PosInt = 256  # (paper: 1024)
-    mode: Literal["veason", "rcot"] = "veason"  # rcot: RCoT-Seg agentic keyframe selection (A/B judgment)
+    mode: Literal["veason", "rcot", "htfs"] = "veason"  # rcot: RCoT-Seg agentic selection; htfs: VideoSeg-R1 sampler
     max_rounds: PosInt = 5  # RCoT-Seg λ: keyframe selections before the last one is kept
+    htfs_k: PosInt = 4  # VideoSeg-R1 HTFS: interval predictions averaged per round (K)
+    htfs_delta: Annotated[float, Gt(0), Le(1)] = 0.25  # HTFS: narrow while the key segment > δ · T frames
+    htfs_m: PosInt = 4  # HTFS: position predictions averaged inside the key segment (M)
     mask_threshold: float = 0.0  # SAM2 mask logit threshold (SAM2's own: 0)
     segmenter: Literal["sam2", "box"] = "sam2"  # box: the keyframe boxes filled on every frame (box-only lower bound)
     limit: NonNegInt = 0  # evaluate the first `limit` expressions of the eval pool; 0 = all

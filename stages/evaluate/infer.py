@@ -126,14 +126,25 @@ def _batched(model, processor, queries: list[Query], chats: list[list[dict]], ma
 
 
 def answer_queries(model, processor, queries: list[Query], max_new_tokens: int, batch_size: int,
-                   mode: str = "veason", max_rounds: int = 5) -> list[Reply]:
-    """Answer every query; in "rcot" mode run the judge / re-select loop (batched per round).
+                   mode: str = "veason", max_rounds: int = 5, htfs_params=None) -> list[Reply]:
+    """Answer every query; in "rcot" mode run the judge / re-select loop (batched per round); in "htfs" mode
+    VideoSeg-R1's sampler picks the target frame among the query's frames and the videoseg task answers on it
+    (`stages.tasks.inference`).
 
     Returns:
         One Reply per query, in order.
     """
-    if mode not in ("veason", "rcot"):
-        raise ValueError(f"unknown evaluate.mode {mode!r} (veason | rcot)")
+    if mode not in ("veason", "rcot", "htfs"):
+        raise ValueError(f"unknown evaluate.mode {mode!r} (veason | rcot | htfs)")
+    if mode == "htfs":
+        from stages.tasks.inference import htfs_answer, policy_generate
+
+        generate_fn = policy_generate(model, processor, max_new_tokens)
+        replies = []
+        for query in queries:
+            text, answer, trace = htfs_answer(query.text, query.timestamps, query.images, generate_fn, htfs_params)
+            replies.append(Reply(text, answer, rounds=[query.timestamps[trace.target]]))
+        return replies
     replies = [Reply("", None) for _ in queries]
     pending = list(range(len(queries)))
     for round_no in range(max_rounds if mode == "rcot" else 1):

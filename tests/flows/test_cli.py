@@ -17,7 +17,7 @@ from tests.pipeline_repo import dvc, env_with_venv, make_repo, sh
 def test_paper_profile_prints_checked_overrides(project_root: Path, capsys: pytest.CaptureFixture[str],
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(project_root)
-    assert main(["profile", "revos-paper"]) == 0
+    assert main(["profile", "veason-r1"]) == 0
     out = capsys.readouterr().out
     assert "-S sample.grpo_size=10000" in out and "-S keyframes.train_size=560" in out
 

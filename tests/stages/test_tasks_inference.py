@@ -1,0 +1,104 @@
+"""VideoSeg-R1's HTFS: K averaged intervals narrow the key segment while it is longer than δ·T, then the mean
+percentage position picks the target frame; through a scripted video LLM and through the OpenAI client."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+from PIL import Image
+
+from stages.core.params import TeacherParams
+from stages.tasks.inference import HtfsParams, htfs, htfs_answer, openai_generate, parse_interval, parse_percent
+from tests.fake_openai import FakeOpenAI
+
+T = 40
+TIMESTAMPS = list(range(0, 2 * T, 2))  # 1 frame every 2 s (frame i at 2i s)
+IMAGES = [Image.new("RGB", (8, 8), (i, i, i)) for i in range(T)]
+
+
+def scripted(target: int, log: list):
+    """A video LLM that knows the target frame: the k-th interval answer is the target's time ± (span / 8 + 2k) s
+    (span: the time the shown frames cover), clipped to them; the position answer is the target's place inside
+    the shown segment."""
+    def generate(chats, images):
+        out = []
+        for k, chat in enumerate(chats):
+            content = chat[0]["content"]
+            shown = [int(c["text"][1:-2]) for c in content
+                     if c["type"] == "text" and re.fullmatch(r"<\d+s>", c["text"])]
+            question = content[-1]["text"]
+            log.append((shown[0], shown[-1], "percent" in question))
+            t = TIMESTAMPS[target]
+            if "percent" in question:
+                out.append(f'<answer>{{"percent": {100 * (t - shown[0]) / (shown[-1] - shown[0])}}}</answer>')
+            else:
+                pad = (shown[-1] - shown[0]) / 8 + 2 * k
+                out.append(json.dumps({"start": max(shown[0], t - pad), "end": min(shown[-1], t + pad)}))
+        return out
+    return generate
+
+
+def test_htfs_narrows_then_finds_the_target_frame():
+    log: list = []
+    trace = htfs("the dog", TIMESTAMPS, IMAGES, scripted(30, log), HtfsParams(k=3, delta=0.25, m=2, max_shown=16))
+    # round 1 over the whole video (78 s): 60 ± 9.75 / 11.75 / 13.75 s → mean [48.25, 71.75] s → frames 24..36;
+    # 13 frames > δ·T = 10 → round 2 inside (24 s): 60 ± 3 / 5 / 7 → [55, 65] s → frames 27..32 (ties: earlier)
+    assert trace.intervals[0] == [(50.25, 69.75), (48.25, 71.75), (46.25, 73.75)]
+    assert trace.segments == [(24, 36), (27, 32)]
+    # position inside 54..64 s: (60 − 54) / 10 = 60 % → 27 + round(0.6 · 5) = 30
+    assert trace.positions == [60.0, 60.0] and trace.target == 30
+    assert sum(not is_position for _, _, is_position in log) == 6 and sum(p for _, _, p in log) == 2
+    assert log[0][:2] == (0, 78) and log[-1][:2] == (54, 64)  # the position question shows the key segment
+
+
+def test_htfs_stops_at_delta_and_at_max_rounds():
+    log: list = []
+    wide = htfs("the dog", TIMESTAMPS, IMAGES, scripted(30, log), HtfsParams(k=3, delta=0.5, m=1))
+    assert wide.segments == [(24, 36)]  # 13 frames ≤ δ·T = 20 after one round
+    one_round = htfs("the dog", TIMESTAMPS, IMAGES, scripted(30, log), HtfsParams(k=3, delta=0.01, m=1, max_rounds=1))
+    assert one_round.segments == [(24, 36)] and 24 <= one_round.target <= 36
+
+
+def test_unparseable_answers_fall_back_to_the_middle():
+    trace = htfs("x", TIMESTAMPS, IMAGES, lambda chats, images: ["no idea"] * len(chats), HtfsParams(k=2, m=2))
+    assert trace.segments == [] and trace.positions == [None, None] and trace.target == round(0.5 * (T - 1))
+    assert parse_interval('{"start": 5, "end": 2}') is None and parse_interval('{"start": 1, "end": NaN}') is None
+    assert parse_percent('{"percent": 101}') is None and parse_percent('<answer>{"percent": 12.5}</answer>') == 12.5
+
+
+def test_htfs_answer_asks_the_videoseg_question_on_the_target_frame():
+    log: list = []
+    base = scripted(30, log)
+    answer_text = ('<think>It is the dog.</think><answer>{"bbox_2d_list": [[1, 1, 5, 5]], "point_2d_list": [[3, 3]], '
+                   '"negative_point_2d_list": [[6, 6]]}</answer>')
+    seen = []
+
+    def generate(chats, images):
+        if '"negative_point_2d_list"' in chats[0][0]["content"][-1]["text"]:
+            seen.append((chats[0][0]["content"][0]["text"], images[0][0].getpixel((0, 0))))
+            return [answer_text]
+        return base(chats, images)
+
+    text, answer, trace = htfs_answer("the dog", TIMESTAMPS, IMAGES, generate, HtfsParams(k=3, m=2))
+    assert seen == [("<60s>", (30, 30, 30))]  # the target frame alone, with its own timestamp
+    assert answer.keyframe_timestamp == 60 and answer.boxes == ((1.0, 1.0, 5.0, 5.0),)
+    assert answer.negative_points == ((6.0, 6.0),) and text == answer_text
+
+
+def test_htfs_through_the_openai_client(tmp_path, monkeypatch):
+    monkeypatch.setenv("VRSFLOW_TEST_KEY", "sk-test")
+    with FakeOpenAI(reply='<answer>{"start": 10, "end": 16}</answer>') as server:
+        teacher = TeacherParams(backend="openai", base_url=server.base_url, model="fake-vlm",
+                                api_key_env="VRSFLOW_TEST_KEY", max_retries=0, timeout_s=5.0)
+        generate = openai_generate(teacher, tmp_path / "cache", image_size=8)
+        trace = htfs("the dog", TIMESTAMPS, IMAGES, generate, HtfsParams(k=3, m=2))
+        sent = sum(len(a) for a in server.attempts.values())
+    # every interval answer is [10, 16] s = frames 5..8; the position answers do not parse → the middle
+    assert trace.segments == [(5, 8)] and trace.target == 5 + round(0.5 * 3)
+    assert sent == 5  # K = 3 interval requests (distinct keys) + M = 2 position requests
+    again = htfs("the dog", TIMESTAMPS, IMAGES, openai_generate(teacher, tmp_path / "cache", image_size=8),
+                 HtfsParams(k=3, m=2))
+    assert again.target == trace.target  # answered from the response cache
+    assert np.isfinite(trace.target)
