@@ -1,8 +1,10 @@
 """`grpo` stage: GRPO with the verifiable reward (stages/rewards), engine `trl` (one machine, CPU default)
 or `verl` (GPU cluster: validated config, parquet, launch script; docs/grpo_verl.md).
 
-Outputs: `models/grpo/{adapter,merged}` + lineage (trl), `metrics/grpo_curve.csv` (per step: reward total
-and per component, response length, KL) and `metrics/grpo.json` (first/last-window mean reward).
+Outputs (both engines): `models/grpo/{adapter,merged}` (adapter only with LoRA) + lineage + model card,
+`metrics/grpo_curve.csv` (per step: reward total and per component, response length, KL) and
+`metrics/grpo.json` (first/last-window mean reward). With verl, the final actor checkpoint of the run is
+merged with verl's own merger (`stages.grpo.verl_engine`).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ def run_grpo(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, curve_pat
     """
     check_params(reward)
     if grpo.engine == "verl":
-        return _run_verl(grpo, reward, sam2, params_path)
+        return _run_verl(grpo, reward, sam2, curve_path, params_path)
     from stages.grpo.data import build_dataset, read_grpo_shards
     from stages.grpo.trl_engine import train_trl
 
@@ -62,21 +64,48 @@ def run_grpo(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, curve_pat
                        markdown=curves_markdown(curve_path))
 
 
-def _run_verl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, params_path: Path) -> StageReport:
+def _run_verl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, curve_path: Path,
+              params_path: Path) -> StageReport:
+    """Write the validated job; run it when this machine has GPUs and the job has not finished yet; then bring
+    the final checkpoint back (verl's merger → `models/grpo`), with the curve, lineage and model card.
+
+    A job run elsewhere (launch.sh on the cluster, same params) is collected as it is: `finish` recorded the
+    overrides it ran with, and a job for other params is never taken for this one.
+    """
     import subprocess
+    import tempfile
 
     import pyarrow.parquet as pq
 
     from stages.grpo.curves import curve_from_verl
-    from stages.grpo.verl_engine import cuda_available, prepare_job
+    from stages.grpo.verl_engine import cuda_available, finished_run, merge_checkpoint, prepare_job, write_models
 
     job = prepare_job(grpo, reward, sam2, params_path)
-    if not cuda_available():
-        raise RuntimeError(f"engine verl needs GPUs and a vLLM/SGLang rollout server; the validated job is in "
-                           f"{grpo.verl.out_dir} — run {job['launch']} on the cluster (docs/grpo_verl.md)")
-    subprocess.run(["bash", job["launch"]], check=True)
-    rows = curve_from_verl(Path(grpo.verl.out_dir))
+    job_dir = Path(grpo.verl.out_dir)
+    record = finished_run(job_dir)
+    if record is None:
+        if not cuda_available():
+            raise RuntimeError(f"engine verl needs GPUs and a vLLM/SGLang rollout server; the validated job is in "
+                               f"{job_dir} — run {job['launch']} on the cluster, then this stage again to bring "
+                               f"the checkpoint back (docs/grpo_verl.md)")
+        subprocess.run(["bash", job["launch"]], check=True)
+        record = finished_run(job_dir)
+        if record is None:
+            raise RuntimeError(f"{job['launch']} ended without marking the job finished in {job_dir}")
+    out_dir = Path(grpo.out_dir)
+    with tempfile.TemporaryDirectory(prefix="verl-merge-") as tmp:
+        written = write_models(merge_checkpoint(job_dir / record["actor"], Path(tmp) / "hf"), out_dir)
+    rows = curve_from_verl(job_dir)
+    write_curve(rows, curve_path)
     pool_size = pq.ParquetFile(grpo.verl_parquet).metadata.num_rows  # footer only
-    window = summary_window(grpo.window, pool_size, grpo.batch_size)
-    return StageReport("grpo", metrics={**window_summary(rows, window), "engine_verl": 1},
-                       tables={"curve": pd.DataFrame(rows)})
+    summary = {**window_summary(rows, summary_window(grpo.window, pool_size, grpo.batch_size)), "engine_verl": 1,
+               "samples": pool_size}
+    write_lineage(out_dir, "grpo", {"grpo": grpo, "reward": reward, "sam2": sam2}, seed=grpo.seed,
+                  inputs={"parquet": Path(grpo.verl_parquet), "model": Path(grpo.model_path)},
+                  counts={"samples": pool_size, "steps": int(record["step"])},
+                  code_modules=["stages.grpo", "stages.rewards", "stages.segment", "schemas.answer"],
+                  extra={"engine": "verl", "verl_checkpoint": record["actor"], "lora_adapter": written["adapter"]})
+    write_model_card(out_dir, "vrsflow GRPO checkpoint (Qwen2.5-VL, verifiable reward, verl)",
+                     metrics={"grpo": summary})
+    log.info("grpo (verl): step %d checkpoint merged into %s", record["step"], out_dir)
+    return StageReport("grpo", metrics=summary, tables={"curve": pd.DataFrame(rows)})

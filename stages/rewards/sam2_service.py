@@ -26,6 +26,9 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 Request = tuple[int, tuple[tuple[float, ...], ...]]  # (keyframe position, boxes)
+# The actor lives in this fixed Ray namespace: a detached actor is only found by name from the namespace it
+# was created in, and verl's driver and reward workers run in their own (anonymous) namespace.
+NAMESPACE = "vrsflow"
 
 
 @dataclass
@@ -142,9 +145,9 @@ def start_service(name: str, checkpoint: str, config: str, parquet: Sequence[str
     """Start (or find) the named, detached SAM2 actor on the current Ray cluster; returns its handle."""
     import ray
 
-    ray.init(address="auto", ignore_reinit_error=True)
+    ray.init(address="auto", namespace=NAMESPACE, ignore_reinit_error=True)
     actor_cls = ray.remote(num_gpus=num_gpus, max_concurrency=1024)(Sam2Server)
-    return actor_cls.options(name=name, lifetime="detached", get_if_exists=True).remote(
+    return actor_cls.options(name=name, namespace=NAMESPACE, lifetime="detached", get_if_exists=True).remote(
         checkpoint, config, list(parquet), group_size, max_wait_s)
 
 
@@ -152,7 +155,7 @@ def ray_masks_for(name: str, sample_id: str):
     """A `masks_for` callable for the consistency reward that asks the named actor."""
     import ray
 
-    actor = ray.get_actor(name)
+    actor = ray.get_actor(name, namespace=NAMESPACE)
 
     def masks_for(position: int, boxes: tuple[tuple[float, ...], ...]) -> np.ndarray:
         return ray.get(actor.masks.remote(sample_id, position, [list(b) for b in boxes]))

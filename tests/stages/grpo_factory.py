@@ -74,3 +74,81 @@ def write_grpo_shards(folder: Path, n: int = 2) -> Path:
             record["json"] = json.dumps(meta).encode()
             sink.write(record)
     return folder
+
+
+def write_verl_checkpoint(model_dir: Path, job_dir: Path, step: int, lora_r: int = 0, seed: int = 0) -> dict:
+    """A finished verl run's checkpoint, written by verl's OWN checkpoint code: the tiny model (with a random
+    LoRA when lora_r > 0) wrapped in FSDP (gloo, world size 1, CPU) and saved by `FSDPCheckpointManager` to
+    `job_dir/checkpoints/global_step_<step>/actor`, plus the tracker file verl's trainer writes after saving.
+
+    Run it in a fresh process (it initialises torch.distributed). Returns, for the oracle, layer-0 q_proj
+    tensors as saved: base weight W, and with LoRA the A, B matrices and the scaling (merged = W + s·B·A).
+    """
+    import socket
+
+    import torch
+    import torch.distributed as dist
+    from omegaconf import OmegaConf
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
+    from verl.utils.fsdp_utils import get_fsdp_wrap_policy
+
+    with socket.socket() as sock:  # a free port for the one-process gloo group
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        torch.manual_seed(seed)
+        model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32, local_files_only=True)
+        oracle: dict = {}
+        if lora_r > 0:
+            from peft import LoraConfig, get_peft_model
+
+            # init_lora_weights=False: B is random too, so the adapter changes the weights
+            model = get_peft_model(model, LoraConfig(r=lora_r, lora_alpha=2 * lora_r, target_modules=["q_proj"],
+                                                     init_lora_weights=False))
+            layer = model.base_model.model.model.language_model.layers[0].self_attn.q_proj
+            oracle = {"A": layer.lora_A["default"].weight.detach().clone(),
+                      "B": layer.lora_B["default"].weight.detach().clone(), "scaling": layer.scaling["default"],
+                      "W": layer.base_layer.weight.detach().clone()}
+        else:
+            with torch.no_grad():  # a visible "training" change of the full weights
+                q = model.model.language_model.layers[0].self_attn.q_proj.weight
+                q.add_(torch.randn_like(q) * 0.05)
+            oracle = {"W": model.model.language_model.layers[0].self_attn.q_proj.weight.detach().clone()}
+        mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("fsdp",))
+        # as verl's FSDP engine wraps the actor (FSDP1, its wrap policy); sync_module_states needs a GPU
+        fsdp = FSDP(model, auto_wrap_policy=get_fsdp_wrap_policy(module=model, config=None, is_lora=lora_r > 0),
+                    device_id=torch.device("cpu"), device_mesh=mesh, use_orig_params=False)
+        optimizer = torch.optim.AdamW([p for p in fsdp.parameters() if p.requires_grad], lr=1e-6)
+        contents = OmegaConf.create({"save_contents": ["model", "optimizer", "extra"],
+                                     "load_contents": ["model", "optimizer", "extra"]})
+        manager = FSDPCheckpointManager(model=fsdp, optimizer=optimizer, lr_scheduler=None,
+                                        processing_class=AutoProcessor.from_pretrained(model_dir),
+                                        checkpoint_config=contents)
+        checkpoints = Path(job_dir) / "checkpoints"
+        manager.save_checkpoint(str(checkpoints / f"global_step_{step}" / "actor"), global_step=step)
+        (checkpoints / "latest_checkpointed_iteration.txt").write_text(str(step))  # as verl's trainer does
+        return oracle
+    finally:
+        dist.destroy_process_group()
+
+
+def _main() -> None:
+    """`python -m tests.stages.grpo_factory MODEL ORACLE.pt JOB:STEP:LORA_R …` — one checkpoint per JOB spec."""
+    import sys
+
+    import torch
+
+    model, oracle_path, *specs = sys.argv[1:]
+    oracles = {}
+    for spec in specs:
+        job, step, lora_r = spec.rsplit(":", 2)
+        oracles[job] = write_verl_checkpoint(Path(model), Path(job), int(step), int(lora_r))
+    torch.save(oracles, oracle_path)
+
+
+if __name__ == "__main__":
+    _main()
