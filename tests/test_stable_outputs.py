@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from stages.core.lineage import sha256_tree
 from tests.pipeline_repo import dvc, make_repo, sh
 
 
 def test_forced_stage_with_equal_outputs_leaves_downstream_up_to_date(
-        tmp_path: Path, project_root: Path, prefect_api: str) -> None:
+        tmp_path: Path, project_root: Path, prefect_api: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
     repo = make_repo(project_root, tmp_path / "repo")
     dvc(repo, "config", "core.autostage", "true")  # as in the project's .dvc/config
     dvc(repo, "repro", "sample")
@@ -29,3 +32,15 @@ def test_forced_stage_with_equal_outputs_leaves_downstream_up_to_date(
     assert "Stage 'sample' didn't change, skipping" in output and "Running stage" not in output
     assert sha256_tree(repo / "data" / "sample") == before["sample"]
     assert '"JPEGImages"' in lineage  # the raw frames are part of the chain
+
+    # `vrsflow lineage` on a file inside an output: a tree down to the raw frames, params against the defaults
+    from flows.cli import main
+
+    monkeypatch.chdir(repo)
+    assert main(["lineage", "data/sample/grpo.parquet"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "data/sample/grpo.parquet  (lineage: data/sample/lineage.json)"
+    assert lines[1].startswith("sample  code ") and lines[1].endswith("seed 0")
+    assert lines[2].startswith("│  params: defaults (") and lines[2].endswith(" values)")
+    frames = next(i for i, line in enumerate(lines) if "─ JPEGImages  data/raw/synth/JPEGImages  sha256 " in line)
+    assert lines[frames + 1].lstrip("│ ").startswith("└─ synth  code ")

@@ -20,8 +20,10 @@ import yaml
 
 from stages.core.io import atomic_write_text
 from stages.core.lineage import LINEAGE_FILE
+from stages.core.report import summary_line
 
 VALUE_CHARS = 60  # longest value printed in a params difference or an extra field
+COUNTS_CHARS = 90  # longest counts line (then "(+n more)")
 
 
 class LineageNotFound(FileNotFoundError):
@@ -239,7 +241,7 @@ def _detail_lines(record: Mapping[str, Any], defaults: Mapping[str, Any]) -> lis
     lines = _params_lines(record.get("stage"), record.get("params", {}), defaults)
     counts = record.get("counts", {})
     if counts:
-        lines.append("counts: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+        lines.append(summary_line("counts", counts, limit=COUNTS_CHARS))
     for key, value in (record.get("extra") or {}).items():
         lines.append(f"{key}: {_short(value)}")
     return lines

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -80,15 +81,17 @@ def test_tree_shows_params_as_differences_from_defaults(chain: Path) -> None:
     assert lines[0].startswith("sft  code ") and lines[0].endswith("seed 7")
     assert lines[1:5] == ["│  params: 1 value", "│    lr: 0.0001", "│  teacher: template", index]
     assert lines[5].startswith("│  └─ ingest  code ")
-    assert lines[6:9] == ["│     │  params: defaults (3 values) except", "│     │    ingest.strict: true → false",
-                          "│     │  counts: tracks 10"]
+    n_ingest, n_sample = len(fields(IngestParams)), len(fields(SampleParams))
+    assert lines[6:9] == [f"│     │  params: defaults ({n_ingest} values) except",
+                          "│     │    ingest.strict: true → false", "│     │  counts: tracks=10"]
     assert lines[9] == f"│     ├─ JPEGImages  {root}/synth/JPEGImages  sha256 {frames}"
     assert lines[10].startswith("│     │  └─ synth  code ") and lines[10].endswith("seed 3")
     assert lines[11:13] == ["│     │        params: defaults (1 value) except", "│     │          synth.seed: 0 → 3"]
     meta = hashlib.sha256(b"{}").hexdigest()[:12]
     assert lines[13] == f"│     └─ meta  {root}/raw/meta.json  sha256 {meta}  raw data"
     assert lines[14].startswith("└─ sample  ")
-    assert lines[16:18] == ["      │  params: defaults (10 values) except", "      │    sample.grpo_size: 24 → 32"]
+    assert lines[16:18] == [f"      │  params: defaults ({n_sample} values) except",
+                            "      │    sample.grpo_size: 24 → 32"]
     assert lines[-1] == "         └─ ingest (see above)"
     assert max(len(line.replace(root, "")) for line in lines) < 100
 
