@@ -28,7 +28,7 @@ from stages.core.io import derive_seed, read_table, write_table
 from stages.core.lineage import write_lineage
 from stages.core.params import CotParams, TeacherParams
 from stages.core.progress import ProgressReporter
-from stages.core.report import StageReport
+from stages.core.report import StageReport, summary_line
 from stages.tasks import Task, get_task
 from stages.teacher.cache import ResponseCache, request_key
 from stages.teacher.client import ChatRequest, ChatResult, TeacherClient
@@ -207,5 +207,5 @@ def _report(table: pd.DataFrame, results: list[ChatResult], sent: int, teacher: 
                "estimated_cost_usd": round(cost, 4)}
     templates = table.groupby("template_id").size().rename("requests").reset_index()
     errors = table[table["error"] != ""].groupby("error").size().rename("requests").reset_index()
-    log.info("cot: %s", metrics)
+    log.info(summary_line("cot", metrics))  # one short line; all values in the metrics file
     return StageReport("cot", metrics=metrics, tables={"template choices": templates, "errors": errors})

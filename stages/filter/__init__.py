@@ -20,7 +20,7 @@ from schemas.sample import KeyframesSchema
 from stages.core.io import read_table, write_table
 from stages.core.lineage import write_lineage
 from stages.core.params import FilterParams
-from stages.core.report import StageReport
+from stages.core.report import StageReport, summary_line
 from stages.filter import rules
 from stages.tasks import answer_text, get_task, integer_payload
 from stages.tasks.views import task_ground_truth
@@ -124,7 +124,7 @@ def filter_traces(params: FilterParams, cot_dir: Path, keyframes_dir: Path, out_
                   counts={"accepted": len(accepted_df), "rejected": len(rejected_df)},
                   code_modules=["stages.filter"],
                   extra={"accepted_per_template": dict(accepted_df["template_id"].value_counts().sort_index())})
-    log.info("filter: %s", metrics)
+    log.info(summary_line("filter", metrics))  # one short line; all values in the metrics file
     return StageReport("filter", metrics=dict(sorted(metrics.items())), tables={"rejections per rule": reasons})
 
 

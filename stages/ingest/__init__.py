@@ -37,7 +37,7 @@ from stages.core.ids import expression_id
 from stages.core.io import write_table
 from stages.core.lineage import write_lineage
 from stages.core.params import IngestParams
-from stages.core.report import StageReport
+from stages.core.report import StageReport, summary_line
 from stages.core.runner import RunnerParams, map_ordered
 from stages.ingest.checks import IngestError, Problems, check_expression, check_frame_names, check_jpeg, check_size
 
@@ -428,7 +428,7 @@ def _write(root: Path, out_dir: Path, params: IngestParams, videos: dict[str, _V
                if len(quarantine_df) else pd.DataFrame(columns=["kind", "reason", "items"]))
     for kind, n in Counter(quarantine_df["kind"]).items():
         metrics[f"quarantined.{kind}"] = n
-    log.info("ingest: %s", counts)
+    log.info(summary_line("ingest", counts))  # one short line; all values in the metrics file
     return StageReport("ingest", metrics=dict(sorted(metrics.items())),
                        tables={"expressions per stratum": strata, "quarantine reasons": reasons})
 

@@ -9,7 +9,7 @@ import torch
 
 from stages.core.lineage import write_lineage
 from stages.core.params import TinyModelsParams
-from stages.core.report import StageReport
+from stages.core.report import StageReport, summary_line
 from stages.models.tiny_qwen import build_tiny_qwen
 from stages.models.tiny_sam2 import build_tiny_sam2
 
@@ -24,7 +24,7 @@ def build_tiny_models(params: TinyModelsParams, out_dir: Path) -> StageReport:
     n_sam2 = sum(v.numel() for v in torch.load(checkpoint, weights_only=True)["model"].values())
     counts = {"qwen25vl_parameters": n_qwen, "sam2_parameters": n_sam2}
     write_lineage(out_dir, "tiny_models", params, seed=params.seed, counts=counts, code_modules=["stages.models"])
-    log.info("tiny models: %s", counts)
+    log.info(summary_line("tiny models", counts))  # one short line; all values in the metrics file
     return StageReport("tiny_models", metrics=counts)
 
 

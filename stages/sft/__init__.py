@@ -34,7 +34,7 @@ from stages.core.lineage import write_lineage
 from stages.core.model_card import write_model_card
 from stages.core.params import ModelParams, SftParams
 from stages.core.progress import ProgressReporter
-from stages.core.report import StageReport
+from stages.core.report import StageReport, summary_line
 from stages.core.typed_config import to_dict
 from stages.models import load_vlm
 from stages.models.trainable import freeze_vision, lora_targets, trainable_vision_parameters
@@ -206,7 +206,7 @@ def _finish(params: SftParams, model_params: ModelParams, processor, out_dir: Pa
                   code_modules=["stages.sft", "stages.models"])
     kind = "LoRA" if params.lora_r > 0 else "full fine-tuning"
     write_model_card(out_dir, f"vrsflow SFT checkpoint ({kind} on Qwen2.5-VL)", metrics={"sft": metrics})
-    log.info("sft: %s", metrics)
+    log.info(summary_line("sft", metrics))  # one short line; all values in the metrics file
     return metrics
 
 

@@ -17,7 +17,7 @@ from pycocotools import mask as mask_utils
 from stages.core.io import derive_seed, write_json
 from stages.core.lineage import write_lineage
 from stages.core.params import SynthParams, SynthScale
-from stages.core.report import StageReport
+from stages.core.report import StageReport, summary_line
 from stages.core.runner import RunnerParams, map_ordered
 from stages.synth.expressions import Facts, generate_expressions
 from stages.synth.render import Visible, background, full_shape_area, render_frame
@@ -177,7 +177,7 @@ def generate_synthetic(params: SynthParams, out_dir: Path, runner: RunnerParams 
         [{"split": split, "type": TYPE_NAMES[e["type_id"]], "instances": _instances(e)}
          for split in SPLITS for v in meta[split].values() for e in v["expressions"].values()]
     ).value_counts().rename("expressions").reset_index().sort_values(["split", "type", "instances"])
-    log.info("synth: %s", counts)
+    log.info(summary_line("synth", counts))  # one short line; all values in the metrics file
     return StageReport("synth", metrics=counts, tables={"expressions per split, type and instances": table})
 
 
