@@ -56,9 +56,12 @@ def served_project() -> Path:
 
 
 def stage_names(project: Path) -> list[str]:
-    """The stage names of the project's dvc.yaml."""
+    """The stages DVC knows in the project (`bench@revos` for a foreach item), and the foreach groups."""
+    from dvc.repo import Repo
+
     spec = yaml.safe_load((project / "dvc.yaml").read_text()) or {}
-    return sorted(spec.get("stages") or {})
+    with Repo(str(project)) as repo:
+        return sorted({stage.addressing for stage in repo.index.stages} | set(spec.get("stages") or {}))
 
 
 def check_request(project: Path, overrides: Mapping[str, Any] | None, targets: Sequence[str] | None,
