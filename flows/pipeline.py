@@ -162,4 +162,5 @@ def serve(project_dir: str = ".", name: str = DEPLOYMENT_NAME) -> None:
                     "(dvc exp run --temp -S …) with checked params overrides.",
         tags=["vrsflow"],
         enforce_parameter_schema=True,
+        limit=1,  # one experiment at a time: runs share the repository's git refs, DVC cache and lock
     )
