@@ -55,17 +55,19 @@ def _number(value: object) -> str:
 
 
 def summary_line(head: str, values: dict, limit: int = SUMMARY_CHARS, where: str = "") -> str:
-    """`head: k=v, k=v …` no longer than `limit` characters (a few more for the `(+n more…)` tail)."""
+    """`head: k=v, k=v … (+n more in where)`, at most `limit` characters (the head and one item always shown)."""
     items = [f"{k}={_number(v)}" for k, v in values.items()]
-    line, shown = f"{head}:", 0
-    for item in items:
-        if len(line) + len(item) + 2 > limit:
-            break
-        line += (" " if shown == 0 else ", ") + item
-        shown += 1
-    if shown < len(items):
-        line += f" (+{len(items) - shown} more" + (f" in {where})" if where else ")")
-    return line
+
+    def line(shown: int) -> str:
+        text = f"{head}:" + (" " + ", ".join(items[:shown]) if shown else "")
+        if shown < len(items):
+            text += f" (+{len(items) - shown} more" + (f" in {where})" if where else ")")
+        return text
+
+    shown = len(items)
+    while shown > 1 and len(line(shown)) > limit:
+        shown -= 1
+    return line(shown)
 
 
 def image_markdown(path: Path, alt: str = "") -> str:

@@ -19,7 +19,7 @@ def test_summary_line_is_short_and_says_where_the_rest_is() -> None:
     metrics = {f"train.reasoning.metric_{i:02d}": i * 1.123456 for i in range(40)}
     line = StageReport("synth", metrics=metrics).summary_line()
     assert line.startswith("synth done: train.reasoning.metric_00=0, train.reasoning.metric_01=1.123, ")
-    assert line.endswith(" more in metrics/synth.json)") and len(line) <= 200
+    assert line.endswith(" more in metrics/synth.json)") and len(line) <= 160
     shown = line.count("=")
     assert f"(+{40 - shown} more" in line
     assert summary_line("x", {"a": 1, "b": float("nan")}) == "x: a=1, b=nan"
@@ -76,3 +76,19 @@ def test_grpo_curves_as_pictures(tmp_path: Path) -> None:
     assert [alt for alt, _ in URI.findall(text)] == ["GRPO reward per step", "GRPO response length",
                                                     "GRPO KL to the reference model"]
     assert curves_markdown(tmp_path / "absent.csv") == ""
+
+
+def test_stage_log_lines_are_short(tmp_path: Path, caplog) -> None:
+    """synth (the widest metrics: one per split × type × instances) logs one line of ≤ 160 characters."""
+    import logging
+    from dataclasses import replace
+
+    from stages.core.params import SynthParams, SynthScale
+    from stages.synth import generate_synthetic
+
+    small = replace(SynthScale(), n_videos_train=2, n_videos_valid=1, min_frames=3, max_frames=3, height=24, width=32)
+    with caplog.at_level(logging.INFO, logger="stages.synth"):
+        report = generate_synthetic(SynthParams(default=small), tmp_path / "synth")
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("stages.synth")]
+    assert len(report.metrics) > 10 and lines and all(len(line) <= 160 for line in lines)
+    assert lines[-1].startswith("synth: expressions=") and lines[-1].endswith(" more)")
