@@ -85,23 +85,43 @@ def check_expression(expression: Any) -> str | None:
     return None
 
 
+JPEG_EOI = b"\xff\xd9"  # end-of-image marker: the last two bytes of a complete JPEG
+EOI_TAIL = 4096  # bytes at the end of a file searched for it (some writers pad after the marker)
+
+
+def _ends_with_eoi(path: Path) -> bool:
+    """Whether the end-of-image marker is among the last EOI_TAIL bytes. A file cut short inside its
+    image data has none there: in entropy-coded data every 0xFF byte is followed by 0x00 or a restart
+    marker (0xD0–0xD7), never by 0xD9."""
+    with open(path, "rb") as handle:
+        handle.seek(0, 2)
+        handle.seek(max(0, handle.tell() - EOI_TAIL))
+        return JPEG_EOI in handle.read()
+
+
 def check_jpeg(path: Path, height: int, width: int, mode: str) -> str | None:
     """The reason a frame file is unusable (missing, unreadable, truncated, wrong size), or None.
 
-    mode "header" reads only the header (fast); "decode" decodes the whole image, which catches
-    truncated files.
+    mode "header": the size from the JPEG header, and the end-of-image marker at the end of the file
+    (a file cut short has none) — no pixel is decoded. mode "decode": additionally decodes every
+    entropy-coded segment, at 1/8 scale (libjpeg's DCT scaling skips most of the inverse transform
+    and colour work, not the reading of the data), so a file corrupted inside its data is caught
+    too, at a fraction of a full decode.
     """
     if not path.is_file():
         return "frame file missing"
     try:
         with Image.open(path) as img:
             size = img.size
+            if img.format != "JPEG":
+                return f"not a JPEG ({img.format})"
             if mode == "decode":
+                img.draft(img.mode, (max(1, size[0] // 8), max(1, size[1] // 8)))
                 img.load()
-            else:
-                img.verify()
     except (UnidentifiedImageError, OSError, SyntaxError) as err:
         return f"unreadable or truncated JPEG: {err}"
+    if not _ends_with_eoi(path):
+        return "truncated JPEG: no end-of-image marker at the end of the file"
     if size != (width, height):
         return f"JPEG is {size[0]}x{size[1]} but the video is {width}x{height}"
     return None

@@ -223,3 +223,80 @@ def test_empty_filter_output_gives_empty_sft_pool(upstream: Path, tmp_path: Path
     accepted.iloc[:0].to_parquet(base / "filter" / "accepted.parquet")
     out = shard(base, tmp_path / "out", replace(ShardParams(), export_sharegpt=True))
     assert json.loads((out / "manifest.json").read_text())["sft"] == {"count": 0, "shards": []}
+
+
+# --- frames decoded once per video, streamed, byte-identical to the per-sample definition --------------------
+
+
+def reference_jpeg(path: Path, size: int, quality: int) -> bytes:
+    """A frame's bytes by the stage's documented definition, written out here: decode at the largest
+    DCT scale covering size², RGB, bicubic to size², JPEG at `quality`."""
+    with Image.open(path) as img:
+        img.draft("RGB", (size, size))
+        small = img.convert("RGB").resize((size, size), Image.Resampling.BICUBIC)
+    buffer = io.BytesIO()
+    small.save(buffer, format="JPEG", quality=quality)
+    return buffer.getvalue()
+
+
+def test_frames_equal_the_per_sample_definition(upstream: Path, shards: Path) -> None:
+    from stages.core import revos
+    from stages.tasks import get_task
+    from stages.tasks.views import frame_view
+
+    quality = ShardParams().jpeg_quality
+    checked = 0
+    for pool in POOLS:
+        table = read_table(upstream / "keyframes" / f"{pool}.parquet", KeyframesSchema)
+        by_id = {row["sample_id"]: row for row in table.to_dict("records")}
+        for record in read_pool(shards / pool):
+            meta = json.loads(record["json"])
+            view = frame_view(by_id[meta["sample_id"]], get_task(meta["task"]))
+            for i, name in enumerate(view.frame_names):
+                path = revos.frame_path(upstream / "root", meta["video"], name)
+                assert record[f"frame_{i}.jpg"] == reference_jpeg(path, view.size, quality), (record["__key__"], i)
+                checked += 1
+    assert checked > 20
+
+
+def test_threads_and_serial_give_identical_bytes_and_each_frame_is_decoded_once(
+        upstream: Path, shards: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import stages.shard as shard_module
+
+    calls: list[tuple] = []
+    original = shard_module.frame_jpeg
+
+    def counting(root, video, frame, size, quality):
+        calls.append((video, frame, size, quality))
+        return original(root, video, frame, size, quality)
+
+    monkeypatch.setattr(shard_module, "frame_jpeg", counting)
+    out = tmp_path / "threads"
+    write_shards(ShardParams(samples_per_shard=3), upstream / "root", upstream / "keyframes", upstream / "filter",
+                 upstream / "difficulty", out, RunnerParams(kind="threads", workers=2))
+    assert len(calls) == len(set(calls)) > 0  # no (frame, size) of a video decoded twice, across pools too
+    mine = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file() and p.name != "lineage.json")
+    theirs = sorted(p.relative_to(shards) for p in shards.rglob("*") if p.is_file() and p.name != "lineage.json")
+    assert mine == theirs and len(mine) > 10
+    for rel in mine:  # tars, manifest, ShareGPT JSON and images, verl parquet
+        assert (out / rel).read_bytes() == (shards / rel).read_bytes(), rel
+
+
+def test_units_stream_with_bounded_lookahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    import stages.shard as shard_module
+
+    started: list[int] = []
+    monkeypatch.setattr(shard_module, "_unit_records", lambda unit: (started.append(unit[0]), [unit[0]])[1])
+    units = [[i] for i in range(20)]
+    stream = shard_module._imap_units(units, RunnerParams(kind="threads", workers=2))
+    first = next(stream)
+    # one result taken: at most UNITS_AHEAD × workers units were ever submitted
+    assert first == [0] and len(started) <= shard_module.UNITS_AHEAD * 2
+    assert [first, *stream] == [[i] for i in range(20)]
+    jobs = [(f"k{i}", {"video": v}) for i, v in enumerate("aabbbca")]
+    assert [len(u) for u in shard_module.video_units(jobs)] == [2, 3, 1, 1]
+    other = [(f"g{i}", {"video": v}) for i, v in enumerate("bd")]
+    merged = shard_module.merged_units({"sft": jobs, "grpo": other})
+    assert [[(pool, job[0]) for pool, job in unit] for unit in merged] == [
+        [("sft", "k0"), ("sft", "k1")], [("sft", "k2"), ("sft", "k3"), ("sft", "k4"), ("grpo", "g0")],
+        [("sft", "k5")], [("sft", "k6")], [("grpo", "g1")]]
