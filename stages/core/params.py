@@ -375,6 +375,7 @@ class GrpoParams:
     lora_alpha: PosInt = 16
     target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
     train_vision: bool = False  # also train the vision tower and merger (Veason-R1: language model only)
+    gradient_checkpointing: bool = False  # recompute activations in backward: less memory, slower (TRL's default: on)
     save_every_steps: PosInt = 4  # trl checkpoint interval (resume after a kill)
     cpu_threads: NonNegInt = 1  # trl: torch threads on CPU (results depend on it, so it is a param); 0 = torch default
     window: NonNegInt = 0  # steps averaged for the first / last mean reward; 0 = one pass over the pool (same prompts)

@@ -3,6 +3,9 @@
 One row per prompt: `prompt` (chat messages: `<ts>` text + image placeholder per frame, then the
 question), `images` (the shown frames, PIL), `ground_truth` (GroundTruth JSON, docs/contracts.md) and
 `sample_id`. Extra columns reach the reward function as keyword arguments.
+
+Frames stay JPEG-encoded (the shard's own bytes) until a row is read: the dataset holds the compressed
+pool, not decoded pixels (10K prompts × 6 frames at 560 px would be ~56 GB decoded).
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from stages.tasks import frame_keys, meta_content
 
 
 def read_grpo_shards(folder: Path) -> list[dict]:
-    """Every sample of the GRPO shards in key order: {"sample_id", "meta", "frames": [PIL]}.
+    """Every sample of the GRPO shards in key order: {"sample_id", "meta", "frames": [{"bytes": JPEG}]}
+    (frames undecoded; `build_dataset` turns them into PIL images on access).
 
     Raises:
         FileNotFoundError: no `shard-*.tar` in the folder. ValueError: a sample's ground truth is bad.
@@ -26,9 +30,11 @@ def read_grpo_shards(folder: Path) -> list[dict]:
     if not urls:
         raise FileNotFoundError(f"{folder}: no GRPO shards (run the shard stage)")
     samples = []
-    for sample in wds.WebDataset(urls, shardshuffle=False, empty_check=False).decode("pil"):
-        meta = sample["json"]
-        frames = [sample[k] for k in frame_keys(sample)]
+    # every process reads the whole pool (the trainer splits the rounds' prompts over the processes)
+    for sample in wds.WebDataset(urls, shardshuffle=False, empty_check=False, nodesplitter=None):
+        meta = json.loads(sample["json"])
+        frames = [{"bytes": sample[k], "path": None}
+                  for k in frame_keys(sample)]
         try:
             GroundTruth.from_json(meta["ground_truth"])
         except (ValueError, KeyError) as err:

@@ -26,6 +26,7 @@ import numpy as np
 
 from stages.core.params import GrpoParams, RewardParams, Sam2Params
 from stages.core.progress import quiet_library_deprecations, trainer_progress
+from stages.models.trainable import freeze_vision, lora_targets, trainable_vision_parameters
 from stages.rewards import score_group
 
 log = logging.getLogger(__name__)
@@ -70,9 +71,10 @@ def _last_checkpoint(folder: Path) -> str | None:
     return str(points[-1]) if points else None
 
 
-def run_fingerprint(grpo: GrpoParams, reward: RewardParams, n_samples: int) -> str:
+def run_fingerprint(grpo: GrpoParams, reward: RewardParams, n_samples: int, processes: int = 1) -> str:
     """What a checkpoint must match to be resumed: the params and the starting model (its config and file
-    sizes — cheap even for a multi-GB checkpoint) and the pool size."""
+    sizes — cheap even for a multi-GB checkpoint), the pool size and the process count (it decides which
+    rollouts each process generates)."""
     import hashlib
     import json
 
@@ -81,7 +83,7 @@ def run_fingerprint(grpo: GrpoParams, reward: RewardParams, n_samples: int) -> s
     model = Path(grpo.model_path)
     files = sorted((p.relative_to(model).as_posix(), p.stat().st_size) for p in model.rglob("*") if p.is_file())
     config = (model / "config.json").read_text() if (model / "config.json").is_file() else ""
-    payload = [to_dict(grpo), to_dict(reward), files, config, n_samples]
+    payload = [to_dict(grpo), to_dict(reward), files, config, n_samples] + ([processes] if processes > 1 else [])
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -101,7 +103,15 @@ def train_trl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, dataset,
 
     Resumes from the newest `checkpoint_dir/checkpoint-*` when one exists. `reward_fn` replaces the
     verifiable reward (a TRL reward function with a `__name__`); the tests use it to check that the
-    trainer moves the policy towards a reward at all.
+    trainer moves the policy towards a reward at all. Only the language model trains (LoRA on it, or all
+    of it with `lora_r: 0`) unless `grpo.train_vision`.
+
+    Under `accelerate launch` / torchrun (`python -m stages.grpo.trl_engine`), each of the N processes
+    generates batch_size × num_generations / N completions of a round; only the main process writes
+    `out_dir` (the result's `is_main`).
+
+    Raises:
+        ValueError: a round's completions do not split evenly over the processes.
     """
     import torch
     from peft import LoraConfig
@@ -115,8 +125,15 @@ def train_trl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, dataset,
     cuda = torch.cuda.is_available()
     if not cuda and grpo.cpu_threads > 0:  # the same seed gives the same checkpoint only for the same count
         torch.set_num_threads(grpo.cpu_threads)
+    processes = int(os.environ.get("WORLD_SIZE", "1"))
+    completions = grpo.batch_size * grpo.num_generations
+    if completions % processes:
+        raise ValueError(f"grpo.batch_size × grpo.num_generations = {completions} completions per round do not "
+                         f"split over {processes} processes")
     model, processor = load_vlm(grpo.model_path)
     processor.tokenizer.padding_side = "left"  # not saved with the tokenizer; generation needs it
+    if grpo.lora_r == 0 and not grpo.train_vision:
+        freeze_vision(model)  # full fine-tuning of the language model only (Veason-R1's released GRPO)
     if reward_fn is None:
         predictor = None
         if "consistency" in reward.components:
@@ -128,7 +145,7 @@ def train_trl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, dataset,
     max_steps = grpo.max_steps * grpo.ppo_epochs if grpo.max_steps > 0 else -1
     args = GRPOConfig(
         output_dir=str(checkpoint_dir), use_cpu=not cuda, bf16=cuda, fp16=False,
-        per_device_train_batch_size=grpo.batch_size * grpo.num_generations, gradient_accumulation_steps=1,
+        per_device_train_batch_size=completions // processes, gradient_accumulation_steps=1,
         num_generations=grpo.num_generations, max_completion_length=grpo.max_response_length,
         temperature=grpo.temperature, top_p=grpo.top_p, beta=grpo.kl_coef, loss_type="bnpo", scale_rewards="group",
         num_iterations=grpo.ppo_epochs, epsilon=grpo.clip_ratio, learning_rate=grpo.learning_rate,
@@ -137,16 +154,21 @@ def train_trl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, dataset,
         num_train_epochs=grpo.epochs, max_steps=max_steps, logging_steps=1, report_to="none",
         save_strategy="steps", save_steps=grpo.save_every_steps * grpo.ppo_epochs, save_only_model=False,
         remove_unused_columns=False, dataloader_num_workers=0, seed=grpo.seed, data_seed=grpo.seed,
-        log_completions=False, shuffle_dataset=True,
+        log_completions=False, shuffle_dataset=True, gradient_checkpointing=grpo.gradient_checkpointing,
     )
     peft_config = None
     if grpo.lora_r > 0:
         peft_config = LoraConfig(r=grpo.lora_r, lora_alpha=grpo.lora_alpha, lora_dropout=0.0, task_type="CAUSAL_LM",
-                                 target_modules=list(grpo.target_modules))
+                                 target_modules=lora_targets(grpo.target_modules, grpo.train_vision))
     trainer = GRPOTrainer(model=model, reward_funcs=[reward_fn], args=args, train_dataset=dataset,
                           processing_class=processor, peft_config=peft_config)
     trainer_progress(trainer, "grpo steps")  # a bar + a short line every 10 steps, not a 1.5 KB dict per step
-    _prepare_checkpoints(Path(checkpoint_dir), run_fingerprint(grpo, reward, len(dataset)))
+    if not grpo.train_vision and trainable_vision_parameters(trainer.model):
+        raise ValueError(f"grpo: vision parameters would train: {trainable_vision_parameters(trainer.model)[:3]}")
+    state = args.distributed_state
+    if state.is_main_process:
+        _prepare_checkpoints(Path(checkpoint_dir), run_fingerprint(grpo, reward, len(dataset), processes))
+    state.wait_for_everyone()
     resume = _last_checkpoint(Path(checkpoint_dir))
     if resume:
         log.info("resuming GRPO from %s", resume)
@@ -155,13 +177,53 @@ def train_trl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, dataset,
         trainer.train(resume_from_checkpoint=resume)
     wall = time.perf_counter() - start
     out_dir = Path(out_dir)
-    trained = trainer.model
-    if peft_config is not None:
-        trained.save_pretrained(out_dir / "adapter")
-        trained = trained.merge_and_unload()
-    trained.save_pretrained(out_dir / "merged")
-    processor.save_pretrained(out_dir / "merged")
-    history = list(trainer.state.log_history)
-    shutil.rmtree(checkpoint_dir, ignore_errors=True)  # finished: nothing left to resume
-    return {"log_history": history, "wall_s": wall, "reward_s": getattr(reward_fn, "seconds", 0.0),
-            "resumed_from": resume or "", "global_step": int(trainer.state.global_step)}
+    # every process takes part in saving (FSDP / ZeRO gather the weights); the main process writes the files
+    trainer.save_model(str(out_dir / ("adapter" if peft_config is not None else "merged")))
+    if state.is_main_process:
+        if peft_config is not None:
+            _merge(grpo.model_path, out_dir)
+        processor.save_pretrained(out_dir / "merged")
+        shutil.rmtree(checkpoint_dir, ignore_errors=True)  # finished: nothing left to resume
+    state.wait_for_everyone()
+    return {"log_history": list(trainer.state.log_history), "wall_s": wall,
+            "reward_s": getattr(reward_fn, "seconds", 0.0), "resumed_from": resume or "",
+            "global_step": int(trainer.state.global_step), "processes": processes,
+            "is_main": bool(state.is_main_process)}
+
+
+def _merge(base_path: str, out_dir: Path) -> None:
+    """Base + saved adapter → `out_dir/merged` (the same for DDP, FSDP and ZeRO: the adapter on disk is whole)."""
+    from peft import PeftModel
+
+    from stages.models import load_vlm
+
+    base, _ = load_vlm(base_path)
+    PeftModel.from_pretrained(base, out_dir / "adapter").merge_and_unload().save_pretrained(out_dir / "merged")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """One process of a multi-process TRL GRPO run: `accelerate launch … -m stages.grpo.trl_engine --job JOB`.
+
+    JOB (JSON): the `grpo`, `reward` and `sam2` blocks and `result`, where the main process writes the
+    log history and step count.
+    """
+    import argparse
+    import json
+
+    from stages.core.io import write_json
+    from stages.core.typed_config import build
+    from stages.grpo.data import build_dataset, read_grpo_shards
+
+    parser = argparse.ArgumentParser(description="one process of a TRL GRPO run (under accelerate / torchrun)")
+    parser.add_argument("--job", type=Path, required=True, help="JSON with grpo, reward, sam2 and result")
+    job = json.loads(parser.parse_args(argv).job.read_text())
+    grpo = build(GrpoParams, job["grpo"], "grpo")
+    result = train_trl(grpo, build(RewardParams, job["reward"], "reward"), build(Sam2Params, job["sam2"], "sam2"),
+                       build_dataset(read_grpo_shards(Path(grpo.shards_dir))), Path(grpo.out_dir),
+                       Path(grpo.checkpoint_dir))
+    if result["is_main"]:
+        write_json(Path(job["result"]), result)
+
+
+if __name__ == "__main__":
+    main()
