@@ -140,3 +140,12 @@ def curve_markdown(path: Path, x: str, columns: Sequence[str], title: str, ylabe
     """`curve_picture` as an embedded markdown image, under a `### title` heading."""
     data = base64.b64encode(curve_picture(path, x, columns, title, ylabel)).decode("ascii")
     return f"### {title}\n\n![{title}](data:image/png;base64,{data})\n"
+
+
+def curves_markdown(path: Path, x: str, charts: Sequence[tuple[Sequence[str], str, str]]) -> str:
+    """Several `curve_markdown` charts of one curve file, each (columns, title, y label); "" when the file
+    is missing or empty (a stage that wrote no curve)."""
+    path = Path(path)
+    if not path.is_file() or not read_curve_table(path):
+        return ""
+    return "\n".join(curve_markdown(path, x, columns, title, ylabel) for columns, title, ylabel in charts)

@@ -34,7 +34,7 @@ from stages.core.lineage import write_lineage
 from stages.core.model_card import write_model_card
 from stages.core.params import ModelParams, SftParams
 from stages.core.progress import ProgressReporter
-from stages.core.report import StageReport, summary_line
+from stages.core.report import StageReport, curves_markdown, summary_line
 from stages.core.typed_config import to_dict
 from stages.models import load_vlm
 from stages.models.trainable import freeze_vision, lora_targets, trainable_vision_parameters
@@ -151,7 +151,13 @@ def train_sft(params: SftParams, model_params: ModelParams, shards_dir: Path, ou
                          train, dataset, output.metrics, Path(shards_dir), Path(metrics_dir), state.num_processes)
         shutil.rmtree(checkpoint_dir, ignore_errors=True)  # finished: nothing to resume
     state.wait_for_everyone()
-    return StageReport("sft", metrics=result)
+    return StageReport("sft", metrics=result, markdown=_curves(Path(metrics_dir)) if main else "")
+
+
+def _curves(metrics_dir: Path) -> str:
+    """The loss and learning-rate curves as pictures for the stage's Prefect artifact."""
+    return curves_markdown(metrics_dir / "sft_curve.tsv", "step", [
+        (["loss"], "SFT training loss", "cross-entropy loss"), (["lr"], "SFT learning rate", "learning rate")])
 
 
 def _progress_callback():
@@ -308,4 +314,5 @@ def _launch(params: SftParams, model_params: ModelParams, shards_dir: Path, out_
         command = launch_command(params, job)
         log.info("sft: %s", " ".join(command))
         subprocess.run(command, check=True)
-        return StageReport("sft", metrics=json.loads((Path(tmp) / RESULT_FILE).read_text()))
+        return StageReport("sft", metrics=json.loads((Path(tmp) / RESULT_FILE).read_text()),
+                           markdown=_curves(Path(metrics_dir)))

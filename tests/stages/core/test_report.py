@@ -92,3 +92,12 @@ def test_stage_log_lines_are_short(tmp_path: Path, caplog) -> None:
     lines = [r.getMessage() for r in caplog.records if r.name.startswith("stages.synth")]
     assert len(report.metrics) > 10 and lines and all(len(line) <= 160 for line in lines)
     assert lines[-1].startswith("synth: expressions=") and lines[-1].endswith(" more)")
+
+
+def test_sft_curves_as_pictures(tmp_path: Path) -> None:
+    from stages.sft import _curves
+
+    rows = "".join(f"{s}\t{3 - s / 4}\t0.005\n" for s in range(6))
+    (tmp_path / "sft_curve.tsv").write_text("step\tloss\tlr\n" + rows)
+    assert [alt for alt, _ in URI.findall(_curves(tmp_path))] == ["SFT training loss", "SFT learning rate"]
+    assert _curves(tmp_path / "absent") == ""
