@@ -112,7 +112,9 @@ def run_benchmark(name: str, params: BenchmarksParams, evaluate: EvaluateParams,
     for label, path in params.models.items():
         summary, _ = evaluate_benchmark(evaluate, name, root, split, out_dir / label, size,
                                         model_policy(evaluate, path, model.dtype), segment, params.videos)
-        metrics[label] = {k: float(v) for k, v in summary.items() if k in SUMMARY_KEYS or k.startswith("JF_anno")}
+        # NaN (e.g. a ReVOS subset without expressions in the chosen videos) stays out of the JSON metrics
+        metrics[label] = {k: float(v) for k, v in summary.items()
+                          if (k in SUMMARY_KEYS or k.startswith("JF_anno")) and np.isfinite(float(v))}
         metrics[label]["parse_failure_rate"] = float(summary["parse_failure_rate"])
         log.info("%s / %s: %s", name, label, metrics[label])
     write_lineage(out_dir, f"bench@{name}", {"benchmarks": params, "evaluate": evaluate, "sam2": sam2},
