@@ -101,6 +101,8 @@ def score_difficulty(params: DifficultyParams, teacher: TeacherParams, data_root
     """
     samples = pd.concat([read_table(Path(keyframes_dir) / f"{p}.parquet", KeyframesSchema) for p in POOLS],
                         ignore_index=True)
+    # with `sample.disjoint: false` an expression can sit in two pools: it is rated once (same sample id)
+    samples = samples.drop_duplicates("sample_id", keep="first").reset_index(drop=True)
     expressions = read_table(Path(index_dir) / "expressions.parquet", ExpressionsSchema)
     annotated = expressions.explode("anno_ids").dropna(subset=["anno_ids"])
     objects_per_video = annotated.groupby("video")["anno_ids"].nunique()

@@ -1,9 +1,11 @@
 """The model's side of evaluation: show N frames, get keyframe + boxes (batched), parse.
 
-Veason-R1 mode: one answer per expression. RCoT-Seg mode (agentic keyframe selection): after each
-answer the model judges its own keyframe (option A: valid, B: not); on B it selects again with the
-rejected timestamps listed, for at most `max_rounds` selections; the last selection is kept. A judgment
-that does not parse ends the loop (the selection is kept) and is counted.
+Veason-R1 mode: one answer per expression. RCoT-Seg mode (agentic keyframe selection, its own tasks'
+questions): the model describes the video (VDG), picks a keyframe (KFG), judges that frame alone with the
+description (AKS: A valid, B not); on B it selects again with the rejected timestamps listed, for at most
+`max_rounds` selections, the last kept; then it boxes the targets on that frame (KTG). A judgment that does
+not parse ends the loop (the selection is kept). VideoSeg-R1 mode: HTFS finds the target frame, the
+videoseg task answers on it (`stages.tasks.inference`).
 """
 
 from __future__ import annotations
@@ -22,15 +24,7 @@ from stages.teacher.prompts import question_content, timestamp_tag
 
 log = logging.getLogger(__name__)
 
-JUDGE_VERSION = "rcot_judge/v1"
-JUDGE_PROMPT = (
-    'Expression: "{expression}"\nCandidate keyframe: {timestamp}s\n'
-    "Is the candidate a valid keyframe, i.e. is the target clearly visible there and does it match the expression?\n"
-    "Option A: yes, the candidate frame is a valid keyframe.\n"
-    "Option B: no, the target is absent or not identifiable in the candidate frame.\n"
-    "Think inside <think> </think> tags, then answer inside <answer> </answer> tags as JSON: "
-    '{{"option": "A"}} or {{"option": "B"}}.'
-)
+JUDGE_VERSION = "rcot_aks/v1"  # RCoT mode asks its tasks' own questions (stages/tasks: rcot_vdg, _kfg, _aks, _ktg)
 RESELECT_NOTE = "These frames were judged not to be valid keyframes: {rejected}. Choose a different keyframe."
 
 
@@ -78,15 +72,6 @@ def selection_messages(query: Query) -> list[dict]:
     return [{"role": "user", "content": content}]
 
 
-def judge_messages(query: Query, timestamp: int) -> list[dict]:
-    """The chat asking whether `timestamp` is a valid keyframe (RCoT-Seg's AKS question, A/B)."""
-    content: list[dict] = []
-    for t in query.timestamps:
-        content += [{"type": "text", "text": timestamp_tag(t)}, {"type": "image"}]
-    content.append({"type": "text", "text": JUDGE_PROMPT.format(expression=query.text, timestamp=timestamp)})
-    return [{"role": "user", "content": content}]
-
-
 def parse_option(text: str) -> str | None:
     """"A" / "B" from `<answer>{"option": …}</answer>`, or from a closing "Answer: A"; None otherwise."""
     start = text.find("<answer>")
@@ -127,9 +112,9 @@ def _batched(model, processor, queries: list[Query], chats: list[list[dict]], ma
 
 def answer_queries(model, processor, queries: list[Query], max_new_tokens: int, batch_size: int,
                    mode: str = "veason", max_rounds: int = 5, htfs_params=None) -> list[Reply]:
-    """Answer every query; in "rcot" mode run the judge / re-select loop (batched per round); in "htfs" mode
-    VideoSeg-R1's sampler picks the target frame among the query's frames and the videoseg task answers on it
-    (`stages.tasks.inference`).
+    """Answer every query: "veason" asks the Veason-R1 question once (batched); "rcot" runs RCoT-Seg's inference
+    with its tasks' questions (VDG → KFG → AKS judgment and re-selection → KTG; `stages.tasks.inference`); "htfs"
+    lets VideoSeg-R1's sampler pick the target frame among the query's frames, and the videoseg task answers on it.
 
     Returns:
         One Reply per query, in order.
@@ -145,30 +130,22 @@ def answer_queries(model, processor, queries: list[Query], max_new_tokens: int, 
             text, answer, trace = htfs_answer(query.text, query.timestamps, query.images, generate_fn, htfs_params)
             replies.append(Reply(text, answer, rounds=[query.timestamps[trace.target]]))
         return replies
-    replies = [Reply("", None) for _ in queries]
-    pending = list(range(len(queries)))
-    for round_no in range(max_rounds if mode == "rcot" else 1):
-        if not pending:
-            break
-        chats = [selection_messages(queries[i]) for i in pending]
-        texts = _batched(model, processor, [queries[i] for i in pending], chats, max_new_tokens, batch_size)
-        judged = []
-        for i, text in zip(pending, texts, strict=True):
-            answer = parse_answer(text)
-            if answer is not None or replies[i].answer is None:  # a failed re-selection keeps the last answer
-                replies[i].response, replies[i].answer = text, answer
-            if answer is not None:
-                replies[i].rounds.append(answer.keyframe_timestamp)
-                judged.append(i)
-        if mode != "rcot" or round_no == max_rounds - 1:
-            break
-        chats = [judge_messages(queries[i], replies[i].answer.keyframe_timestamp) for i in judged]
-        verdicts = _batched(model, processor, [queries[i] for i in judged], chats, max_new_tokens, batch_size)
-        pending = []
-        for i, verdict in zip(judged, verdicts, strict=True):
-            option = parse_option(verdict)
-            replies[i].judgments.append(option)
-            if option == "B":
-                queries[i].rejected.append(replies[i].answer.keyframe_timestamp)
-                pending.append(i)
+    if mode == "rcot":
+        from stages.tasks.inference import rcot_answer
+
+        def generate_fn(chats, images):
+            return generate(model, processor, chats, images, max_new_tokens)
+
+        replies = []
+        for query in queries:
+            text, answer, trace = rcot_answer(query.text, query.timestamps, query.images, generate_fn, max_rounds)
+            query.rejected = [t for t, j in zip(trace.selections, trace.judgments, strict=False) if j == "B"]
+            replies.append(Reply(text, answer, rounds=list(trace.selections), judgments=list(trace.judgments)))
+        return replies
+    chats = [selection_messages(q) for q in queries]
+    texts = _batched(model, processor, queries, chats, max_new_tokens, batch_size)
+    replies = []
+    for text in texts:
+        answer = parse_answer(text)
+        replies.append(Reply(text, answer, rounds=[] if answer is None else [answer.keyframe_timestamp]))
     return replies

@@ -228,3 +228,67 @@ def htfs_answer(expression: str, timestamps: Sequence[int], images: Sequence[Ima
     text = generate([chat], [[images[trace.target]]])[0]
     answer = task.parse(text)
     return text, None if answer is None else replace(answer, keyframe_timestamp=t), trace
+
+
+@dataclass
+class RcotTrace:
+    """RCoT-Seg's inference, step by step."""
+
+    description: str = ""
+    selections: list[int] = field(default_factory=list)  # KFG keyframe timestamps, in order
+    judgments: list[str | None] = field(default_factory=list)  # AKS options ("A" | "B" | None unparsed)
+
+
+RESELECT_NOTE = "These frames were judged not to be valid keyframes: {rejected}. Choose a different keyframe."
+
+
+def rcot_answer(expression: str, timestamps: Sequence[int], images: Sequence[Image.Image], generate: Generate,
+                max_rounds: int = 5, keyframe_image: Callable[[int], Image.Image] | None = None):
+    """RCoT-Seg's inference with its own tasks' questions: VDG describes the video; KFG picks a keyframe over
+    the frames; AKS judges that frame alone (with the description) — on B the keyframe is re-selected with the
+    rejected frames named, at most `max_rounds` selections, the last one kept; KTG then boxes the targets on
+    that frame alone (with the description).
+
+    Args:
+        keyframe_image: the frame at a timestamp at the keyframe size (RCoT-Seg: 840²); default the shown image.
+
+    Returns:
+        (KTG completion, Answer with the keyframe's timestamp | None, trace).
+    """
+    from dataclasses import replace
+
+    from stages.tasks import get_task
+
+    vdg, kfg, aks, ktg = (get_task(n) for n in ("rcot_vdg", "rcot_kfg", "rcot_aks", "rcot_ktg"))
+    frames = list(images)
+    at = keyframe_image or (lambda t: frames[list(timestamps).index(t)])
+    trace = RcotTrace()
+    described = vdg.parse(generate([[{"role": "user", "content": vdg.question_content(expression, timestamps)}]],
+                                   [frames])[0])
+    trace.description = described.description if described is not None else ""
+    rejected: list[int] = []
+    keyframe: int | None = None
+    for _ in range(max_rounds):
+        content = kfg.question_content(expression, timestamps)
+        if rejected:
+            note = RESELECT_NOTE.format(rejected=", ".join(f"<{t}s>" for t in rejected))
+            content[-1] = {"type": "text", "text": content[-1]["text"] + "\n" + note}
+        chosen = kfg.parse(generate([[{"role": "user", "content": content}]], [frames])[0])
+        if chosen is None or chosen.keyframe_timestamp not in timestamps:
+            break  # an unusable selection ends the loop (the last usable one is kept)
+        keyframe = chosen.keyframe_timestamp
+        trace.selections.append(keyframe)
+        if len(trace.selections) == max_rounds:
+            break  # λ selections: the last is kept without another judgment
+        chat = [{"role": "user", "content": aks.question_content(expression, [keyframe], trace.description)}]
+        judged = aks.parse(generate([chat], [[at(keyframe)]])[0])
+        trace.judgments.append(judged.option if judged is not None else None)
+        if judged is None or judged.option != "B":
+            break
+        rejected.append(keyframe)
+    if keyframe is None:
+        return "", None, trace
+    chat = [{"role": "user", "content": ktg.question_content(expression, [keyframe], trace.description)}]
+    text = generate([chat], [[at(keyframe)]])[0]
+    answer = ktg.parse(text)
+    return text, None if answer is None else replace(answer, keyframe_timestamp=keyframe), trace

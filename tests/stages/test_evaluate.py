@@ -159,16 +159,14 @@ def test_select_prompt(text: str, status: str, key: int, boxes: list) -> None:
 
 
 def test_rcot_loop_reselects_after_b_and_stops_at_lambda(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The loop's control flow with scripted completions (a unit test of the loop, not of a model)."""
+    """The loop's control flow with scripted completions (a unit test of the loop, not of a model): RCoT-Seg's
+    tasks in order, VDG → KFG → AKS (B) → KFG → AKS (B) → KFG (unparseable: the last selection is kept) → KTG."""
     answers = iter([
-        # round 1: two selections; q0's is judged B, q1's A
-        ['<think>a</think><answer>{"keyframe_timestamp": 0, "bbox_2d_list": [[1, 1, 5, 5]]}</answer>',
-         '<think>a</think><answer>{"keyframe_timestamp": 2, "bbox_2d_list": [[1, 1, 5, 5]]}</answer>'],
-        ['<answer>{"option": "B"}</answer>', '<answer>{"option": "A"}</answer>'],
-        # round 2: q0 re-selects 2, judged B again; round 3: unparseable re-selection keeps the last answer
-        ['<think>a</think><answer>{"keyframe_timestamp": 2, "bbox_2d_list": [[1, 1, 5, 5]]}</answer>'],
-        ['<answer>{"option": "B"}</answer>'],
+        ['<think>a</think><answer>{"description": "a box moves"}</answer>'],
+        ['<think>a</think><answer>{"keyframe_timestamp": 0}</answer>'], ['<answer>{"option": "B"}</answer>'],
+        ['<think>a</think><answer>{"keyframe_timestamp": 2}</answer>'], ['<answer>{"option": "B"}</answer>'],
         ["nonsense"],
+        ['<think>a</think><answer>{"bbox_2d_list": [[1, 1, 5, 5]], "point_2d_list": [[3, 3]]}</answer>'],
     ])
     seen: list[list[dict]] = []
 
@@ -177,17 +175,20 @@ def test_rcot_loop_reselects_after_b_and_stops_at_lambda(monkeypatch: pytest.Mon
         return next(answers)
 
     monkeypatch.setattr(I, "generate", scripted)
-    queries = [I.Query(f"q{i}", "the box", [0, 2, 4], []) for i in range(2)]
+    queries = [I.Query("q0", "the box", [0, 2, 4], [None, None, None])]
     replies = I.answer_queries(None, None, queries, 16, 4, mode="rcot", max_rounds=5)
-    assert [r.rounds for r in replies] == [[0, 2], [2]]
-    assert [r.n_rounds for r in replies] == [2, 1]
+    assert [r.rounds for r in replies] == [[0, 2]] and replies[0].n_rounds == 2
     assert replies[0].answer.keyframe_timestamp == 2  # the last parsed selection is kept
-    assert queries[0].rejected == [0, 2]
-    assert "<0s>, <2s>" in seen[-1][0]["content"][-1]["text"]  # the re-selection names the rejected frames
-    answers_lambda = iter([['<think>a</think><answer>{"keyframe_timestamp": 0, "bbox_2d_list": []}</answer>'],
-                           ['<answer>{"option": "B"}</answer>']] * 3)
+    assert queries[0].rejected == [0, 2] and replies[0].judgments == ["B", "B"]
+    assert "<0s>, <2s>" in seen[5][0]["content"][-1]["text"]  # the re-selection names the rejected frames
+    answers_lambda = iter([['<think>a</think><answer>{"description": "d"}</answer>'],
+                           ['<think>a</think><answer>{"keyframe_timestamp": 0}</answer>'],
+                           ['<answer>{"option": "B"}</answer>'],
+                           ['<think>a</think><answer>{"keyframe_timestamp": 2}</answer>'],
+                           ['<think>a</think><answer>{"bbox_2d_list": [], "point_2d_list": []}</answer>']])
     monkeypatch.setattr(I, "generate", lambda *a, **k: next(answers_lambda))
-    replies = I.answer_queries(None, None, [I.Query("q", "x", [0, 2], [])], 16, 4, mode="rcot", max_rounds=2)
+    replies = I.answer_queries(None, None, [I.Query("q", "x", [0, 2], [None, None])], 16, 4, mode="rcot",
+                               max_rounds=2)
     assert replies[0].n_rounds == 2  # λ selections, the last kept without another judgment
 
 

@@ -102,3 +102,43 @@ def test_htfs_through_the_openai_client(tmp_path, monkeypatch):
                  HtfsParams(k=3, m=2))
     assert again.target == trace.target  # answered from the response cache
     assert np.isfinite(trace.target)
+
+
+def test_rcot_inference_asks_each_task_its_own_question():
+    """VDG → KFG → AKS (B: re-select with the rejected frame named) → KFG → AKS (A) → KTG on that frame alone."""
+    from stages.tasks.inference import rcot_answer
+
+    calls = []
+    replies = iter([
+        '<think>x</think><answer>{"description": "A dog runs, then sits."}</answer>',  # VDG
+        '<think>x</think><answer>{"keyframe_timestamp": 4}</answer>',  # KFG
+        '<think>x</think><answer>{"option": "B"}</answer>',  # AKS on <4s>
+        '<think>x</think><answer>{"keyframe_timestamp": 8}</answer>',  # KFG again
+        '<think>x</think><answer>{"option": "A"}</answer>',  # AKS on <8s>
+        '<think>x</think><answer>{"bbox_2d_list": [[1, 2, 6, 7]], "point_2d_list": [[3, 4]]}</answer>',  # KTG
+    ])
+
+    def generate(chats, images):
+        content = chats[0][0]["content"]
+        calls.append(([c["text"] for c in content if c["type"] == "text"], len(images[0])))
+        return [next(replies)]
+
+    text, answer, trace = rcot_answer("the dog", TIMESTAMPS[:6], IMAGES[:6], generate, max_rounds=5)
+    assert trace.description == "A dog runs, then sits." and trace.selections == [4, 8]
+    assert trace.judgments == ["B", "A"]
+    assert answer.keyframe_timestamp == 8 and answer.boxes == ((1.0, 2.0, 6.0, 7.0),) and answer.points == ((3.0, 4.0),)
+    questions = [texts[-1] for texts, _ in calls]
+    assert '"description"' in questions[0] and '{"keyframe_timestamp": t}' in questions[1]
+    assert '"option"' in questions[2] and 'Video description: "A dog runs, then sits."' in questions[2]
+    assert "<4s>" in questions[3] and "not to be valid keyframes" in questions[3]  # the rejected frame is named
+    assert '"point_2d_list"' in questions[5] and "A dog runs" in questions[5]
+    assert [n for _, n in calls] == [6, 6, 1, 6, 1, 1]  # AKS and KTG see the chosen frame alone
+    assert calls[2][0][0] == "<4s>" and calls[5][0][0] == "<8s>"
+    # λ = 2: the second selection is kept without another judgment
+    replies = iter(['<think>x</think><answer>{"description": "d"}</answer>',
+                    '<think>x</think><answer>{"keyframe_timestamp": 0}</answer>',
+                    '<think>x</think><answer>{"option": "B"}</answer>',
+                    '<think>x</think><answer>{"keyframe_timestamp": 2}</answer>',
+                    '<think>x</think><answer>{"bbox_2d_list": [], "point_2d_list": []}</answer>'])
+    _, answer, trace = rcot_answer("x", TIMESTAMPS[:3], IMAGES[:3], generate, max_rounds=2)
+    assert trace.selections == [0, 2] and trace.judgments == ["B"] and answer.keyframe_timestamp == 2
