@@ -1,0 +1,145 @@
+"""The GPU-node environment (requirements-cluster.txt + constraints-cluster.txt, scripts/setup_cluster.sh):
+it resolves together with `verl[vllm]==0.9.1` (torch 2.11, transformers < 5.11), and every third-party module
+the cluster code imports is in it.
+
+The resolution runs against the package index (network to registries is there in CI); it is skipped, saying
+so, only when the index cannot be reached. The default test resolves with uv (seconds); the slow one runs
+pip's own resolver through the install script's `--dry-run` (minutes).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+PROJECT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+REQUIREMENTS = PROJECT / "requirements-cluster.txt"
+CONSTRAINTS = PROJECT / "constraints-cluster.txt"
+# What the GPU nodes run (the reward entry + SAM2 service, data, curves, the merge, the tiny models) and every
+# first-party module these import, directly or lazily
+CLUSTER_ENTRIES = ["stages.rewards.verl_entry", "stages.rewards.sam2_service", "stages.grpo.curves",
+                   "stages.grpo.verl_engine", "stages.grpo.data", "stages.models"]
+# import name → distribution name where they differ
+DISTRIBUTIONS = {"PIL": "pillow", "yaml": "pyyaml", "hydra": "hydra-core", "sklearn": "scikit-learn",
+                 "annotated_types": "annotated-types", "google": "protobuf"}
+INSTALLED_APART = {"sam2"}  # scripts/setup_cluster.sh builds it against the resolved torch
+NOT_ON_GPU_NODES = {"dask"}  # imported lazily for `runner.kind: dask` only (data stages; not run by the GPU job)
+
+
+def _index_url() -> str:
+    return os.environ.get("UV_INDEX_URL") or os.environ.get("PIP_INDEX_URL") or "https://pypi.org/simple"
+
+
+def _require_index() -> None:
+    url = _index_url().rstrip("/") + "/verl/"
+    try:
+        urllib.request.urlopen(url, timeout=15).close()
+    except (urllib.error.URLError, OSError) as err:
+        pytest.skip(f"package index {_index_url()} unreachable ({err}); the resolution check needs it")
+
+
+def _pins(text: str) -> dict[str, str]:
+    pins = {}
+    for line in text.splitlines():
+        match = re.match(r"^([A-Za-z0-9_.\-]+)==([^\s;]+)", line.strip())
+        if match:
+            pins[re.sub(r"[-_.]+", "-", match.group(1)).lower()] = match.group(2)
+    return pins
+
+
+def test_cluster_requirements_resolve_with_verl_vllm(tmp_path: Path):
+    _require_index()
+    out = tmp_path / "resolved.txt"
+    result = subprocess.run(
+        [str(BIN / "uv"), "pip", "compile", "--python-version", "3.11", "--python-platform", "x86_64-manylinux_2_28",
+         "--index-url", _index_url(), "--no-header", "--no-annotate", "--quiet", str(REQUIREMENTS),
+         "-c", str(CONSTRAINTS), "-o", str(out)],
+        capture_output=True, text=True, timeout=120, cwd=PROJECT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    resolved, locked = _pins(out.read_text()), _pins(CONSTRAINTS.read_text())
+    assert resolved["verl"] == "0.9.1" and "vllm" in resolved
+    assert resolved["torch"].startswith("2.11.")
+    major, minor = (int(x) for x in resolved["transformers"].split(".")[:2])
+    assert (major, minor) < (5, 11)  # verl 0.9.1's own bound
+    assert resolved == locked  # the constraints file is the complete, current resolution
+
+
+def _module_path(name: str) -> Path | None:
+    base = PROJECT.joinpath(*name.split("."))
+    for path in (base / "__init__.py", base.with_suffix(".py")):
+        if path.is_file():
+            return path
+    return None
+
+
+def _imports(path: Path) -> list[str]:
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module)
+            names += [f"{node.module}.{a.name}" for a in node.names]  # submodules imported by name
+    return names
+
+
+def cluster_imports() -> dict[str, list[str]]:
+    """Third-party top-level modules imported by the cluster code's first-party closure → importing files."""
+    first_party = {"stages", "schemas"}
+    found: dict[str, list[str]] = {}
+    seen: set[Path] = set()
+    todo = list(CLUSTER_ENTRIES)
+    while todo:
+        name = todo.pop()
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):  # a package's __init__ runs before its modules
+            path = _module_path(".".join(parts[:i]))
+            if path is None or path in seen:
+                continue
+            seen.add(path)
+            for imported in _imports(path):
+                top = imported.split(".")[0]
+                if top in first_party:
+                    todo.append(imported)
+                elif top not in sys.stdlib_module_names and top != "__future__":
+                    found.setdefault(top, []).append(str(path.relative_to(PROJECT)))
+    return found
+
+
+def test_cluster_code_imports_only_what_the_cluster_environment_installs():
+    imports = cluster_imports()
+    assert {"verl", "ray", "torch", "transformers", "sam2", "numpy", "peft"} <= set(imports)  # the scan sees them
+    locked = _pins(CONSTRAINTS.read_text())
+    def distribution(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", DISTRIBUTIONS.get(name, name)).lower()
+
+    missing = {name: sorted(set(files)) for name, files in imports.items()
+               if name not in INSTALLED_APART | NOT_ON_GPU_NODES and distribution(name) not in locked}
+    assert not missing, f"imported by cluster code but not in constraints-cluster.txt: {missing}"
+
+
+def test_setup_cluster_script_lints():
+    script = PROJECT / "scripts" / "setup_cluster.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    lint = subprocess.run([str(BIN / "shellcheck"), str(script)], capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout
+
+
+@pytest.mark.slow
+def test_setup_cluster_dry_run_resolves_with_pip():
+    """pip's own resolver, through the install script (2–3 minutes against PyPI)."""
+    _require_index()
+    result = subprocess.run(["bash", str(PROJECT / "scripts" / "setup_cluster.sh"), "--dry-run"],
+                            env={**os.environ, "PYTHON": sys.executable}, capture_output=True, text=True,
+                            timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "resolves" in result.stdout
