@@ -53,7 +53,8 @@ def _read_back(flow_run_id) -> dict:
         stage_artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(
             any_=[r.id for r in stage_runs]))) if stage_runs else []
         logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
-    return {"artifacts": {a.key: a for a in run_artifacts if a.key}, "stage_runs": stage_runs,
+        parents = [client.read_task_run(r.parent_task_run_id) for r in stage_runs if r.parent_task_run_id]
+    return {"artifacts": {a.key: a for a in run_artifacts if a.key}, "stage_runs": stage_runs, "parents": parents,
             "stage_artifacts": {a.key: a for a in stage_artifacts if a.key}, "log": "\n".join(x.message for x in logs)}
 
 
@@ -107,6 +108,8 @@ def test_served_runs_are_isolated_experiments(prefect_api: str, tmp_path: Path, 
     assert "Running stage 'ingest'" in back["log"]  # dvc's output is in the run log
     [stage_run] = back["stage_runs"]  # the ingest flow run carries the pipeline run's id and is its subflow
     assert stage_run.state is not None and stage_run.state.is_completed()
-    assert stage_run.parent_task_run_id is not None and "experiment:served-ingest" in stage_run.tags
+    assert "experiment:served-ingest" in stage_run.tags
+    [parent] = back["parents"]  # a subflow of the pipeline run's dvc-exp-run task
+    assert parent.flow_run_id == flow_run.id and parent.name.startswith("dvc-exp-run")
     params_rows = json.loads(back["stage_artifacts"]["ingest-params"].data)
     assert {"param": "ingest.check_jpeg", "value": "header"} in params_rows
