@@ -17,7 +17,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
 stamp=.venv/.vrsflow-installed
-want=$(cat pyproject.toml constraints.txt scripts/setup.sh | sha256sum | cut -d' ' -f1)
+want=$(cat pyproject.toml constraints.txt requirements-verl.txt scripts/setup.sh | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   offline_plots_page
   say "environment up to date (.venv)"
