@@ -37,6 +37,7 @@ LOCK_FILE = "vrsflow-api.lock"
 LEASES_DIR = "vrsflow-api-leases"
 LOG_FILE = "vrsflow-api.log"
 LINGER_ENV = "VRSFLOW_PREFECT_LINGER_S"
+WARM_ENV = "VRSFLOW_WARM_STAGES"  # "0": `vrsflow repro` runs each stage in a fresh process (no fork server)
 SHARED_ENV = "VRSFLOW_SHARED_PREFECT_API"  # "0": no shared server (Prefect starts one per stage process)
 DEFAULT_LINGER_S = 30.0
 STARTUP_TIMEOUT_S = 90.0
@@ -180,16 +181,44 @@ def stop_server(home: Path) -> bool:
     return True
 
 
-def repro(dvc_args: list[str], grace_s: float = 10.0) -> int:
+@contextlib.contextmanager
+def _forkserver(warm: bool) -> Iterator[dict[str, str]]:
+    """Extra environment for dvc: with `warm`, a fork server (flows/forkserver.py) runs the stages."""
+    if not warm:
+        yield {}
+        return
+    import tempfile
+
+    from flows.forkserver import ENV
+
+    with tempfile.TemporaryDirectory(prefix="vrsflow-fork-") as folder:
+        path = str(Path(folder) / "stages.sock")
+        server = subprocess.Popen([sys.executable, "-m", "flows.forkserver", path], stdin=subprocess.DEVNULL,
+                                  start_new_session=True)
+        try:
+            yield {ENV: path}
+        finally:  # it holds nothing to clean up (its children are stages, stopped through their commands)
+            server.kill()
+            server.wait()
+
+
+def repro(dvc_args: list[str], grace_s: float = 10.0, warm: bool | None = None) -> int:
     """`dvc repro DVC_ARGS…` with one Prefect API for all its stages; return dvc's exit code.
+
+    With `warm`, the stages run as children of one process that has imported the stage code once
+    (flows/forkserver.py); a stage that starts before it is ready runs in its own process. `warm` defaults
+    to $VRSFLOW_WARM_STAGES != "0".
 
     dvc runs in its own process group: a SIGTERM to this process is passed to that group (dvc and the running
     stage, whose flow run is then marked crashed); Ctrl-C reaches it through the terminal. Either way this
     waits up to `grace_s` seconds for dvc to finish before returning.
     """
-    with prefect_api() as url:
+    if warm is None:
+        warm = os.environ.get(WARM_ENV, "1") != "0"
+    with _forkserver(warm) as extra_env, prefect_api() as url:  # the two start side by side
         sys.stderr.write(f"vrsflow repro: Prefect API {url}\n")
-        proc = subprocess.Popen([sys.executable, "-m", "dvc", "repro", *dvc_args], process_group=0)
+        proc = subprocess.Popen([sys.executable, "-m", "dvc", "repro", *dvc_args], process_group=0,
+                                env={**os.environ, **extra_env})
 
         def forward(signum: int, frame: object) -> None:
             with contextlib.suppress(ProcessLookupError):
@@ -197,7 +226,8 @@ def repro(dvc_args: list[str], grace_s: float = 10.0) -> int:
 
         previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
-            return proc.wait()
+            code = proc.wait()
+            return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as a shell reports it
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)

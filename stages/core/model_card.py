@@ -314,6 +314,13 @@ def raw_data_hashes(lineage: Mapping[str, Any]) -> dict[str, str]:
     return {entry["path"]: entry["sha256"] for entry in raw_data(lineage)}
 
 
+def _is_timing(key: str) -> bool:
+    """Wall-clock figures (throughput, seconds) differ on every run: they stay in metrics/, out of the card, so
+    that the same training gives the same bytes (DVC hashes the card with the checkpoint)."""
+    name = key.rsplit(".", 1)[-1]
+    return name.endswith(("_per_s", "_s")) or "seconds" in name
+
+
 def write_model_card(model_dir: Path, title: str, metrics: Mapping[str, Any] | None = None) -> Path:
     """Write `model_dir/README.md`: what the model is, the raw data it comes from, its metrics and the lineage
     tree.
@@ -339,7 +346,7 @@ def write_model_card(model_dir: Path, title: str, metrics: Mapping[str, Any] | N
         parts.append(f"| {entry['name']} | `{entry['path']}` | `{entry['sha256']}` | {origin} |")
     if metrics:
         parts += ["", "## Metrics", "", "| metric | value |", "|---|---|"]
-        parts += [f"| {k} | {v} |" for k, v in sorted(_flatten(dict(metrics)).items())]
+        parts += [f"| {k} | {v} |" for k, v in sorted(_flatten(dict(metrics)).items()) if not _is_timing(k)]
     parts += ["", "## Lineage (this model first, raw data last; params: differences from the defaults)", "",
               "```text", format_chain(lineage), "```", ""]
     card = model_dir / "README.md"

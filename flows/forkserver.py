@@ -1,0 +1,250 @@
+"""A warm process for the stages of one `vrsflow repro`: imports once, forks a child per stage.
+
+Most of a small stage's wall time is not its work but starting Python and importing prefect, pandas,
+torch and transformers again (2–8 s per stage on 2 cores). `vrsflow repro` starts this server, which imports
+every stage flow once, and tells the stage commands where it listens (`VRSFLOW_FORKSERVER`, a Unix socket).
+`vrsflow stage NAME` then sends its arguments, working directory, environment and stdin/stdout/stderr to the
+server, which forks a child that runs the stage exactly as the command would have (same cwd, environment and
+file descriptors). The command waits for the child's exit status and exits with it; a SIGTERM or Ctrl-C it
+receives is passed to the child, so clean stops behave as without the server. When the server is not there
+(a plain `dvc repro`), `vrsflow stage` runs the stage in its own process as before.
+
+The server stays single-threaded (forking a multi-threaded process is unsafe): one select loop accepts
+requests, forks, and reaps children, answering each request with its child's exit status.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+
+ENV = "VRSFLOW_FORKSERVER"  # path of the server's Unix socket; unset = no server
+WARM_MODULES = ["pandas", "pyarrow", "torch", "transformers", "peft", "trl", "flows.common"]
+_MAX_REQUEST = 1 << 20
+
+
+def _send(sock: socket.socket, message: dict) -> None:
+    data = json.dumps(message).encode()
+    sock.sendall(struct.pack("!I", len(data)) + data)
+
+
+def _receive(sock: socket.socket) -> dict | None:
+    header = _read_exactly(sock, 4)
+    if header is None:
+        return None
+    (size,) = struct.unpack("!I", header)
+    body = _read_exactly(sock, size) if size <= _MAX_REQUEST else None
+    return json.loads(body) if body is not None else None
+
+
+def _read_exactly(sock: socket.socket, size: int) -> bytes | None:
+    chunks, left = [], size
+    while left:
+        chunk = sock.recv(left)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+# -- client: `vrsflow stage` ---------------------------------------------------------------------------------
+
+
+def run_in_server(argv: list[str]) -> int | None:
+    """Run `vrsflow ARGV` in a child of the server named by $VRSFLOW_FORKSERVER; its exit code, or None when
+    there is no server to ask (the caller then runs the command itself)."""
+    path = os.environ.get(ENV)
+    if not path:
+        return None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+        request = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
+        socket.send_fds(sock, [struct.pack("!I", len(request)) + request], [0, 1, 2])
+        started = _receive(sock)
+    except OSError:
+        sock.close()
+        return None
+    if not started or "pid" not in started:
+        sock.close()
+        return None
+    child = int(started["pid"])
+
+    def forward(signum: int, frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    try:
+        while True:
+            try:
+                done = _receive(sock)
+                break
+            except InterruptedError:
+                continue
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        sock.close()
+    if done is None:  # the server went away: the child's fate is unknown
+        return 1
+    if done.get("signal"):
+        signal.signal(done["signal"], signal.SIG_DFL)
+        os.kill(os.getpid(), done["signal"])  # die the way the child died (128 + N for the shell)
+    return int(done.get("code", 1))
+
+
+# -- server ---------------------------------------------------------------------------------------------------
+
+
+def _warm_up() -> None:
+    import flows
+
+    for name in WARM_MODULES:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+    import pkgutil
+
+    for module in pkgutil.iter_modules(flows.__path__):
+        if module.name not in {"cli", "forkserver", "prefect_api", "pipeline"} and not module.name.startswith(
+                "serve"):
+            with contextlib.suppress(Exception):  # a broken stage module fails in its own stage, not here
+                importlib.import_module(f"flows.{module.name}")
+
+
+def _child(conn: socket.socket, request: dict, fds: list[int], inherited: list[socket.socket]) -> None:
+    """In the forked child: become the stage command, run it, exit with its code."""
+    try:
+        for other in inherited:  # the listener and other clients' connections are the server's business
+            other.close()
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for target, fd in enumerate(fds[:3]):
+            os.dup2(fd, target)
+        for fd in fds:
+            os.close(fd)
+        conn.close()
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.environ.pop(ENV, None)
+        sys.argv = ["vrsflow", *request["argv"]]
+        from flows.cli import main
+
+        code = main(request["argv"])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # noqa: BLE001 (report like the interpreter would, then exit non-zero)
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def serve(path: str) -> None:
+    """Listen on `path` until SIGTERM; fork one child per request; never returns."""
+    _warm_up()
+    stopping = False
+
+    def stop(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the stages (their clients pass it on)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(16)
+    waiting: dict[int, socket.socket] = {}  # child pid → the client's connection
+    while not stopping:
+        try:
+            ready, _, _ = select.select([listener], [], [], 0.1)
+        except InterruptedError:
+            continue
+        if ready:
+            _accept(listener, waiting)
+        _reap(waiting)
+    listener.close()
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    for pid in waiting:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # the imported libraries' exit handlers take seconds and have nothing to clean up here
+
+
+def _accept(listener: socket.socket, waiting: dict[int, socket.socket]) -> None:
+    conn, _ = listener.accept()
+    try:
+        message, fds, _, _ = socket.recv_fds(conn, _MAX_REQUEST + 4, 3)
+        (size,) = struct.unpack("!I", message[:4])
+        body = message[4:]
+        while len(body) < size:
+            more = conn.recv(size - len(body))
+            if not more:
+                raise OSError("short request")
+            body += more
+        request = json.loads(body)
+    except (OSError, ValueError, struct.error):
+        conn.close()
+        return
+    pid = os.fork()
+    if pid == 0:
+        _child(conn, request, list(fds), [listener, *waiting.values()])
+    for fd in fds:
+        os.close(fd)
+    try:
+        _send(conn, {"pid": pid})
+    except OSError:
+        conn.close()
+        return
+    waiting[pid] = conn
+
+
+def _reap(waiting: dict[int, socket.socket]) -> None:
+    while waiting:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        conn = waiting.pop(pid, None)
+        if conn is None:
+            continue
+        reply = ({"signal": os.WTERMSIG(status)} if os.WIFSIGNALED(status)
+                 else {"code": os.WEXITSTATUS(status)})
+        with contextlib.suppress(OSError):
+            _send(conn, reply)
+        conn.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m flows.forkserver SOCKET` (started by `vrsflow repro`)."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        sys.stderr.write("usage: python -m flows.forkserver SOCKET\n")
+        return 2
+    serve(args[0])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
