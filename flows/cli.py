@@ -29,12 +29,16 @@ def stage_names() -> list[str]:
 
     import flows
 
-    not_stages = {"cli", "common", "pipeline", "prefect_api"}
+    not_stages = {"cli", "common", "forkserver", "pipeline", "prefect_api"}
     return sorted(m.name for m in pkgutil.iter_modules(flows.__path__)
                   if m.name not in not_stages and not m.name.startswith("serve_"))
 
 
 def _stage(args: argparse.Namespace) -> int:
+    from flows.forkserver import run_in_server
+
+    if sys.argv[1:2] == ["stage"] and (code := run_in_server(sys.argv[1:])) is not None:
+        return code  # ran in a child of `vrsflow repro`'s warm process (flows/forkserver.py)
     from flows.prefect_api import prefect_api
     from stages.core.params import load_params
 
@@ -83,7 +87,8 @@ def _check(args: argparse.Namespace) -> int:
 def _repro(args: argparse.Namespace) -> int:
     from flows.prefect_api import repro
 
-    return repro(args.dvc_args)
+    dvc_args = args.dvc_args[1:] if args.dvc_args[:1] == ["--"] else args.dvc_args  # `vrsflow repro -- -f sft`
+    return repro(dvc_args)
 
 
 def _lineage(args: argparse.Namespace) -> int:
@@ -222,7 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
     repro = sub.add_parser("repro", help="`dvc repro` with one Prefect API for all its stages",
                            description="Run `dvc repro ARGS…` with one local Prefect API shared by every stage "
                                        "(or PREFECT_API_URL when set). Arguments are passed to dvc repro.")
-    repro.add_argument("dvc_args", nargs=argparse.REMAINDER, help="arguments for dvc repro, e.g. -f sft")
+    repro.add_argument("dvc_args", nargs=argparse.REMAINDER,
+                       help="arguments for dvc repro; after `--` when the first is an option: vrsflow repro -- -f sft")
     repro.set_defaults(func=_repro)
 
     lineage = sub.add_parser("lineage", help="print the lineage chain of an output (file or folder)")
