@@ -79,6 +79,6 @@ def _record_timings(stage: str, started: float, finished: float) -> None:
     import psutil
 
     record = {"stage": stage, "pid": os.getpid(), "process_start": psutil.Process().create_time(),
-              "task_start": started, "task_end": finished}
+              "task_start": started, "task_end": finished, "forked": os.environ.get("VRSFLOW_FORKED") == "1"}
     with open(path, "a") as out:
         out.write(json.dumps(record) + "\n")

@@ -26,6 +26,7 @@ import struct
 import sys
 
 ENV = "VRSFLOW_FORKSERVER"  # path of the server's Unix socket; unset = no server
+FORKED_ENV = "VRSFLOW_FORKED"  # "1" in a stage forked by the server
 WARM_MODULES = ["pandas", "pyarrow", "torch", "transformers", "peft", "trl", "flows.common"]
 _MAX_REQUEST = 1 << 20
 
@@ -137,6 +138,7 @@ def _child(conn: socket.socket, request: dict, fds: list[int], inherited: list[s
         os.environ.clear()
         os.environ.update(request["env"])
         os.environ.pop(ENV, None)
+        os.environ[FORKED_ENV] = "1"  # for the timings record (flows/common.py) and the tests
         sys.argv = ["vrsflow", *request["argv"]]
         from flows.cli import main
 
