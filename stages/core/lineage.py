@@ -33,6 +33,7 @@ HASH_CACHE_ENV = "VRSFLOW_HASH_CACHE"  # path of the file-hash cache (sqlite); "
 # a file modified less than this long before it is hashed is not cached: a rewrite of the same size within the
 # file system's timestamp granularity would keep its (size, mtime, inode) key (git's "racy" entries)
 RACY_NS = 2_000_000_000
+UPSTREAM_LEVELS = 2  # parent folders searched for an input's lineage.json
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
@@ -212,12 +213,13 @@ def write_lineage(
     input_records = {}
     for name, path in sorted((inputs or {}).items()):
         path = Path(path)
-        # the input's own lineage: in the folder itself, or in the stage folder holding it
-        # (data/keyframes/eval.parquet, models/sft/merged)
-        candidates = ([path / LINEAGE_FILE] if path.is_dir() else []) + [path.parent / LINEAGE_FILE]
-        upstream_file = next((c for c in candidates if c.is_file()), candidates[0])
+        # the input's own lineage: in the folder itself, or in the stage folder holding it, one or two levels
+        # up (data/keyframes/eval.parquet, models/sft/merged, models/tiny/sam2/model.pt)
+        candidates = ([path / LINEAGE_FILE] if path.is_dir() else []) + [
+            folder / LINEAGE_FILE for folder in list(path.parents)[:UPSTREAM_LEVELS]]
+        upstream_file = next((c for c in candidates if c.is_file()), None)
         record: dict[str, Any] = {"path": path.as_posix(), "sha256": sha256_tree(path)}
-        if upstream_file.is_file() and upstream_file.parent.resolve() != out_dir.resolve():
+        if upstream_file is not None and upstream_file.parent.resolve() != out_dir.resolve():
             upstream = json.loads(upstream_file.read_text())
             record["upstream"] = {"stage": upstream.get("stage"), "lineage": upstream}
         input_records[name] = record

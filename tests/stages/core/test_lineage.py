@@ -125,3 +125,15 @@ def test_code_version_ignores_git_state_of_other_files(tmp_path: Path, monkeypat
     changed = json.loads(lineage_text())["code_version"]
     assert changed["git"] == f"{code_commit}+modified"
     assert changed["sha256"] != json.loads(before)["code_version"]["sha256"]
+
+
+def test_upstream_found_two_levels_up(tmp_path: Path) -> None:
+    """A checkpoint file inside a stage's output folder (models/tiny/sam2/model.pt) chains to that stage."""
+    models = tmp_path / "models" / "tiny"
+    (models / "sam2").mkdir(parents=True)
+    (models / "sam2" / "model.pt").write_bytes(b"weights")
+    write_lineage(models, "tiny_models", {"seed": 0}, seed=0)
+    record = write_lineage(tmp_path / "eval", "evaluate", {}, inputs={"sam2": models / "sam2" / "model.pt",
+                                                                       "alone": tmp_path / "models"})
+    assert record["inputs"]["sam2"]["upstream"]["stage"] == "tiny_models"
+    assert "upstream" not in record["inputs"]["alone"]  # three levels above nothing: raw data
