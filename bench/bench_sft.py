@@ -1,23 +1,39 @@
-"""Benchmark: LoRA SFT step throughput.
+"""Benchmark: the SFT stage's data path and step throughput, against today's loop (the code before the
+Trainer rewrite: `read_shards` decoded every frame of the pool up front and the processor ran on every step).
 
-CPU (default): the tiny Qwen2.5-VL of the default pipeline (built in a temporary folder from the
-`tiny_models` defaults) on synthetic SFT samples shaped like the default pipeline's (N frames at
-`keyframes.train_size`, a template-teacher-length response). Reports samples/s and tokens/s of
-forward + backward (LoRA, fp32), with and without gradient checkpointing (the ratio is its cost).
+CPU (default), three parts, each a ratio measured in this run:
+
+- reader: peak memory (RSS, fresh process) and seconds to make the pool ready, at `--size` px (paper:
+  560) for `--samples` and twice as many: the baseline decodes every frame up front (WebDataset
+  `.decode("pil")`); ours indexes the tars (`index_shards`) and streams the frames of one sample at a
+  time. Reports bytes per sample, so the paper pool (5.8K samples) can be extrapolated.
+- epochs: seconds of data loading + processor for `--epochs` passes over the pool at the default
+  `keyframes.train_size` with the default tiny model's processor: baseline re-encodes every step;
+  ours (`SftDataset`) encodes once and serves later epochs from the cache.
+- steps: LoRA forward + backward on the tiny default model, with and without gradient checkpointing
+  (its cost; the stage leaves it off on CPU).
+
+`--stage PIPELINE_DIR`: the whole `train_sft` of the current code and of `--baseline-commit`
+(extracted with `git archive`), each in a fresh process on the same pipeline copy's data/shards.
 
 GPU (`--gpu`): a randomly initialised model with Qwen2.5-VL-3B's shapes, 6 frames at 560 × 560, bf16,
-LoRA r=8 on every linear layer of the language model. Reports step time, tokens/s, the FLOPs actually
-executed (torch's FlopCounterMode over one step) and model FLOPs utilisation against the device's dense
-bf16 peak, and peak memory.
+LoRA r=8 on every linear layer of the language model (vision tower frozen, as the stage). Reports step time,
+tokens/s, the FLOPs actually executed (torch's FlopCounterMode over one step) and model FLOPs utilisation
+against the device's dense bf16 peak, and peak memory.
 
-    python bench/bench_sft.py [--steps 8] [--out bench/out/sft.json]
+    python bench/bench_sft.py [--samples 32] [--size 560] [--epochs 3]      # → bench/results/sft.json
+    python bench/bench_sft.py --stage /path/to/pipeline-copy --baseline-commit SHA   # → sft-stage.json
     python bench/bench_sft.py --gpu [--steps 10] [--gradient-checkpointing] [--peak-tflops 989]
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import os
+import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -27,10 +43,13 @@ import numpy as np
 import torch
 from PIL import Image
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 
+from bench.results_io import write_result  # noqa: E402
 from stages.core.params import KeyframesParams, SftParams, TinyModelsParams  # noqa: E402
-from stages.sft.data import assistant_labels, messages  # noqa: E402
+from stages.models.trainable import lora_targets  # noqa: E402
+from stages.sft.data import SftDataset, assistant_labels, index_shards, messages  # noqa: E402
 from stages.teacher.template_teacher import write_trace  # noqa: E402
 
 # dense bf16 peak (TFLOP/s, no sparsity) by device-name fragment: NVIDIA datasheets
@@ -71,7 +90,7 @@ def lora_model(model, params: SftParams, gradient_checkpointing: bool):
     from peft import LoraConfig, get_peft_model
 
     config = LoraConfig(r=params.lora_r, lora_alpha=params.lora_alpha, lora_dropout=params.lora_dropout,
-                        target_modules=list(params.target_modules), task_type="CAUSAL_LM")
+                        target_modules=lora_targets(params.target_modules, params.train_vision), task_type="CAUSAL_LM")
     model = get_peft_model(model, config)
     if gradient_checkpointing:
         model.gradient_checkpointing_enable()
@@ -102,20 +121,102 @@ def time_steps(model, batches: list[dict], device: str, autocast: bool) -> tuple
     return time.perf_counter() - started, sum(int(b["attention_mask"].sum()) for b in batches)
 
 
-def bench_cpu(steps: int, threads: int) -> dict:
-    from stages.models import build_tiny_models, load_vlm
+def write_shards(folder: Path, samples: list[dict]) -> None:
+    """The shard stage's layout: `<key>.frame_<i>.jpg` (quality 95, as shard.jpeg_quality) + `<key>.json`."""
+    import webdataset as wds
 
-    torch.set_num_threads(threads)
+    folder.mkdir(parents=True, exist_ok=True)
+    with wds.TarWriter(str(folder / "shard-000000.tar"), mtime=0.0) as sink:
+        for i, sample in enumerate(samples):
+            record = {"__key__": f"S_{i:05d}", "json": json.dumps(sample["meta"]).encode()}
+            for j, frame in enumerate(sample["frames"]):
+                buffer = io.BytesIO()
+                frame.save(buffer, format="JPEG", quality=95)
+                record[f"frame_{j}.jpg"] = buffer.getvalue()
+            sink.write(record)
+
+
+def baseline_read_shards(folder: Path) -> list[dict]:
+    """Today's reader (before the rewrite): every sample decoded, in key order."""
+    import webdataset as wds
+
+    urls = sorted(str(p) for p in Path(folder).glob("shard-*.tar"))
+    samples = []
+    for sample in wds.WebDataset(urls, shardshuffle=False, empty_check=False).decode("pil"):
+        frames = [sample[k] for k in sorted(k for k in sample if k.startswith("frame_"))]
+        samples.append({"key": sample["__key__"], "meta": sample["json"], "frames": frames})
+    return sorted(samples, key=lambda s: s["key"])
+
+
+def _reader_child(kind: str, folder: str) -> None:
+    """In a fresh process: make the pool ready, then walk it once as training would; print peak RSS and seconds."""
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started = time.perf_counter()
+    if kind == "baseline":
+        pool = baseline_read_shards(Path(folder))
+        ready = time.perf_counter() - started
+        pixels = sum(np.asarray(f).size for s in pool for f in s["frames"])
+    else:
+        pool = index_shards(Path(folder))
+        ready = time.perf_counter() - started
+        pixels = sum(np.asarray(f).size for s in pool for f in s.load_frames())  # one sample's frames at a time
+    walked = time.perf_counter() - started
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    figures = {"ready_s": round(ready, 3), "ready_and_walk_s": round(walked, 3), "peak_rss_mb": round(peak / 1024, 1),
+               "rss_growth_mb": round((peak - before) / 1024, 1), "pixels": int(pixels)}
+    sys.stdout.write(json.dumps(figures) + "\n")
+
+
+def bench_reader(samples: int, size: int, n_frames: int) -> dict:
+    """Peak memory of each reader for `samples` and 2 × `samples` (fresh processes, same shards)."""
+    out: dict = {"size": size, "frames_per_sample": n_frames}
+    for n in (samples, 2 * samples):
+        with tempfile.TemporaryDirectory(prefix="vrsflow-bench-sft-") as tmp:
+            write_shards(Path(tmp), synthetic_samples(n, n_frames, size))
+            row = {}
+            for kind in ("baseline", "ours"):
+                code = f"import sys; sys.path.insert(0, {str(REPO)!r}); from bench.bench_sft import _reader_child; " \
+                       f"_reader_child({kind!r}, {tmp!r})"
+                proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+                row[kind] = json.loads(proc.stdout.strip().splitlines()[-1])
+            assert row["baseline"]["pixels"] == row["ours"]["pixels"]  # the same frames were read
+            out[f"samples_{n}"] = row
+    small, large = out[f"samples_{samples}"], out[f"samples_{2 * samples}"]
+    for kind in ("baseline", "ours"):
+        growth = (large[kind]["peak_rss_mb"] - small[kind]["peak_rss_mb"]) / samples  # MB per extra sample
+        out[f"{kind}_mb_per_sample"] = round(growth, 3)
+        out[f"{kind}_paper_pool_gb"] = round(max(growth, 0.0) * 5800 / 1024, 2)  # ReVOS SFT pool: ~5.8K samples
+    return out
+
+
+def bench_epochs(samples: int, epochs: int, processor, size: int, n_frames: int) -> dict:
+    """Data path over `epochs` passes: baseline = decode all up front, encode every step; ours = index + cache."""
+    with tempfile.TemporaryDirectory(prefix="vrsflow-bench-sft-") as tmp:
+        write_shards(Path(tmp), synthetic_samples(samples, n_frames, size))
+        started = time.perf_counter()
+        pool = baseline_read_shards(Path(tmp))
+        baseline_items = [encode(processor, s) for _ in range(epochs) for s in pool]
+        baseline = time.perf_counter() - started
+        started = time.perf_counter()
+        dataset = SftDataset(index_shards(Path(tmp)), processor, cache_bytes=2**30)
+        ours_items = [dataset[i] for _ in range(epochs) for i in range(len(dataset))]
+        ours = time.perf_counter() - started
+    same = all(torch.equal(a[k], b[k]) for a, b in zip(baseline_items, ours_items, strict=True) for k in a)
+    return {"samples": samples, "epochs": epochs, "size": size, "baseline_s": round(baseline, 3),
+            "ours_s": round(ours, 3), "speedup": round(baseline / ours, 2), "processor_calls_baseline":
+            samples * epochs, "processor_calls_ours": dataset.encodes, "inputs_identical": same}
+
+
+def bench_steps(steps: int, model_dir: Path, processor) -> dict:
+    from stages.models import load_vlm
+
     size = KeyframesParams().train_size
-    work = Path(tempfile.mkdtemp(prefix="vrsflow-bench-sft-"))
-    build_tiny_models(TinyModelsParams(), work)
-    results: dict = {"device": "cpu", "threads": threads, "train_size": size, "steps": steps}
+    results: dict = {"train_size": size, "steps": steps}
+    batches = [encode(processor, s) for s in synthetic_samples(steps, KeyframesParams().n_frames, size)]
     for checkpointing in (False, True):
-        model, processor = load_vlm(work / "qwen25vl", "float32", "cpu")
-        params = SftParams()
-        model = lora_model(model, replace_modules(params, model), checkpointing)
+        model, _ = load_vlm(model_dir, "float32", "cpu")
+        model = lora_model(model, replace_modules(SftParams(), model), checkpointing)
         model.train()
-        batches = [encode(processor, s) for s in synthetic_samples(steps, KeyframesParams().n_frames, size)]
         seconds, tokens = time_steps(model, batches, "cpu", autocast=False)
         key = "checkpointing" if checkpointing else "plain"
         results[key] = {"samples_per_s": round(steps / seconds, 3), "tokens_per_s": round(tokens / seconds, 1),
@@ -123,6 +224,53 @@ def bench_cpu(steps: int, threads: int) -> dict:
     results["checkpointing_slowdown"] = round(results["plain"]["samples_per_s"]
                                               / results["checkpointing"]["samples_per_s"], 3)
     return results
+
+
+def bench_cpu(args: argparse.Namespace) -> dict:
+    from stages.models import build_tiny_models, load_vlm
+
+    torch.set_num_threads(args.threads)
+    work = Path(tempfile.mkdtemp(prefix="vrsflow-bench-sft-"))
+    build_tiny_models(TinyModelsParams(), work)
+    _, processor = load_vlm(work / "qwen25vl", "float32", "cpu")
+    n_frames = KeyframesParams().n_frames
+    return {"threads": args.threads,
+            "reader": bench_reader(args.samples, args.size, n_frames),
+            "epochs": bench_epochs(args.samples, args.epochs, processor, KeyframesParams().train_size, n_frames),
+            "steps": bench_steps(args.steps, work / "qwen25vl", processor)}
+
+
+STAGE_SNIPPET = """
+import json, sys, time
+from pathlib import Path
+from stages.core.params import load_params
+from stages.sft import train_sft
+p = load_params("params.yaml")
+out = Path(sys.argv[1])
+started = time.perf_counter()
+report = train_sft(p.sft, p.model, Path("data/shards"), out / "sft", out / "ckpt", out / "metrics")
+print(json.dumps({"wall_s": round(time.perf_counter() - started, 2), **report.metrics}))
+"""
+
+
+def bench_stage(pipeline: Path, baseline_commit: str, repeats: int) -> dict:
+    """`train_sft` of the current tree and of `baseline_commit`, alternating, each in a fresh process."""
+    with tempfile.TemporaryDirectory(prefix="vrsflow-bench-sft-stage-") as tmp:
+        trees = {"ours": REPO, "baseline": Path(tmp) / "baseline"}
+        trees["baseline"].mkdir()
+        archive = subprocess.run(["git", "archive", baseline_commit, "stages", "schemas"], cwd=REPO,
+                                 capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(trees["baseline"])], input=archive, check=True)
+        runs: dict[str, list[dict]] = {"baseline": [], "ours": []}
+        for repeat in range(repeats):
+            for kind, tree in trees.items():
+                env = {**os.environ, "PYTHONPATH": str(tree), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+                proc = subprocess.run([sys.executable, "-c", STAGE_SNIPPET, str(Path(tmp) / f"{kind}{repeat}")],
+                                      cwd=pipeline, env=env, capture_output=True, text=True, check=True)
+                runs[kind].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    best = {k: min(r["wall_s"] for r in v) for k, v in runs.items()}
+    return {"baseline_commit": baseline_commit, "repeats": repeats, "runs": runs, "best_wall_s": best,
+            "speedup": round(best["baseline"] / best["ours"], 3)}
 
 
 def replace_modules(params: SftParams, model) -> SftParams:
@@ -134,6 +282,7 @@ def replace_modules(params: SftParams, model) -> SftParams:
 
 
 def encode(processor, sample: dict) -> dict:
+    """Today's per-step encoding (the stage's `encode_example`)."""
     text = processor.apply_chat_template(messages(sample["meta"], sample["meta"]["response"]), tokenize=False)
     inputs = dict(processor(text=[text], images=[sample["frames"]], return_tensors="pt"))
     inputs["labels"] = assistant_labels(inputs["input_ids"], processor.tokenizer)
@@ -212,19 +361,30 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gpu", action="store_true", help="3B-shaped model on CUDA instead of the tiny one on CPU")
     parser.add_argument("--steps", type=int, default=8, help="timed steps (one more is run as warm-up)")
+    parser.add_argument("--samples", type=int, default=32, help="CPU: pool size for the reader and epoch parts")
+    parser.add_argument("--size", type=int, default=560, help="CPU reader part: frame side, px (paper: 560)")
+    parser.add_argument("--epochs", type=int, default=3, help="CPU epoch part: passes over the pool")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads (sft.cpu_threads default: 1)")
+    parser.add_argument("--stage", type=Path, default=None, help="pipeline copy with data/shards: time train_sft")
+    parser.add_argument("--baseline-commit", default="", help="--stage: the commit whose train_sft is the baseline")
+    parser.add_argument("--repeats", type=int, default=2, help="--stage: runs of each (best is reported)")
     parser.add_argument("--gradient-checkpointing", action="store_true", help="GPU mode: checkpoint activations")
     parser.add_argument("--peak-tflops", type=float, default=None, help="GPU mode: dense bf16 peak override")
     parser.add_argument("--smoke", action="store_true", help="GPU mode's code on CPU with tiny shapes (a check)")
-    parser.add_argument("--out", type=Path, default=Path("bench/out/sft.json"))
+    parser.add_argument("--out", type=Path, default=None, help="result file (default: bench/results/<name>.json)")
     args = parser.parse_args()
     if args.gpu or args.smoke:
         result = bench_gpu(args.steps, args.gradient_checkpointing, args.peak_tflops, smoke=args.smoke)
+        name, baseline = "sft-gpu", "none (absolute figures; MFU against the device's dense bf16 peak)"
+    elif args.stage is not None:
+        if not args.baseline_commit:
+            raise SystemExit("--stage needs --baseline-commit (the code to compare against)")
+        result = bench_stage(args.stage, args.baseline_commit, args.repeats)
+        name, baseline = "sft-stage", f"train_sft at {args.baseline_commit} (hand-written loop), same data"
     else:
-        result = bench_cpu(args.steps, args.threads)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    sys.stdout.write(json.dumps(result, indent=1) + "\n")
+        result = bench_cpu(args)
+        name, baseline = "sft", "today's loop: read_shards decodes the pool up front, processor on every step"
+    write_result(name, result, baseline, out=args.out)
 
 
 if __name__ == "__main__":

@@ -359,3 +359,27 @@ def test_batched_generation_equals_one_by_one(setup) -> None:
     _, batched = format_rate(model, processor, samples, max_new_tokens=6, batch_size=3)
     _, single = format_rate(model, processor, samples, max_new_tokens=6, batch_size=1)
     assert batched == single and len(batched) == 3
+
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "accelerate"
+
+
+@pytest.mark.parametrize(("name", "kind"), [("ddp", "MULTI_GPU"), ("fsdp", "FSDP"), ("zero2", "DEEPSPEED"),
+                                            ("zero3", "DEEPSPEED")])
+def test_accelerate_configs_load_with_accelerate(name: str, kind: str) -> None:
+    """Each config parses with accelerate's own loader; precision is left to the stage; FSDP wraps classes that
+    exist in transformers' Qwen2.5-VL; the DeepSpeed files name their ZeRO stage and leave batch sizes to the
+    trainer."""
+    from accelerate.commands.config.config_args import load_config_from_file
+    from transformers.models.qwen2_5_vl import modeling_qwen2_5_vl
+
+    config = load_config_from_file(str(CONFIGS / f"{name}.yaml"))
+    assert config.distributed_type.name == kind and str(config.mixed_precision) in ("no", "PrecisionType.NO")
+    if kind == "FSDP":
+        wrapped = config.fsdp_config["fsdp_transformer_layer_cls_to_wrap"].split(",")
+        assert wrapped and all(hasattr(modeling_qwen2_5_vl, cls) for cls in wrapped)
+    if kind == "DEEPSPEED":
+        path = Path(__file__).resolve().parents[2] / config.deepspeed_config["deepspeed_config_file"]
+        spec = json.loads(path.read_text())
+        assert spec["zero_optimization"]["stage"] == int(name[-1])
+        assert spec["train_micro_batch_size_per_gpu"] == spec["gradient_accumulation_steps"] == "auto"
