@@ -99,7 +99,8 @@ def evaluate(params: EvaluateParams, model: ModelParams, sam2: Sam2Params, train
                **_answer_metrics(answers_df, params.mode),
                "seconds_per_video": float(np.mean(seconds)) if seconds else 0.0}
     write_lineage(out_dir, "evaluate", {"evaluate": params, "model": model, "sam2": sam2},
-                  inputs={"eval_table": Path(eval_table), "model": Path(model_path)},
+                  inputs={"eval_table": Path(eval_table), "model": Path(model_path),
+                          **({"sam2": Path(sam2.checkpoint)} if params.segmenter == "sam2" else {})},
                   counts={"expressions": len(answers_df), "videos": len(seconds)},
                   code_modules=["stages.evaluate", "stages.segment", "schemas.evaluate"],
                   extra={"model_path": str(model_path), "frame_size": size, "question_prompt": QUESTION_VERSION,

@@ -54,7 +54,8 @@ def run_grpo(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, curve_pat
     summary.update({"samples": len(samples), "wall_s": round(result["wall_s"], 3),
                     "reward_s": round(result["reward_s"], 3)})
     write_lineage(out_dir, "grpo", {"grpo": grpo, "reward": reward, "sam2": sam2}, seed=grpo.seed,
-                  inputs={"shards": Path(grpo.shards_dir), "model": Path(grpo.model_path)},
+                  inputs={"shards": Path(grpo.shards_dir), "model": Path(grpo.model_path),
+                          **({"sam2": Path(sam2.checkpoint)} if "consistency" in reward.components else {})},
                   counts={"samples": len(samples), "steps": result["global_step"]},
                   code_modules=["stages.grpo", "stages.rewards", "stages.segment", "schemas.answer"])
     write_model_card(out_dir, "vrsflow GRPO checkpoint (Qwen2.5-VL, verifiable reward)", metrics={"grpo": summary})
