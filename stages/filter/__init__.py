@@ -99,14 +99,16 @@ def filter_traces(params: FilterParams, cot_dir: Path, keyframes_dir: Path, out_
     samples = pd.concat([read_table(Path(keyframes_dir) / f"{p}.parquet", KeyframesSchema) for p in pools])
     by_id = {row["sample_id"]: row for row in samples.to_dict("records")}
     accepted, rejected = [], []
-    kept_texts: dict[str, list[str]] = {}
+    kept_texts: dict[tuple[str, str], list[str]] = {}
     for row in generations.sort_values(["sample_id", "trace_index"]).to_dict("records"):
         sample = by_id[row["sample_id"]]
-        reason = judge(row, sample, kept_texts.get(row["sample_id"], []), params)
+        # near-duplicates are judged among the traces of the same sample AND task (RCoT-Seg's KFG and KTG
+        # traces of one sample share their first steps by design)
+        reason = judge(row, sample, kept_texts.get((row["sample_id"], row["task"]), []), params)
         if reason:
             rejected.append({**row, "reason": reason})
             continue
-        kept_texts.setdefault(row["sample_id"], []).append(row["text"])
+        kept_texts.setdefault((row["sample_id"], row["task"]), []).append(row["text"])
         accepted.append({**row, "response": response_for(row["task"], row["text"], sample)})
     out_dir = Path(out_dir)
     accepted_df = pd.DataFrame(accepted, columns=list(AcceptedSchema.to_schema().columns))

@@ -24,8 +24,11 @@ from stages.core import rle
 from stages.core.params import RewardParams
 from stages.rewards.geometry import box_centres, clip_boxes, hungarian, iou_matrix, mask_iou
 
-# (keyframe position, matched boxes) → predicted union mask per shown frame, (T, H, W) bool
-MasksFor = Callable[[int, tuple[tuple[float, float, float, float], ...]], np.ndarray]
+# (keyframe position, matched boxes[, extra prompt points per box]) → predicted union mask per shown frame,
+# (T, H, W) bool. The points ((x, y, label), label 1 positive / 0 negative) are passed only when the answer has
+# them (VideoSeg-R1), so a boxes-only segmenter keeps working for the other tasks.
+MasksFor = Callable[..., np.ndarray]
+Prompts = tuple[tuple[tuple[float, float, int], ...], ...]
 
 
 @dataclass(frozen=True)
@@ -154,10 +157,29 @@ def consistency_reward(ctx: RewardContext) -> float:
     if ctx.masks_for is None:
         raise RuntimeError("the consistency reward needs a SAM2 segmenter (masks_for); none was configured")
     boxes = tuple(tuple(float(v) for v in match.pred[r]) for r in sorted(match.rows))
-    pred = ctx.masks_for(match.position, boxes)
+    prompts = prompt_points(ctx.answer, match)
+    pred = ctx.masks_for(match.position, boxes, prompts) if prompts else ctx.masks_for(match.position, boxes)
     if len(pred) != len(ctx.gt_masks):
         raise RuntimeError(f"segmenter returned {len(pred)} frames for {len(ctx.gt_masks)} shown frames")
     return float(np.mean([mask_iou(p, g) for p, g in zip(pred, ctx.gt_masks, strict=True)]))
+
+
+def prompt_points(answer: Answer, match: Match) -> Prompts:
+    """SAM2 point prompts of the matched boxes (in `sorted(match.rows)` order) from a VideoSeg-R1 answer: each
+    box's positive point (label 1) and the negative points (label 0) nearest to that box; () when the answer
+    has no points (boxes alone prompt SAM2)."""
+    rows = sorted(int(r) for r in match.rows)
+    if not rows or (answer.points is None and not answer.negative_points):
+        return ()
+    prompts: list[list[tuple[float, float, int]]] = [[] for _ in rows]
+    if answer.points is not None:
+        for i, r in enumerate(rows):
+            prompts[i].append((float(answer.points[r][0]), float(answer.points[r][1]), 1))
+    for x, y in answer.negative_points or ():
+        gaps = [max(match.pred[r][0] - x, 0, x - match.pred[r][2]) ** 2 + max(match.pred[r][1] - y, 0,
+                y - match.pred[r][3]) ** 2 for r in rows]
+        prompts[int(np.argmin(gaps))].append((float(x), float(y), 0))
+    return tuple(tuple(p) for p in prompts)
 
 
 def _gt_points(ctx: RewardContext, match: Match) -> np.ndarray:

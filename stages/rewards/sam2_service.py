@@ -25,7 +25,7 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-Request = tuple[int, tuple[tuple[float, ...], ...]]  # (keyframe position, boxes)
+Request = tuple  # (keyframe position, boxes, point prompts per box: ((x, y, label), …) or ())
 # The actor lives in this fixed Ray namespace: a detached actor is only found by name from the namespace it
 # was created in, and verl's driver and reward workers run in their own (anonymous) namespace.
 NAMESPACE = "vrsflow"
@@ -55,12 +55,15 @@ class GroupBatcher:
         self.pending: dict[str, _Pending] = {}
         self.batches: list[tuple[str, int]] = []  # (sample id, requests answered together), for metrics
 
-    async def masks(self, sample_id: str, position: int, boxes: Sequence[Sequence[float]]) -> np.ndarray:
-        """The union mask per shown frame of `boxes` propagated from frame `position` of `sample_id`."""
+    async def masks(self, sample_id: str, position: int, boxes: Sequence[Sequence[float]],
+                    prompts: Sequence = ()) -> np.ndarray:
+        """The union mask per shown frame of `boxes` (with their point prompts, VideoSeg-R1) propagated from
+        frame `position` of `sample_id`."""
         loop = asyncio.get_running_loop()
         entry = self.pending.setdefault(sample_id, _Pending())
         future: asyncio.Future = loop.create_future()
-        entry.requests.append((int(position), tuple(tuple(float(v) for v in b) for b in boxes)))
+        points = tuple(tuple((float(x), float(y), int(label)) for x, y, label in p) for p in prompts)
+        entry.requests.append((int(position), tuple(tuple(float(v) for v in b) for b in boxes), points))
         entry.futures.append(future)
         if len(entry.requests) >= self.group_size:
             self._flush(sample_id)
@@ -126,13 +129,15 @@ class Sam2Server:
 
         frames = list(self.frames.frames(sample_id))
         unique = sorted(set(requests))
-        masks = propagate_groups(self.predictor, frames, [BoxGroup(k, list(b)) for k, b in unique], self.threshold)
+        groups = [BoxGroup(k, list(b), [list(p) for p in prompts]) for k, b, prompts in unique]
+        masks = propagate_groups(self.predictor, frames, groups, self.threshold)
         table = {req: m.any(axis=0) for req, m in zip(unique, masks, strict=True)}
         return [table[r] for r in requests]
 
-    async def masks(self, sample_id: str, position: int, boxes: list[list[float]]) -> np.ndarray:
+    async def masks(self, sample_id: str, position: int, boxes: list[list[float]],
+                    prompts: Sequence = ()) -> np.ndarray:
         """See GroupBatcher.masks."""
-        return await self.batcher.masks(sample_id, position, boxes)
+        return await self.batcher.masks(sample_id, position, boxes, prompts)
 
     def stats(self) -> dict[str, float]:
         """Batches served and the mean number of requests answered per SAM2 call."""
@@ -157,8 +162,9 @@ def ray_masks_for(name: str, sample_id: str):
 
     actor = ray.get_actor(name, namespace=NAMESPACE)
 
-    def masks_for(position: int, boxes: tuple[tuple[float, ...], ...]) -> np.ndarray:
-        return ray.get(actor.masks.remote(sample_id, position, [list(b) for b in boxes]))
+    def masks_for(position: int, boxes: tuple[tuple[float, ...], ...], prompts: Sequence = ()) -> np.ndarray:
+        return ray.get(actor.masks.remote(sample_id, position, [list(b) for b in boxes],
+                                          [[list(p) for p in box] for box in prompts]))
 
     return masks_for
 

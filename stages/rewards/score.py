@@ -179,17 +179,19 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str | Mappi
     return score_answer(solution_str, gt, params, masks_for=masks_for)
 
 
-def rollout_groups(texts: Sequence[str], gt: GroundTruth) -> list[tuple[int, tuple[tuple[float, ...], ...]] | None]:
-    """Per rollout: (frame position, matched boxes) that the consistency reward will propagate, or None."""
+def rollout_groups(texts: Sequence[str], gt: GroundTruth) -> list[tuple | None]:
+    """Per rollout: (frame position, matched boxes, point prompts) that the consistency reward will propagate,
+    or None."""
     task = get_task(gt.task)
-    out: list[tuple[int, tuple[tuple[float, ...], ...]] | None] = []
+    out: list[tuple | None] = []
     for text in texts:
         answer = task.parse(text)
         match = c.match_boxes(answer, gt, c.answer_position(answer, gt, task.schema)) if answer is not None else None
         if match is None or len(match.rows) == 0:
             out.append(None)
             continue
-        out.append((match.position, tuple(tuple(float(v) for v in match.pred[r]) for r in sorted(match.rows))))
+        boxes = tuple(tuple(float(v) for v in match.pred[r]) for r in sorted(match.rows))
+        out.append((match.position, boxes, c.prompt_points(answer, match)))
     return out
 
 
@@ -198,7 +200,8 @@ def precompute_masks(texts: Sequence[str], gt: GroundTruth, frames: Sequence[np.
     """SAM2 masks for every rollout of one prompt at once (shared frame encoding), as a `masks_for` lookup.
 
     The frames are the shown frames at the ground truth's image size. Rollouts that chose the same
-    keyframe are tracked as objects of one SAM2 state; identical requests are computed once.
+    keyframe are tracked as objects of one SAM2 state; identical requests are computed once. A VideoSeg-R1
+    answer's positive and negative points prompt SAM2 with its boxes (`components.prompt_points`).
     """
     from stages.segment import BoxGroup, propagate_groups
 
@@ -206,12 +209,12 @@ def precompute_masks(texts: Sequence[str], gt: GroundTruth, frames: Sequence[np.
     if frames and tuple(frames[0].shape[:2]) != (height, width):
         raise ValueError(f"frames are {frames[0].shape[:2]}, ground truth image_size is {gt.image_size}")
     requests = sorted({r for r in rollout_groups(texts, gt) if r is not None})
-    masks = propagate_groups(predictor, frames, [BoxGroup(k, list(b)) for k, b in requests], threshold) \
-        if requests else []
+    groups = [BoxGroup(k, list(b), [list(p) for p in prompts]) for k, b, prompts in requests]
+    masks = propagate_groups(predictor, frames, groups, threshold) if requests else []
     table = {req: m.any(axis=0) for req, m in zip(requests, masks, strict=True)}
 
-    def masks_for(position: int, boxes: tuple[tuple[float, ...], ...]) -> np.ndarray:
-        return table[(position, boxes)]
+    def masks_for(position: int, boxes: tuple[tuple[float, ...], ...], prompts: c.Prompts = ()) -> np.ndarray:
+        return table[(position, boxes, prompts)]
 
     return masks_for
 

@@ -42,6 +42,8 @@ class BoxGroup:
 
     key_idx: int
     boxes: Sequence[Sequence[float]]
+    # optional extra prompt points per box: ((x, y, label), …), label 1 positive, 0 negative (VideoSeg-R1)
+    points: Sequence[Sequence[Sequence[float]]] = ()
 
 
 def resolve_config(config: str) -> tuple[str, list[str]]:
@@ -147,10 +149,14 @@ def encode_frames(predictor, state: dict, chunk: int = ENCODE_CHUNK) -> dict[int
 
 
 def _track(predictor, state: dict, key_idx: int, boxes: Sequence[Sequence[float]], threshold: float,
-           height: int, width: int) -> np.ndarray:
-    """(n_boxes, T, H, W) masks of boxes prompted at key_idx, tracked forward then backward."""
+           height: int, width: int, points: Sequence[Sequence[Sequence[float]]] = ()) -> np.ndarray:
+    """(n_boxes, T, H, W) masks of boxes (and their extra points) prompted at key_idx, tracked forward then
+    backward."""
     for obj, box in enumerate(boxes):
-        predictor.add_new_points_or_box(state, frame_idx=key_idx, obj_id=obj, box=np.asarray(box, dtype=np.float32))
+        extra = np.asarray(points[obj] if points else [], dtype=np.float32).reshape(-1, 3)
+        predictor.add_new_points_or_box(state, frame_idx=key_idx, obj_id=obj, box=np.asarray(box, dtype=np.float32),
+                                        points=extra[:, :2] if len(extra) else None,
+                                        labels=extra[:, 2].astype(np.int32) if len(extra) else None)
     masks = np.zeros((len(boxes), state["num_frames"], height, width), dtype=bool)
     for reverse in (False, True):
         with _quiet():
@@ -160,7 +166,7 @@ def _track(predictor, state: dict, key_idx: int, boxes: Sequence[Sequence[float]
 
 
 def _track_batched(predictor, state: dict, key_idx: int, boxes: Sequence[Sequence[float]], threshold: float,
-                   height: int, width: int) -> np.ndarray:
+                   height: int, width: int, points: Sequence[Sequence[Sequence[float]]] = ()) -> np.ndarray:
     """`_track` with every box in ONE batch per frame (SAM2 1.1's propagate_in_video loops over objects).
 
     Same steps as SAM2's own video predictor — box prompt as corner points (labels 2, 3) on the
@@ -171,10 +177,18 @@ def _track_batched(predictor, state: dict, key_idx: int, boxes: Sequence[Sequenc
     """
     n, frames = len(boxes), state["num_frames"]
     device = state["device"]
-    corners = torch.as_tensor(np.asarray(boxes, dtype=np.float32)).reshape(n, 2, 2)
-    corners = corners / torch.tensor([width, height], dtype=torch.float32) * predictor.image_size
-    point_inputs = {"point_coords": corners.to(device),
-                    "point_labels": torch.tensor([[2, 3]] * n, dtype=torch.int32, device=device)}
+    # per object: the box corners (labels 2, 3), then its extra points (1 positive, 0 negative), padded with
+    # label -1 (SAM2's "not a point") to the longest prompt of the batch
+    width_pts = 2 + max((len(p) for p in points), default=0)
+    coords = np.zeros((n, width_pts, 2), dtype=np.float32)
+    labels = np.full((n, width_pts), -1, dtype=np.int32)
+    for i, box in enumerate(boxes):
+        coords[i, :2] = np.asarray(box, dtype=np.float32).reshape(2, 2)
+        labels[i, :2] = (2, 3)
+        for j, (x, y, label) in enumerate(points[i] if points else ()):
+            coords[i, 2 + j], labels[i, 2 + j] = (x, y), int(label)
+    scaled = torch.as_tensor(coords) / torch.tensor([width, height], dtype=torch.float32) * predictor.image_size
+    point_inputs = {"point_coords": scaled.to(device), "point_labels": torch.as_tensor(labels, device=device)}
     memory: dict[str, dict] = {"cond_frame_outputs": {}, "non_cond_frame_outputs": {}}
     masks = np.zeros((n, frames, height, width), dtype=bool)
 
@@ -227,7 +241,8 @@ def propagate_groups(predictor, frames: Sequence[np.ndarray], groups: Sequence[B
             for g, group in enumerate(groups):
                 if group.boxes:
                     state = _state(predictor, images, height, width)
-                    out[g] = _track(predictor, state, group.key_idx, group.boxes, threshold, height, width)
+                    out[g] = _track(predictor, state, group.key_idx, group.boxes, threshold, height, width,
+                                    group.points)
             return out
         state = _state(predictor, images, height, width)
         features = encode_frames(predictor, state)
@@ -239,7 +254,10 @@ def propagate_groups(predictor, frames: Sequence[np.ndarray], groups: Sequence[B
             predictor.reset_state(state)  # same frames, tracking starts afresh
             state["cached_features"] = dict(features)  # shared encoding: no image-encoder pass below
             boxes = [box for g in members for box in groups[g].boxes]
-            masks = _track_batched(predictor, state, key_idx, boxes, threshold, height, width)
+            points = [groups[g].points[i] if groups[g].points else () for g in members
+                      for i in range(len(groups[g].boxes))]
+            masks = _track_batched(predictor, state, key_idx, boxes, threshold, height, width,
+                                   points if any(points) else ())
             start = 0
             for g in members:
                 n = len(groups[g].boxes)

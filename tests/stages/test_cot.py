@@ -170,6 +170,17 @@ def test_template_traces_pass_the_filter(data: Path, tmp_path: Path, task: str) 
     accepted = pd.read_parquet(tmp_path / "filter" / "accepted.parquet")
     assert report.metrics["rejected"] == 0, pd.read_parquet(tmp_path / "filter" / "rejected.parquet")["reason"]
     samples = pd.read_parquet(tmp_path / "keyframes" / "sft.parquet").set_index("sample_id")
+    if task == "rcot_kfg":  # regression: with all four RCoT tasks a sample's KFG and KTG traces share their
+        # first steps by design; near-duplicates are judged per (sample, task), so none is lost
+        sample_pools(SampleParams(sft_first_k=2, grpo_size=4, sft_tasks=("rcot_vdg", "rcot_kfg", "rcot_aks",
+                                                                         "rcot_ktg")), 0, data / "index",
+                     tmp_path / "sample4")
+        select_keyframes(KeyframesParams(train_size=112, keyframe_size=168), 0, data / "root", data / "index",
+                         tmp_path / "sample4", tmp_path / "keyframes4")
+        generate_cot(TeacherParams(), CotParams(cache_dir=str(tmp_path / "cache")), 0, data / "root",
+                     tmp_path / "keyframes4", tmp_path / "cot4")
+        four = filter_traces(FilterParams(), tmp_path / "cot4", tmp_path / "keyframes4", tmp_path / "filter4")
+        assert four.metrics["rejected"] == 0 and four.metrics["accepted"] == 4 * len(samples)
     # AKS and KTG samples also get the VDG description they are given; each (sample, task) has its own trace index
     expected_tasks = {"rcot_aks": {"rcot_vdg", "rcot_aks"}, "rcot_ktg": {"rcot_vdg", "rcot_ktg"}}.get(task, {task})
     assert set(accepted["task"]) == expected_tasks and len(accepted) == len(samples) * len(expected_tasks)

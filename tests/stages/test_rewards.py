@@ -28,7 +28,7 @@ ALL = RewardParams(components=tuple(REGISTRY))
 GT_BOX = [12, 10, 32, 30]  # the square at t=2 (x 12..32, y 10..30)
 
 
-def perfect_masks(position, boxes):
+def perfect_masks(position, boxes, prompts=()):
     return np.stack(square_masks())
 
 
@@ -287,3 +287,37 @@ def test_grpo_advantage_with_verl_on_our_rewards():
         expected = (g - g.mean()) / (g.std() + 1e-6)
         assert torch.allclose(adv[group, 0], expected, atol=1e-5)
     assert adv[0, 0] > 0 > adv[3, 0]  # the perfect answer is pushed up, the garbage down
+
+
+def test_videoseg_points_prompt_sam2_with_the_boxes(tmp_path, monkeypatch):
+    """VideoSeg-R1: a rollout's positive point (label 1) and negative points (label 0) reach SAM2's own predictor
+    with its box corners (labels 2, 3), at SAM2's input scale; padding uses SAM2's "not a point" label −1."""
+    torch = pytest.importorskip("torch")
+    from stages.models.tiny_sam2 import build_tiny_sam2
+    from stages.rewards import precompute_masks
+    from stages.segment import load_video_predictor
+    from tests.stages.grpo_factory import frames
+
+    checkpoint, config = build_tiny_sam2(tmp_path, image_size=128, seed=0)
+    predictor = load_video_predictor(str(checkpoint), str(config), device="cpu")
+    seen = []
+    original = predictor._run_single_frame_inference
+
+    def spy(**kw):
+        if kw.get("point_inputs") is not None:
+            seen.append({k: v.clone() for k, v in kw["point_inputs"].items()})
+        return original(**kw)
+
+    monkeypatch.setattr(predictor, "_run_single_frame_inference", spy)
+    gt = GroundTruth.from_json(gt_for("videoseg"))
+    texts = [videoseg([[10, 20], [5, 20]]), videoseg([], boxes=[GT_BOX], points=[[20, 20]])]
+    masks_for = precompute_masks(texts, gt, frames(), predictor)
+    labels = sorted(tuple(int(v) for v in row) for call in seen for row in call["point_labels"])
+    assert labels == [(2, 3, 1, -1, -1), (2, 3, 1, 0, 0)]  # both rollouts tracked as one batch, padded
+    coords = next(call["point_coords"] for call in seen)
+    scale = 128 / 56
+    row = [i for i, r in enumerate(seen[0]["point_labels"]) if int(r[3]) == 0][0]
+    expected = torch.tensor([[12, 10], [32, 30], [20, 20], [10, 20], [5, 20]], dtype=torch.float32) * scale
+    assert torch.allclose(coords[row], expected)
+    result = masks_for(1, (tuple(map(float, GT_BOX)),), (((20.0, 20.0, 1), (10.0, 20.0, 0), (5.0, 20.0, 0)),))
+    assert result.shape == (4, 56, 56)  # position 1: the keyframe (t = 2s) the videoseg task shows

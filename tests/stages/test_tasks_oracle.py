@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pytest
@@ -41,6 +41,7 @@ class Case:
 
     gt: dict
     objects: list[list[np.ndarray]]  # per frame, per object
+    segmenter_calls: list = field(default_factory=list)  # the point prompts each segmenter call received
 
 
 def rectangles(draw_boxes: list[tuple[int, int, int, int]], scale: float) -> list[np.ndarray]:
@@ -98,7 +99,8 @@ def perfect_masks(case: Case) -> Callable:
         union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
         return inter / union if union > 0 else 0.0
 
-    def masks_for(position, boxes):
+    def masks_for(position, boxes, prompts=()):
+        calls.append(prompts)
         chosen = {k for k, gt_box in enumerate(case.gt["boxes"][position])
                   if gt_box is not None and any(iou(gt_box, b) > 0.5 for b in boxes)}
         out = np.zeros((len(case.objects), S, S), dtype=bool)
@@ -107,6 +109,7 @@ def perfect_masks(case: Case) -> Callable:
                 out[t] |= objs[k]
         return out
 
+    calls = case.segmenter_calls
     return masks_for
 
 
@@ -251,6 +254,10 @@ def test_oracle_property(task_name, entry, spec, option, tmp_path, monkeypatch):
     assert best["score"] == pytest.approx(max_score(PARAMS, task))
     for (name, text), result in zip(corrupt.items(), results[1:], strict=True):
         assert result["score"] < best["score"], (task_name, name, text, result)
+    if "consistency" in comps and "point_2d_list" in keys:
+        # VideoSeg-R1: the oracle's positive and negative points reach SAM2 with its boxes
+        first = case.segmenter_calls[0]
+        assert len(first) == len(spec) and all(p[0][2] == 1 and any(q[2] == 0 for q in p) for p in first), first
 
 
 def test_every_task_has_corruptions_and_enabled_components():
