@@ -1,18 +1,21 @@
-"""Benchmark: SAM2 consistency reward for the 8 rollouts of one prompt — shared frame encoding with
-keyframe-grouped batched tracking (`propagate_groups`) vs re-encoding per rollout (a fresh SAM2 state
-per rollout, as the released Veason-R1 reward does), in the same run, same predictor, same inputs.
+"""Benchmark: SAM2 consistency reward for the rollouts of one GRPO prompt — shared frame encoding with
+keyframe-grouped batched tracking (`propagate_groups`) vs re-encoding per rollout (a fresh SAM2 state per
+rollout, as the released Veason-R1 reward does), same predictor, same inputs, in the same run.
 
-    python bench/bench_sam2_reward.py [--image-size 512] [--frames 6] [--rollouts 8] [--repeats 2]
+A sweep over how many distinct keyframes the rollouts chose (1 = the policy agrees, up to one per shown
+frame): the shared path encodes each frame once whatever the sweep, and tracks once per distinct
+keyframe. The masks of both paths are ASSERTED equal (np.array_equal per rollout) before any figure is
+written. Random weights at the hiera_t shape (`configs/sam2.1/sam2.1_hiera_t.yaml`) at `--image-size`;
+`--micro` for the test model. Writes bench/results/sam2_reward.json.
 
-Random weights (hiera_t shape by default; --micro for the test model). Masks of both paths are checked
-equal. Writes bench/out/sam2_reward.json.
+    python bench/bench_sam2_reward.py [--image-size 512] [--frames 6] [--rollouts 8] [--keyframes 1 2 3 6]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import platform
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -20,82 +23,94 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from stages.segment import BoxGroup, load_video_predictor, propagate_groups
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.results_io import write_result  # noqa: E402
+from stages.segment import BoxGroup, load_video_predictor, propagate_groups  # noqa: E402
 
 
 def build(image_size: int, micro: bool, folder: Path):
+    """A random-weight SAM2 video predictor: hiera_t at `image_size`, or the micro test model."""
     from sam2.build_sam import build_sam2
 
-    from stages.models.tiny_sam2 import BASE_CONFIG, MICRO_OVERRIDES, build_tiny_sam2
+    from stages.models.tiny_sam2 import BASE_CONFIG, build_tiny_sam2
 
     if micro:
         checkpoint, config = build_tiny_sam2(folder, image_size, 0)
-        return load_video_predictor(str(checkpoint), str(config))
+        return load_video_predictor(str(checkpoint), str(config), device="cpu")
     overrides = [f"++model.image_size={image_size}"]
     torch.manual_seed(0)
     model = build_sam2(BASE_CONFIG, ckpt_path=None, device="cpu", hydra_overrides_extra=overrides)
     torch.save({"model": model.state_dict()}, folder / "model.pt")
     (folder / "config.yaml").write_text(json.dumps({"base": BASE_CONFIG, "overrides": overrides}))
-    del MICRO_OVERRIDES
-    return load_video_predictor(str(folder / "model.pt"), str(folder / "config.yaml"))
+    return load_video_predictor(str(folder / "model.pt"), str(folder / "config.yaml"), device="cpu")
 
 
 def rollouts(n: int, n_frames: int, size: int, n_keys: int, seed: int = 0) -> list[BoxGroup]:
-    """GRPO-like rollouts: keyframes cycling over `n_keys` frames (a trained policy agrees often), 1–2 boxes."""
+    """GRPO-like rollouts: keyframes cycling over `n_keys` distinct frames spread over the clip, 1–2 boxes."""
     rng = np.random.default_rng(seed)
-    keys = [i % min(n_keys, n_frames) for i in range(n)]
+    n_keys = min(n_keys, n_frames)
+    key_frames = np.linspace(0, n_frames - 1, n_keys).round().astype(int)
     groups = []
-    for k in keys:
+    for i in range(n):
         boxes = []
         for _ in range(rng.integers(1, 3)):
             x, y = rng.uniform(0.1, 0.5, 2) * size
             w, h = rng.uniform(0.2, 0.4, 2) * size
             boxes.append([x, y, x + w, y + h])
-        groups.append(BoxGroup(int(k), boxes))
+        groups.append(BoxGroup(int(key_frames[i % n_keys]), boxes))
     return groups
 
 
+def _timed(predictor, frames, groups, share: bool, repeats: int) -> tuple[float, list[np.ndarray]]:
+    best, masks = float("inf"), []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        masks = propagate_groups(predictor, frames, groups, share_encoding=share)
+        best = min(best, time.perf_counter() - start)
+    return best, masks
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--image-size", type=int, default=512)
     parser.add_argument("--frames", type=int, default=6)
     parser.add_argument("--rollouts", type=int, default=8)
     parser.add_argument("--frame-side", type=int, default=112)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--keyframes", type=int, default=3, help="distinct keyframes among the rollouts")
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--keyframes", type=int, nargs="+", default=[1, 2, 3, 6],
+                        help="the sweep: distinct keyframes among the rollouts")
     parser.add_argument("--micro", action="store_true")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", default="bench/out/sam2_reward.json")
+    parser.add_argument("--out", type=Path, default=None, help="default: bench/results/sam2_reward.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         predictor = build(args.image_size, args.micro, Path(tmp))
     rng = np.random.default_rng(1)
     frames = [rng.integers(0, 255, (args.frame_side, args.frame_side, 3), dtype=np.uint8) for _ in range(args.frames)]
-    groups = rollouts(args.rollouts, args.frames, args.frame_side, args.keyframes)
-    propagate_groups(predictor, frames, groups[:1])  # warm-up
-    times: dict[str, list[float]] = {"shared": [], "per_rollout": []}
-    for _ in range(args.repeats):
-        for name, share in (("per_rollout", False), ("shared", True)):
-            start = time.perf_counter()
-            masks = propagate_groups(predictor, frames, groups, share_encoding=share)
-            times[name].append(time.perf_counter() - start)
-            if name == "per_rollout":
-                reference = masks
-            else:  # batched tracking encodes the keyframe memory from the SAM head's mask: near, not bit-equal
-                inter = sum(int((a & b).sum()) for a, b in zip(masks, reference, strict=True))
-                union = sum(int((a | b).sum()) for a, b in zip(masks, reference, strict=True))
-                agreement = inter / union if union else 1.0
-    best = {k: min(v) for k, v in times.items()}
-    result = {"image_size": args.image_size, "frames": args.frames, "rollouts": args.rollouts,
-              "distinct_keyframes": len({g.key_idx for g in groups}), "micro": args.micro,
-              "device": str(predictor.device), "threads": args.threads, "machine": platform.machine(),
-              "per_rollout_s": round(best["per_rollout"], 3), "shared_s": round(best["shared"], 3),
-              "speedup": round(best["per_rollout"] / best["shared"], 2), "mask_iou_vs_baseline": round(agreement, 4),
-              "all_s": times}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
-    print(json.dumps({k: v for k, v in result.items() if k != "all_s"}))  # noqa: T201 - a benchmark script
+    propagate_groups(predictor, frames, rollouts(1, args.frames, args.frame_side, 1))  # warm-up
+    sweep = []
+    for n_keys in args.keyframes:
+        groups = rollouts(args.rollouts, args.frames, args.frame_side, n_keys)
+        per_rollout_s, reference = _timed(predictor, frames, groups, False, args.repeats)
+        shared_s, masks = _timed(predictor, frames, groups, True, args.repeats)
+        for g, (a, b) in enumerate(zip(masks, reference, strict=True)):
+            if a.shape != b.shape or not np.array_equal(a, b):
+                raise AssertionError(f"{n_keys} keyframes, rollout {g}: shared masks differ from re-encoding "
+                                     f"({int((a != b).sum()) if a.shape == b.shape else 'shape'} pixels)")
+        sweep.append({"distinct_keyframes": len({g.key_idx for g in groups}),
+                      "boxes": sum(len(g.boxes) for g in groups), "per_rollout_s": round(per_rollout_s, 3),
+                      "shared_s": round(shared_s, 3), "speedup": round(per_rollout_s / shared_s, 2),
+                      "masks_equal": True, "foreground_pixels": int(sum(m.sum() for m in masks))})
+        sys.stderr.write(json.dumps(sweep[-1]) + "\n")
+    figures = {"model": "micro" if args.micro else "sam2.1_hiera_t (random weights)", "image_size": args.image_size,
+               "frames": args.frames, "frame_side": args.frame_side, "rollouts": args.rollouts,
+               "device": str(predictor.device), "threads": args.threads, "repeats_best_of": args.repeats,
+               "sweep": sweep, "target_speedup": 4.0}
+    write_result("sam2_reward", figures, "re-encoding per rollout: a fresh SAM2 state per rollout (released "
+                 "Veason-R1 reward), propagate_groups(share_encoding=False)",
+                 code=("stages/segment", "bench"), out=args.out)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ Two entry points:
 - `propagate_boxes(predictor, frames, key_idx, boxes)`: one set of boxes at one keyframe, tracked forward
   and backward over every frame (evaluation over a whole video; frames as numpy arrays or a JPEG folder).
 - `propagate_groups(predictor, frames, groups)`: many box sets over the SAME frames (the rollouts of one
-  GRPO prompt differ only in keyframe and boxes). The image encoder runs once, batched over the frames;
+  GRPO prompt differ only in keyframe and boxes). The image encoder runs once per frame, batched over
+  the frames (frame 0's features from SAM2's own warm-up in `init_state` are reused, not recomputed);
   every keyframe group is then tracked in one inference state built on those cached features;
   rollouts that chose the same keyframe are tracked together, all their boxes as ONE batch per
   frame (`_track_batched`: SAM2 1.1's own propagate_in_video runs objects one at a time).
@@ -133,15 +134,20 @@ def encode_frames(predictor, state: dict, chunk: int = ENCODE_CHUNK) -> dict[int
     """Image-encoder features of every frame of a state, computed in batches of `chunk` frames.
 
     Returns the `cached_features` layout SAM2 expects ({frame: (image (1,3,S,S), backbone_out)}), so a
-    state whose cache holds them never runs the image encoder again.
+    state whose cache holds them never runs the image encoder again. Frames already in the state's
+    cache (SAM2's `init_state` encodes frame 0 to warm up) are taken from it, not encoded again.
     """
-    features: dict[int, tuple] = {}
+    features: dict[int, tuple] = {
+        t: (image, {"backbone_fpn": out["backbone_fpn"], "vision_pos_enc": out["vision_pos_enc"]})
+        for t, (image, out) in state["cached_features"].items()}
+    todo = [t for t in range(state["num_frames"]) if t not in features]
     device = state["device"]
-    for start in range(0, state["num_frames"], chunk):
-        images = state["images"][start:start + chunk].to(device).float()
+    for start in range(0, len(todo), chunk):
+        frames = todo[start:start + chunk]
+        images = state["images"][frames].to(device).float()
         out = predictor.forward_image(images)
-        for i in range(images.shape[0]):
-            features[start + i] = (images[i:i + 1], {
+        for i, t in enumerate(frames):
+            features[t] = (images[i:i + 1], {
                 "backbone_fpn": [f[i:i + 1] for f in out["backbone_fpn"]],
                 "vision_pos_enc": [p[i:i + 1] for p in out["vision_pos_enc"]],
             })

@@ -38,6 +38,26 @@ def test_shared_encoding_equals_reencoding(predictor):
         propagate_groups(predictor, video, [BoxGroup(9, [[0, 0, 5, 5]])])
 
 
+def test_each_frame_is_encoded_once_for_all_groups(predictor, monkeypatch):
+    video = frames()
+    encoded: list[int] = []
+    original = predictor.forward_image
+
+    def counting(images):
+        encoded.append(int(images.shape[0]))
+        return original(images)
+
+    monkeypatch.setattr(predictor, "forward_image", counting)
+    groups = [BoxGroup(0, [[12, 10, 32, 30]]), BoxGroup(3, [[20, 10, 36, 26]]), BoxGroup(1, [[0, 0, 10, 10]])]
+    propagate_groups(predictor, video, groups)
+    assert sum(encoded) == len(video)  # frame 0 from SAM2's warm-up, the others in one batch; none twice
+    encoded.clear()
+    propagate_groups(predictor, video, groups, share_encoding=False)
+    # the released way: a fresh state per group re-encodes (the warm-up frame 0, the keyframe, then every
+    # frame it visits; frame 0 twice unless it is the keyframe)
+    assert sum(encoded) == sum(len(video) + (g.key_idx != 0) for g in groups) == 14
+
+
 def test_propagate_boxes_arrays_and_jpeg_folder(predictor, tmp_path):
     video = frames()
     for i, f in enumerate(video):
