@@ -20,7 +20,7 @@ import yaml
 
 from stages.core.io import atomic_write_text
 from stages.core.lineage import LINEAGE_FILE
-from stages.core.report import summary_line
+from stages.core.report import is_timing, summary_line
 
 VALUE_CHARS = 60  # longest value printed in a params difference or an extra field
 COUNTS_CHARS = 90  # longest counts line (then "(+n more)")
@@ -317,8 +317,7 @@ def raw_data_hashes(lineage: Mapping[str, Any]) -> dict[str, str]:
 def _is_timing(key: str) -> bool:
     """Wall-clock figures (throughput, seconds) differ on every run: they stay in metrics/, out of the card, so
     that the same training gives the same bytes (DVC hashes the card with the checkpoint)."""
-    name = key.rsplit(".", 1)[-1]
-    return name.endswith(("_per_s", "_s")) or "seconds" in name
+    return is_timing(key)
 
 
 def write_model_card(model_dir: Path, title: str, metrics: Mapping[str, Any] | None = None) -> Path:

@@ -18,6 +18,9 @@ import pandas as pd
 from stages.core.io import write_json
 
 SUMMARY_CHARS = 160  # longest one-line stage summary in the log
+# metric names that are timings (wall_s, samples_per_s, seconds_per_video, train_runtime): they differ between
+# identical runs, so they stay in metrics/<stage>.json and out of any output file DVC hashes
+_TIMING = re.compile(r"(_s|runtime)$|seconds")
 EMBED_MAX_SIDE = 1600  # pictures embedded in markdown are shrunk to this longest side
 _IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+)\)")
 
@@ -46,6 +49,11 @@ class StageReport:
         """`<stage> done: k=v, …` cut to `limit` characters, naming how many metrics were left out and where
         all of them are (`metrics/<stage>.json`)."""
         return summary_line(f"{self.stage} done", self.metrics, limit, where=f"metrics/{self.stage}.json")
+
+
+def is_timing(name: str) -> bool:
+    """Whether a metric name is a timing (see _TIMING); the last dotted part is checked (`sft.wall_s`)."""
+    return bool(_TIMING.search(name.rsplit(".", 1)[-1]))
 
 
 def _number(value: object) -> str:

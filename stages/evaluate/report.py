@@ -27,7 +27,7 @@ from pycocotools import mask as mask_utils
 
 from stages.core import revos
 from stages.core.io import atomic_write_text, markdown_table
-from stages.core.report import embed_images
+from stages.core.report import embed_images, is_timing
 from stages.core.rle import to_coco
 from stages.evaluate.scorer import GroundTruth, read_mask_png
 
@@ -221,7 +221,9 @@ def write_report(path: Path, metrics: dict[str, float], scores: pd.DataFrame, an
     if comparison is not None and len(comparison):
         lines += ["## Models compared", "", markdown_table(comparison), ""]
     lines += ["## This model", "", markdown_table(results_table(metrics, model_label)), ""]
-    counts = {k: v for k, v in sorted(metrics.items()) if k.split("_")[0] not in ("J", "F", "JF", "R")}
+    # timings stay in metrics/eval.json: the report is a DVC output (identical runs, identical bytes)
+    counts = {k: v for k, v in sorted(metrics.items())
+              if k.split("_")[0] not in ("J", "F", "JF", "R") and not is_timing(k)}
     lines += ["## Answers and keyframes", "", markdown_table(pd.DataFrame(
         [{"metric": k, "value": v} for k, v in counts.items()])), ""]
     best, worst = pick_examples(scores, answers, gt, n_examples)

@@ -40,7 +40,8 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
                         "boxes": boxes, "status": "ok" if boxes else "parse_failure", "n_rounds": 1})
     comparison = pd.DataFrame([{"method": m, "overall J&F": v} for m, v in (("base", 1.5), ("sft", 20.0),
                                                                           ("grpo", 31.2))])
-    metrics = {"J_overall": 50.0, "F_overall": 50.0, "JF_overall": 50.0, "n_expressions": 6}
+    metrics = {"J_overall": 50.0, "F_overall": 50.0, "JF_overall": 50.0, "n_expressions": 6,
+               "seconds_per_video": 1.234}
     embedded = R.write_report(base / "reports" / "eval.md", metrics, pd.DataFrame(scores), pd.DataFrame(answers),
                               root, base / "pred", gt, 1, "grpo", comparison=comparison)
     return base / "reports", embedded
@@ -52,6 +53,7 @@ def test_examples_have_a_target_and_the_best_an_answer(written: tuple[Path, str]
     # a#1 scores 1.0 with no boxes (empty prediction on target-absent frames); a#2 and b#2 have no target
     assert headings == [("Best", "SRC/valid/a#0"), ("Worst", "SRC/valid/b#0")]
     assert R.LEGEND_MD in text
+    assert "| n_expressions | 6 |" in text and "seconds_per_video" not in text  # timings: metrics file only
     assert "| base | 1.5 |" in text and "| grpo | 31.2 |" in text
     assert text.index("## Models compared") < text.index("## This model")
 

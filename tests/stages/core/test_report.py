@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from stages.core.report import StageReport, curve_picture, embed_images, image_markdown, summary_line
+from stages.core.report import StageReport, curve_picture, embed_images, image_markdown, is_timing, summary_line
 
 URI = re.compile(r"!\[([^\]]*)\]\(data:image/png;base64,([A-Za-z0-9+/=]+)\)")
 
@@ -101,3 +101,10 @@ def test_sft_curves_as_pictures(tmp_path: Path) -> None:
     (tmp_path / "sft_curve.tsv").write_text("step\tloss\tlr\n" + rows)
     assert [alt for alt, _ in URI.findall(_curves(tmp_path))] == ["SFT training loss", "SFT learning rate"]
     assert _curves(tmp_path / "absent") == ""
+
+
+def test_timings_are_recognised() -> None:
+    timings = ["wall_s", "reward_s", "samples_per_s", "tokens_per_s", "seconds_per_video", "sft.wall_s",
+               "train_runtime"]
+    others = ["steps", "format_rate_after", "reward_last", "JF_overall", "n_expressions", "kl_last", "accepted"]
+    assert [k for k in timings + others if is_timing(k)] == timings
