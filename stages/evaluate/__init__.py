@@ -43,8 +43,8 @@ from stages.teacher.prompts import QUESTION_VERSION
 
 log = logging.getLogger(__name__)
 
-__all__ = ["box_masks", "evaluate", "evaluate_video", "model_policy", "predict_masks", "segmenter", "select_prompt",
-           "write_prediction"]
+__all__ = ["box_masks", "evaluate", "evaluate_video", "model_policy", "predict_masks", "segmenter", "select_points",
+           "select_prompt", "write_prediction"]
 
 
 def evaluate(params: EvaluateParams, model: ModelParams, sam2: Sam2Params, train_size: int, data_root: Path,
@@ -162,7 +162,8 @@ def box_masks(frames: list[np.ndarray], prompts: list[tuple[int, list[list[float
     """Per prompt, the union of its boxes (video pixels, exclusive edges, rounded to whole pixels) on every frame."""
     height, width = frames[0].shape[:2]
     out = []
-    for _, boxes in prompts:
+    for prompt in prompts:  # (keyframe, boxes[, point prompts]): points do not change a box mask
+        boxes = prompt[1]
         mask = np.zeros((height, width), dtype=bool)
         for x1, y1, x2, y2 in boxes:
             mask[math.floor(y1 + 0.5):math.floor(y2 + 0.5), math.floor(x1 + 0.5):math.floor(x2 + 0.5)] = True
@@ -184,7 +185,10 @@ def evaluate_video(params: EvaluateParams, size: int, policy: Policy, segment: S
     queries = [Query(row["sample_id"], row["text"], list(shown_idx), shown) for row in rows]
     replies = policy(queries)
     picks = [select_prompt(reply, shown_idx, size, width, height) for reply in replies]
-    masks = segment(frames, [(key, boxes) for _, key, boxes in picks])
+    # VideoSeg-R1 answers also carry positive / negative points: they prompt SAM2 with the boxes
+    points = [select_points(reply, size, width, height) for reply in replies]
+    masks = segment(frames, [(key, boxes, pts) if pts else (key, boxes) for (_, key, boxes), pts in zip(
+        picks, points, strict=True)])
     out = []
     for row, reply, (status, key, boxes), union in zip(rows, replies, picks, masks, strict=True):
         write_prediction(pred_dir / video / str(row["exp_id"]), names, union)
@@ -230,16 +234,43 @@ def select_prompt(reply: Reply, shown_idx: list[int], size: int, width: int, hei
     return ("no_boxes" if not boxes else status), key, boxes
 
 
+def select_points(reply: Reply, size: int, width: int, height: int) -> list[list[tuple[float, float, int]]]:
+    """Per box that `select_prompt` keeps, its SAM2 point prompts in video pixels: the answer's positive point
+    (label 1) and the negative points nearest to that box (label 0); [] when the answer has no points."""
+    answer = reply.answer
+    if answer is None or (answer.points is None and not answer.negative_points):
+        return []
+    sx, sy = width / size, height / size
+    kept = []
+    for i, (x1, y1, x2, y2) in enumerate(answer.boxes):
+        box = [min(max(x1 * sx, 0.0), width), min(max(y1 * sy, 0.0), height),
+               min(max(x2 * sx, 0.0), width), min(max(y2 * sy, 0.0), height)]
+        if box[2] > box[0] and box[3] > box[1]:
+            kept.append((i, box))
+    if not kept:
+        return []
+    out: list[list[tuple[float, float, int]]] = [[] for _ in kept]
+    if answer.points is not None:
+        for j, (i, _) in enumerate(kept):
+            out[j].append((answer.points[i][0] * sx, answer.points[i][1] * sy, 1))
+    for x, y in answer.negative_points or ():
+        x, y = x * sx, y * sy
+        gaps = [max(b[0] - x, 0, x - b[2]) ** 2 + max(b[1] - y, 0, y - b[3]) ** 2 for _, b in kept]
+        out[int(np.argmin(gaps))].append((x, y, 0))
+    return out
+
+
 def predict_masks(predictor, frames: list[np.ndarray], prompts: list[tuple[int, list[list[float]]]],
                   threshold: float = 0.0) -> list[np.ndarray]:
-    """Union mask (T, H, W bool) per prompt (keyframe index, boxes in video pixels), SAM2-tracked both ways.
+    """Union mask (T, H, W bool) per prompt (keyframe index, boxes in video pixels[, point prompts per box]),
+    SAM2-tracked both ways.
 
     All prompts of one video share the frame encoding; a prompt without boxes gives an empty mask.
     """
     from stages.segment import BoxGroup, propagate_groups
 
     height, width = frames[0].shape[:2]
-    groups = [BoxGroup(key, boxes) for key, boxes in prompts]
+    groups = [BoxGroup(p[0], p[1], p[2] if len(p) > 2 else ()) for p in prompts]  # (key, boxes[, points])
     if not any(g.boxes for g in groups):
         return [np.zeros((len(frames), height, width), dtype=bool) for _ in groups]
     masks = propagate_groups(predictor, frames, groups, threshold)

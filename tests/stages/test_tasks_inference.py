@@ -142,3 +142,33 @@ def test_rcot_inference_asks_each_task_its_own_question():
                     '<think>x</think><answer>{"bbox_2d_list": [], "point_2d_list": []}</answer>'])
     _, answer, trace = rcot_answer("x", TIMESTAMPS[:3], IMAGES[:3], generate, max_rounds=2)
     assert trace.selections == [0, 2] and trace.judgments == ["B"] and answer.keyframe_timestamp == 2
+
+
+def test_videoseg_points_become_sam2_prompts_at_inference(monkeypatch):
+    """Evaluation: a VideoSeg-R1 answer's points, scaled to video pixels, go to SAM2 with the kept boxes (label 1
+    positive, label 0 for each negative point, given to its nearest box); a box-only answer prompts boxes only."""
+    from schemas.answer import BOXES_POINTS_NEGATIVE, parse_answer
+    from stages import evaluate as E
+    from stages.evaluate.infer import Reply
+
+    text = ('<think>x</think><answer>{"bbox_2d_list": [[10, 10, 20, 20], [40, 40, 50, 50], [60, 60, 60, 70]], '
+            '"point_2d_list": [[15, 15], [45, 45], [60, 65]], "negative_point_2d_list": [[22, 15], [52, 44]]}'
+            '</answer>')
+    answer = parse_answer(text, BOXES_POINTS_NEGATIVE)
+    from dataclasses import replace
+
+    reply = Reply(text, replace(answer, keyframe_timestamp=4))
+    points = E.select_points(reply, size=56, width=112, height=56)  # x scaled ×2, y ×1; the empty 3rd box dropped
+    assert points == [[(30.0, 15.0, 1), (44.0, 15.0, 0)], [(90.0, 45.0, 1), (104.0, 44.0, 0)]]
+    assert E.select_points(Reply("", None), 56, 112, 56) == []
+    seen = []
+
+    def fake_groups(predictor, frames, groups, threshold=0.0):
+        seen.extend(groups)
+        return [np.zeros((len(g.boxes), len(frames), 56, 112), dtype=bool) for g in groups]
+
+    monkeypatch.setattr("stages.segment.propagate_groups", fake_groups)
+    frames = [np.zeros((56, 112, 3), np.uint8)] * 3
+    E.predict_masks(None, frames, [(1, [[20.0, 10.0, 40.0, 20.0]], points[:1]), (2, [[0.0, 0.0, 4.0, 4.0]])])
+    assert seen[0].points == points[:1] and seen[1].points == ()
+    assert E.box_masks(frames, [(1, [[0, 0, 2, 2]], points[:1])])[0].sum() == 3 * 4
