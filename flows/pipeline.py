@@ -74,7 +74,7 @@ def pipeline_flow(
     """Run the DVC pipeline as an isolated experiment with params overrides.
 
     Args:
-        overrides: params overrides by dotted key, e.g. {"sample.grpo_size": "32", "cot.template_set": "veason"}.
+        overrides: params overrides by dotted key, e.g. {"sample.grpo_size": "32", "sample.grpo_tasks": "[veason]"}.
         targets: stages of dvc.yaml to reproduce (default: the whole pipeline).
         experiment_name: name of the DVC experiment (default: ui-<this run's name>).
         push: push the experiment to the DVC remote when one (and a git remote) is configured.
