@@ -289,7 +289,8 @@ class BenchmarksParams:
         "base": "models/tiny/qwen25vl", "sft": "models/sft/merged", "grpo": "models/grpo/merged"})
     roots: dict[str, str] = field(default_factory=dict)  # name → published root; missing = synthetic from data.root
     splits: dict[str, str] = field(default_factory=dict)  # name → split of a given root; missing = evaluation split
-    videos: NonNegInt = 1  # first videos per benchmark (whole videos: Ref-DAVIS merges a video's expressions); 0 = all
+    videos: NonNegInt = 1  # first videos per benchmark; 0 = all
+    expressions: NonNegInt = 2  # first expressions of those (Ref-DAVIS17: whole objects, 4 each); 0 = all
 
     def _rules(self) -> Iterator[tuple[str, str]]:
         for name in (*self.names, *self.roots, *self.splits):

@@ -169,6 +169,7 @@ def merge_annotator(bench: Benchmark, pred_dir: Path, video: str, annotator: int
 def _davis_gt(bench: Benchmark, video: str) -> tuple[np.ndarray, np.ndarray]:
     """(objects (n, T, H, W) bool, void (T, H, W) bool) of the palette ground truth, as DAVIS reads it."""
     folder = bench.root / "valid" / "Annotations" / video
+    n_kept = len(bench.videos[video].expressions) // ANNOTATORS  # a subset run scores the objects it kept
     labels = []
     for frame in bench.videos[video].frames:
         with Image.open(folder / f"{frame}.png") as img:
@@ -176,7 +177,7 @@ def _davis_gt(bench: Benchmark, video: str) -> tuple[np.ndarray, np.ndarray]:
     lab = np.stack(labels)
     void = lab == VOID
     lab = np.where(void, 0, lab)
-    n = int(lab[0].max())
+    n = min(int(lab[0].max()), n_kept)
     return np.stack([lab == k for k in range(1, n + 1)]) if n else np.zeros((0, *lab.shape), bool), void
 
 

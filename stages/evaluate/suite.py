@@ -43,8 +43,11 @@ def _revos_videos(root: Path, split: str) -> dict[str, list[str]]:
 
 
 def evaluate_benchmark(params: EvaluateParams, name: str, root: Path, split: str, out_dir: Path, size: int,
-                       policy: Policy, segment: Segmenter, videos: int = 0) -> tuple[dict[str, float], pd.DataFrame]:
-    """Infer and score the first `videos` videos (sorted keys; 0 = all) of a benchmark split.
+                       policy: Policy, segment: Segmenter, videos: int = 0, expressions: int = 0
+                       ) -> tuple[dict[str, float], pd.DataFrame]:
+    """Infer and score the first `videos` videos (sorted keys; 0 = all) of a benchmark split, and of those the
+    first `expressions` expressions (0 = all; Ref-DAVIS17: whole objects, i.e. multiples of 4 per video, and only
+    the kept objects are scored).
 
     Returns:
         (summary: J, F, JF in percent and counts — for a server split the archive's counts —, answers table).
@@ -54,12 +57,16 @@ def evaluate_benchmark(params: EvaluateParams, name: str, root: Path, split: str
     if name == "revos":
         exps = _revos_videos(root, split)
         keys = sorted(exps)[: videos or None]
+        exps = _first(name, {k: exps[k] for k in keys}, expressions)
+        keys = [k for k in keys if exps.get(k)]
         canon, canon_split, bench = root, split, None
     else:
         bench = read_benchmark(name, root, split)
         keys = sorted(k for k, v in bench.videos.items() if v.expressions)[: videos or None]
-        bench = dataclasses.replace(bench, videos={k: bench.videos[k] for k in keys})
-        exps = {k: sorted(bench.videos[k].expressions, key=_exp_order) for k in keys}
+        exps = _first(name, {k: sorted(bench.videos[k].expressions, key=_exp_order) for k in keys}, expressions)
+        keys = [k for k in keys if exps.get(k)]
+        bench = dataclasses.replace(bench, videos={k: dataclasses.replace(bench.videos[k], expressions={
+            e: bench.videos[k].expressions[e] for e in exps[k]}) for k in keys})
         canon, canon_split = to_revos(bench, out_dir / "root"), "train" if split == "train" else "valid"
     ids = [expression_id(v, e) for v in keys for e in exps[v]]
     gt = load_ground_truth(canon, canon_split, ids)
@@ -82,6 +89,21 @@ def evaluate_benchmark(params: EvaluateParams, name: str, root: Path, split: str
         table.to_csv(out_dir / "scores.csv", index=False)
     summary.update(_answer_metrics(answers_df, params.mode))
     return summary, answers_df
+
+
+def _first(name: str, exps: dict[str, list[str]], n: int) -> dict[str, list[str]]:
+    """The first `n` expressions in video order (0 = all); Ref-DAVIS17 keeps whole objects (4 expressions each)."""
+    if not n:
+        return exps
+    out: dict[str, list[str]] = {}
+    left = n
+    for video, ids in exps.items():
+        if left <= 0:
+            break
+        take = -(-left // 4) * 4 if name == "refdavis" else left
+        out[video] = ids[:take]
+        left -= len(out[video])
+    return out
 
 
 def synthetic_root(name: str, revos_root: Path, out: Path) -> tuple[Path, str]:
@@ -111,7 +133,8 @@ def run_benchmark(name: str, params: BenchmarksParams, evaluate: EvaluateParams,
     metrics: dict[str, dict] = {}
     for label, path in params.models.items():
         summary, _ = evaluate_benchmark(evaluate, name, root, split, out_dir / label, size,
-                                        model_policy(evaluate, path, model.dtype), segment, params.videos)
+                                        model_policy(evaluate, path, model.dtype), segment, params.videos,
+                                        params.expressions)
         # NaN (e.g. a ReVOS subset without expressions in the chosen videos) stays out of the JSON metrics
         metrics[label] = {k: float(v) for k, v in summary.items()
                           if (k in SUMMARY_KEYS or k.startswith("JF_anno")) and np.isfinite(float(v))}

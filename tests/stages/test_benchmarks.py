@@ -254,3 +254,26 @@ def test_table_rows_models_columns_benchmarks_and_the_gain_line() -> None:
         {"model": "sft", "revos J&F": 40.0, "revos R": 10.0, "mevis J&F": 30.0, "refytvos J&F": "server"},
         {"model": "grpo", "revos J&F": 45.1, "revos R": 12.0, "mevis J&F": 29.0, "refytvos J&F": "server"}]
     assert gain_line(results) == "grpo vs sft: +2.0 J&F on average (revos +5.0, mevis -1.0)."
+
+
+def test_subset_keeps_whole_refdavis_objects_and_scores_only_them() -> None:
+    from stages.evaluate.suite import _first
+
+    exps = {"a": [str(i) for i in range(8)], "b": [str(i) for i in range(8)]}
+    assert _first("mevis", exps, 3) == {"a": ["0", "1", "2"]}
+    assert _first("refdavis", exps, 2) == {"a": ["0", "1", "2", "3"]}  # one whole object: its 4 annotators
+    assert _first("refdavis", exps, 10) == {"a": exps["a"], "b": ["0", "1", "2", "3"]}
+    assert _first("reasonvos", exps, 0) is exps
+
+
+def test_refdavis_subset_run_scores_the_kept_objects(layouts: dict[str, Path], tmp_path: Path) -> None:
+    import dataclasses
+
+    bench = read_benchmark("refdavis", layouts["refdavis"])
+    video = bench.videos["SRC-valid-a"]
+    kept = dataclasses.replace(video, expressions={e: video.expressions[e] for e in ["0", "1", "2", "3"]})
+    bench = dataclasses.replace(bench, videos={"SRC-valid-a": kept})
+    pred = write_preds(bench, tmp_path / "p")
+    summary, table = score_benchmark("refdavis", pred, layouts["refdavis"], bench=bench,
+                                     expressions={("SRC-valid-a", e) for e in "0123"})
+    assert summary["JF"] == 100.0 and len(table) == 4  # object 2 (no expressions kept) is not scored
