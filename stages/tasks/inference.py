@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import io
 import json
 import math
@@ -203,7 +204,7 @@ def openai_generate(teacher, cache_dir: Path, image_size: int = 448) -> Generate
         for i, (chat, frames) in enumerate(zip(chats, images, strict=True)):
             pictures = iter(frames)
             content = [encode(next(pictures)) if c["type"] == "image" else c for c in chat[0]["content"]]
-            digest = [f.tobytes()[:4096].hex() for f in frames]  # frames identify the request with the text
+            digest = [hashlib.sha256(f.tobytes()).hexdigest() for f in frames]  # the frames' pixels, with the text
             key = request_key({"task": "htfs", "model": teacher.model, "chat": chat, "frames": digest, "index": i,
                                "temperature": teacher.temperature})
             requests.append(ChatRequest(key=key, messages=[{"role": "user", "content": content}]))

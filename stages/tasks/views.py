@@ -24,7 +24,7 @@ from stages.tasks.base import Task
 
 @dataclass(frozen=True)
 class FrameView:
-    """The frames a task shows: files, timestamps, positions in the sampled frames (None: not sampled), side."""
+    """The frames a task shows: their files, timestamps, and the square side they are shown at."""
 
     frame_names: list[str]
     timestamps: list[int]
