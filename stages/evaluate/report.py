@@ -220,7 +220,9 @@ def write_report(path: Path, metrics: dict[str, float], scores: pd.DataFrame, an
              "(`R (VISA)`, comparable with published tables) and on binary masks (`R (binary)`).", ""]
     if comparison is not None and len(comparison):
         lines += ["## Models compared", "", markdown_table(comparison), ""]
-    lines += ["## This model", "", markdown_table(results_table(metrics, model_label)), ""]
+    lines += ["## This model", "", markdown_table(results_table(metrics, model_label)), "",
+              "Base, SFT and GRPO models side by side on every benchmark: [benchmarks.md](benchmarks.md) "
+              "(stage `bench_table`; `dvc repro bench_table`).", ""]
     # timings stay in metrics/eval.json: the report is a DVC output (identical runs, identical bytes)
     counts = {k: v for k, v in sorted(metrics.items())
               if k.split("_")[0] not in ("J", "F", "JF", "R") and not is_timing(k)}
