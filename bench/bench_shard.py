@@ -1,61 +1,77 @@
-"""Benchmark: shard stage write throughput (samples/s, MB/s of tar written).
+"""Benchmark: the shard stage at 720p sources with hundreds of samples, today's code vs the
+per-sample path it replaced, in the same run.
 
-Upstream tables come from a tiny synthetic ReVOS root run through ingest → sample → keyframes → cot →
-filter → difficulty (untimed). Timed: `write_shards` with the serial runner (the baseline) and with the
-thread runner, at the paper's train size (560) and the CPU default (112). Exports are switched off so
-the figure is the tar writing itself (frame resize + JPEG encode + GT masks + tar).
+Upstream (untimed): a synthetic ReVOS root at 1280 × 720 (`synth` with the `large` preset's frame size,
+fewer videos) run through ingest → sample → keyframes → cot → filter → difficulty. Timed, each in its own
+process (so peak memory is the variant's own), exports on, serial runner:
 
-    python bench/bench_shard.py [--videos 12] [--frames 10] [--out bench/out/shard.json]
+- `per_sample` (the baseline: the stage before this change): every record decodes its own frames at
+  full size (no DCT scaling), all records of a pool are built before the first is written.
+- `ours`: the stage as it is (one unit of work per video across pools, each distinct frame decoded once,
+  DCT-scaled decode where the target is smaller, records streamed to the writers).
+- `ours_threads`: the same with the threads runner (2 workers).
+
+Checks before any figure: the same keys and JSON members in every tar; where DCT scaling cannot apply
+(the target is over half the source's short side, e.g. 560 from 720p) the tars are byte-identical.
+
+    python bench/bench_shard.py [--videos 24] [--train-size 112 560]
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import io
 import json
+import resource
 import shutil
+import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from stages.core.params import (  # noqa: E402
-    CotParams,
-    DifficultyParams,
-    FilterParams,
-    IngestParams,
-    KeyframesParams,
-    SampleParams,
-    ShardParams,
-    TeacherParams,
-)
-from stages.core.runner import RunnerParams  # noqa: E402
-from stages.cot import generate_cot  # noqa: E402
-from stages.difficulty import score_difficulty  # noqa: E402
-from stages.filter import filter_traces  # noqa: E402
-from stages.ingest import ingest  # noqa: E402
-from stages.keyframes import select_keyframes  # noqa: E402
-from stages.sample import sample_pools  # noqa: E402
-from stages.shard import write_shards  # noqa: E402
-from tests.revos_factory import VideoSpec, simple_video, write_root  # noqa: E402
+from bench.results_io import write_result  # noqa: E402
+
+VARIANTS = ("per_sample", "ours", "ours_threads")
 
 
-def upstream(base: Path, n_videos: int, n_frames: int, train_size: int) -> None:
-    """Synthetic root (frames 240 × 320, like a small ReVOS video) and every stage before shard."""
-    videos = []
-    for i in range(n_videos):
-        spec = simple_video(f"B/train/v{i}", n_frames=n_frames)
-        scale = 10  # 24 × 32 factory frames scaled up so resizing and JPEG work is realistic
-        objects = {a: [None if b is None else tuple(v * scale for v in b) for b in boxes]
-                   for a, boxes in spec.objects.items()}
-        videos.append(VideoSpec(spec.key, height=24 * scale, width=32 * scale, n_frames=n_frames, objects=objects,
-                                expressions=spec.expressions))
-    write_root(base / "root", videos)
-    ingest(IngestParams(check_jpeg="header"), base / "root", base / "index", RunnerParams(kind="threads"))
-    sample_pools(SampleParams(sft_first_k=1, grpo_size=n_videos), 0, base / "index", base / "sample")
+def upstream(base: Path, n_videos: int, train_size: int) -> None:
+    """Synthetic 720p root and every stage before shard, under `base`."""
+    from stages.core.params import (
+        CotParams,
+        DifficultyParams,
+        FilterParams,
+        IngestParams,
+        KeyframesParams,
+        SampleParams,
+        SynthParams,
+        SynthScale,
+        TeacherParams,
+    )
+    from stages.core.runner import RunnerParams
+    from stages.cot import generate_cot
+    from stages.difficulty import score_difficulty
+    from stages.filter import filter_traces
+    from stages.ingest import ingest
+    from stages.keyframes import select_keyframes
+    from stages.sample import sample_pools
+    from stages.synth import generate_synthetic
+
+    threads = RunnerParams(kind="threads", workers=2)
+    if not (base / "root").is_dir():
+        scale = SynthScale(n_videos_train=n_videos, n_videos_valid=max(2, n_videos // 8), min_frames=24,
+                           max_frames=40, height=720, width=1280)
+        generate_synthetic(SynthParams(size="large", large=scale), base / "root", threads)
+        ingest(IngestParams(check_jpeg="header"), base / "root", base / "index", threads)
+        sample_pools(SampleParams(grpo_size=10 * n_videos), 0, base / "index", base / "sample")
+    for name in ("keyframes", "cot", "filter", "difficulty"):
+        shutil.rmtree(base / name, ignore_errors=True)
     select_keyframes(KeyframesParams(train_size=train_size), 0, base / "root", base / "index", base / "sample",
-                     base / "keyframes")
+                     base / "keyframes", threads)
     teacher = TeacherParams()
     generate_cot(teacher, CotParams(cache_dir=str(base / "cot_cache")), 0, base / "root", base / "keyframes",
                  base / "cot")
@@ -64,39 +80,112 @@ def upstream(base: Path, n_videos: int, n_frames: int, train_size: int) -> None:
                      base / "index", base / "keyframes", base / "difficulty")
 
 
-def timed(base: Path, runner: RunnerParams) -> dict:
-    out = base / f"shards-{runner.kind}"
-    shutil.rmtree(out, ignore_errors=True)
-    params = ShardParams(export_sharegpt=False, export_verl=False)
-    started = time.perf_counter()
-    report = write_shards(params, base / "root", base / "keyframes", base / "filter", base / "difficulty", out, runner)
-    seconds = time.perf_counter() - started
+def _full_decode_jpeg(root: Path, video: str, frame: str, size: int, quality: int) -> bytes:
+    """The frame function before this change: full-size decode, bicubic, JPEG."""
+    from PIL import Image
+
+    from stages.core import revos
+
+    with Image.open(revos.frame_path(root, video, frame)) as img:
+        img = img.convert("RGB").resize((size, size), Image.Resampling.BICUBIC)
+    buffer = io.BytesIO()
+    img.save(buffer, format="JPEG", quality=quality)
+    return buffer.getvalue()
+
+
+def child(variant: str, base: Path, out: Path) -> dict:
+    """Run one variant in this process; returns seconds, samples and peak RSS."""
+    import stages.shard as shard
+    from stages.core.params import ShardParams
+    from stages.core.runner import RunnerParams
+
+    if variant == "per_sample":  # the stage before: per-record decode at full size, pools built whole
+        shard.frame_jpeg = _full_decode_jpeg
+        shard.merged_units = lambda jobs_by_pool: [[(pool, job)] for pool, jobs in jobs_by_pool.items()
+                                                   for job in jobs]
+        streaming = shard._imap_units
+        shard._imap_units = lambda units, runner: iter(list(streaming(units, runner)))
+    runner = RunnerParams(kind="threads", workers=2) if variant == "ours_threads" else RunnerParams(kind="serial")
+    start = time.perf_counter()
+    report = shard.write_shards(ShardParams(), base / "root", base / "keyframes", base / "filter",
+                                base / "difficulty", out, runner)
+    seconds = time.perf_counter() - start
     samples = sum(v for k, v in report.metrics.items() if k.endswith(".samples"))
-    size = sum(p.stat().st_size for p in out.rglob("*.tar"))
-    return {"samples": samples, "seconds": round(seconds, 3), "samples_per_s": round(samples / seconds, 2),
-            "mb_per_s": round(size / seconds / 1e6, 2), "tar_mb": round(size / 1e6, 2)}
+    return {"seconds": round(seconds, 3), "samples": samples, "samples_per_s": round(samples / seconds, 2),
+            "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+
+
+def _members(folder: Path) -> dict[str, dict[str, str]]:
+    """pool/tar → member name → sha256 of its bytes."""
+    out = {}
+    for path in sorted(folder.glob("*/shard-*.tar")):
+        with tarfile.open(path) as tar:
+            out[f"{path.parent.name}/{path.name}"] = {
+                m.name: hashlib.sha256(tar.extractfile(m).read()).hexdigest() for m in tar.getmembers()}
+    return out
+
+
+def compare(a: Path, b: Path, frames_identical: bool) -> dict:
+    """Assert same keys and JSON members (and frames where they must be identical)."""
+    ma, mb = _members(a), _members(b)
+    if ma.keys() != mb.keys():
+        raise AssertionError(f"different tars: {sorted(ma)} vs {sorted(mb)}")
+    same_frames = True
+    for tar, members in ma.items():
+        if members.keys() != mb[tar].keys():
+            raise AssertionError(f"{tar}: different members")
+        for name, digest in members.items():
+            if name.endswith(".json") and digest != mb[tar][name]:
+                raise AssertionError(f"{tar}/{name}: JSON differs")
+            if name.endswith(".jpg") and digest != mb[tar][name]:
+                same_frames = False
+    if frames_identical and not same_frames:
+        raise AssertionError("frames differ where DCT scaling cannot apply")
+    return {"members": sum(len(m) for m in ma.values()), "frames_identical": same_frames,
+            "tars_identical": all((a / t).read_bytes() == (b / t).read_bytes() for t in ma)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--videos", type=int, default=12, help="synthetic training videos")
-    parser.add_argument("--frames", type=int, default=10, help="frames per video")
-    parser.add_argument("--workers", type=int, default=2, help="thread runner workers")
-    parser.add_argument("--out", type=Path, default=Path("bench/out/shard.json"))
+    parser.add_argument("--videos", type=int, default=24, help="synthetic training videos (720p)")
+    parser.add_argument("--train-size", type=int, nargs="+", default=[112, 560])
+    parser.add_argument("--work", type=Path, default=None, help="reuse this folder's synthetic root")
+    parser.add_argument("--out", type=Path, default=None, help="default: bench/results/shard.json")
+    parser.add_argument("--child", nargs=3, metavar=("VARIANT", "BASE", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        variant, base, out = args.child
+        sys.stdout.write(json.dumps(child(variant, Path(base), Path(out))) + "\n")
+        return
+    base = args.work or Path(tempfile.mkdtemp(prefix="vrsflow-bench-shard-"))
     results = {}
-    for size in (112, 560):
-        base = Path(tempfile.mkdtemp(prefix="vrsflow-bench-shard-"))
-        upstream(base, args.videos, args.frames, size)
-        serial = timed(base, RunnerParams(kind="serial"))
-        threads = timed(base, RunnerParams(kind="threads", workers=args.workers))
-        results[f"train_size_{size}"] = {"serial": serial, "threads": threads,
-                                         "threads_vs_serial": round(threads["samples_per_s"]
-                                                                    / serial["samples_per_s"], 3)}
+    for size in args.train_size:
+        upstream(base, args.videos, size)
+        runs = {}
+        for variant in VARIANTS:
+            out = base / f"shards-{size}-{variant}"
+            shutil.rmtree(out, ignore_errors=True)
+            done = subprocess.run([sys.executable, __file__, "--child", variant, str(base), str(out)],
+                                  capture_output=True, text=True, check=True)
+            runs[variant] = json.loads(done.stdout.strip().splitlines()[-1])
+            sys.stderr.write(f"train_size {size} {variant}: {runs[variant]}\n")
+        dct_applies = size * 2 <= 720  # libjpeg scales by 1/2 at least only when the target fits twice
+        checks = {v: compare(base / f"shards-{size}-per_sample", base / f"shards-{size}-{v}",
+                             frames_identical=not dct_applies) for v in ("ours", "ours_threads")}
+        checks["threads_vs_serial"] = compare(base / f"shards-{size}-ours", base / f"shards-{size}-ours_threads",
+                                              frames_identical=True)
+        results[f"train_size_{size}"] = {
+            **runs, "checks": checks, "dct_scaled_decode": dct_applies,
+            "speedup": round(runs["per_sample"]["seconds"] / runs["ours"]["seconds"], 2),
+            "speedup_threads": round(runs["per_sample"]["seconds"] / runs["ours_threads"]["seconds"], 2)}
+    frames = sum(1 for _ in (base / "root").rglob("*.jpg"))
+    figures = {"source": "synthetic ReVOS layout, 1280x720 JPEG frames", "videos": args.videos,
+               "source_frames": frames, **results, "target_speedup": 4.0}
+    if args.work is None:
         shutil.rmtree(base, ignore_errors=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=1) + "\n")
-    sys.stdout.write(json.dumps(results, indent=1) + "\n")
+    write_result("shard", figures, "per_sample: the shard stage before this change (each record decodes its own "
+                 "frames at full size; pools built whole, then written)", code=("stages/shard", "bench"),
+                 out=args.out)
 
 
 if __name__ == "__main__":

@@ -73,8 +73,9 @@ def ground_truth(sample: dict, difficulty: dict | None, task: str | None = None,
     return task_ground_truth(sample, get_task(name), difficulty, description)
 
 
-def _sample_record(job: tuple, encode=frame_jpeg) -> dict:
-    """One shard sample (frames + json) of one task; `encode` makes a frame's JPEG bytes."""
+def _sample_record(job: tuple, encode=frame_jpeg, truth=ground_truth) -> dict:
+    """One shard sample (frames + json) of one task; `encode` makes a frame's JPEG bytes, `truth` the
+    ground truth (the unit of work passes caching versions of both)."""
     key, sample, extra, root, quality = job
     task = get_task(extra["task"])
     view = frame_view(sample, task)
@@ -82,7 +83,7 @@ def _sample_record(job: tuple, encode=frame_jpeg) -> dict:
     record: dict = {"__key__": key}
     for i, frame in enumerate(view.frame_names):
         record[f"frame_{i}.jpg"] = encode(root, sample["video"], frame, view.size, quality)
-    gt = ground_truth(sample, extra.get("difficulty"), task.name, description)
+    gt = truth(sample, extra.get("difficulty"), task.name, description)
     meta = {"sample_id": sample["sample_id"], "pool": sample["pool"], "video": sample["video"],
             "expression_id": sample["expression_id"], "expression": sample["text"], "type": sample["type"],
             "task": task.name, "timestamps": view.timestamps,
@@ -103,7 +104,16 @@ def _unit_records(unit: list[tuple[str, tuple]]) -> list[tuple[str, dict]]:
             encoded[key] = frame_jpeg(root, video, frame, size, quality)
         return encoded[key]
 
-    return [(pool, _sample_record(job, encode)) for pool, job in unit]
+    truths: dict[tuple, GroundTruth] = {}
+
+    def truth(sample: dict, difficulty: dict | None, task: str, description: str | None) -> GroundTruth:
+        # the traces of one sample share it (masks decoded and resized once)
+        key = (sample["pool"], sample["sample_id"], task, description)
+        if key not in truths:
+            truths[key] = ground_truth(sample, difficulty, task, description)
+        return truths[key]
+
+    return [(pool, _sample_record(job, encode, truth)) for pool, job in unit]
 
 
 def video_units(jobs: list[tuple]) -> list[list[tuple]]:
