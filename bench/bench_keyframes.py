@@ -1,21 +1,24 @@
-"""Benchmark: the keyframes stage vs the released Veason-R1 GRPO dataset approach.
+"""Benchmark: the keyframes stage (with the area computation it relies on) vs the released Veason-R1
+GRPO dataset approach, on the same samples, asserting that both pick from the same frames.
 
 Baseline (same samples, same process): for each sample decode every frame's mask of every target
-object with pycocotools, take the union, count pixels, sort the areas and draw among the top-k.
-Ours: areas from ingest's RLE-derived tracks + one streaming pass over mask_dict for the union RLEs;
-only each object's keyframe mask is decoded (for its KTG point). Ratio of samples per second.
+object with pycocotools, take the union, count pixels, sort the areas, top-k. Ours: the per-frame areas
+and boxes computed on the RLEs as ingest does (`rle.areas_and_boxes`, one streaming pass over mask_dict
+for the sampled anno_ids — timed here, although ingest pays it once for every stage), plus the whole
+keyframes stage (tables in, parquet out, incl. union RLEs, KTG points, AKS candidates). Before any
+figure: per sample, the stage's per-frame union areas equal the decoded ones exactly, the top-k frames
+from both are the same list, and the stage's keyframe is among them.
 
     python bench/bench_keyframes.py --root data/raw/synth-large [--index data/index-large] [--samples 400]
 
 `--root` is a ReVOS-layout root (e.g. `vrsflow` synth with `synth.size: large`); `--index` reuses an
 existing ingest output of that root (otherwise ingest runs first, untimed). The pools are drawn with
-`sample` (untimed); the keyframes stage and the baseline are timed on the same samples, serially.
+`sample` (untimed). Writes bench/results/keyframes.json.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -27,6 +30,7 @@ from pycocotools import mask as mask_utils
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.results_io import write_result  # noqa: E402
 from stages.core import revos, rle  # noqa: E402
 from stages.core.params import IngestParams, KeyframesParams, SampleParams  # noqa: E402
 from stages.core.runner import RunnerParams  # noqa: E402
@@ -35,11 +39,11 @@ from stages.keyframes import select_keyframes  # noqa: E402
 from stages.sample import sample_pools  # noqa: E402
 
 
-def baseline(root: Path, samples: pd.DataFrame, videos: pd.DataFrame, top_k: int) -> int:
-    """Decode every frame of every target; returns the number of samples processed."""
+def baseline(root: Path, samples: pd.DataFrame, videos: pd.DataFrame, top_k: int) -> dict[str, tuple]:
+    """Decode every frame of every target; sample id → (union areas per frame, top-k frames)."""
     wanted = {int(a) for ids in samples["anno_ids"] for a in ids}
     masks = {int(k): v for k, v in revos.iter_json_object(root / revos.MASK_DICT) if k.isdigit() and int(k) in wanted}
-    rng = np.random.default_rng(0)
+    out = {}
     for row in samples.itertuples(index=False):
         video = videos.loc[row.video]
         areas = []
@@ -50,9 +54,20 @@ def baseline(root: Path, samples: pd.DataFrame, videos: pd.DataFrame, top_k: int
                 if m is not None:
                     union |= mask_utils.decode(rle.to_coco(m))
             areas.append(int(union.sum()))
-        order = np.argsort(areas)[::-1][:top_k]
-        _ = int(order[rng.integers(len(order))])
-    return len(samples)
+        order = sorted((t for t in range(len(areas)) if areas[t] > 0), key=lambda t: (-areas[t], t))[:top_k]
+        out[row.sample_id] = (areas, order)
+    return out
+
+
+def area_pass(root: Path, samples: pd.DataFrame) -> int:
+    """What ingest computes for these samples: areas and boxes of each sampled anno_id on its RLE."""
+    wanted = {int(a) for ids in samples["anno_ids"] for a in ids}
+    done = 0
+    for key, masks in revos.iter_json_object(root / revos.MASK_DICT):
+        if key.isdigit() and int(key) in wanted:
+            rle.areas_and_boxes(masks)
+            done += 1
+    return done
 
 
 def main() -> None:
@@ -60,7 +75,7 @@ def main() -> None:
     parser.add_argument("--root", type=Path, required=True, help="ReVOS-layout root")
     parser.add_argument("--index", type=Path, default=None, help="ingest output of --root (default: ingest it)")
     parser.add_argument("--samples", type=int, default=400, help="GRPO pool size timed")
-    parser.add_argument("--out", type=Path, default=Path("bench/out/keyframes.json"))
+    parser.add_argument("--out", type=Path, default=None, help="default: bench/results/keyframes.json")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="vrsflow-bench-kf-"))
     index = args.index
@@ -76,28 +91,41 @@ def main() -> None:
     samples = pd.read_parquet(work / "sample" / "grpo.parquet")
     videos = pd.read_parquet(index / "videos.parquet").set_index("video")
 
+    top_k = KeyframesParams().top_k
     t0 = time.perf_counter()
+    n_annos = area_pass(args.root, samples)
     report = select_keyframes(KeyframesParams(train_size=560), 0, args.root, index, work / "sample", work / "kf",
                               RunnerParams(kind="serial"))
     t_ours = time.perf_counter() - t0
     t0 = time.perf_counter()
-    n = baseline(args.root, samples, videos, 5)
+    decoded = baseline(args.root, samples, videos, top_k)
     t_base = time.perf_counter() - t0
+    rows = pd.read_parquet(work / "kf" / "grpo.parquet")
+    for row in rows.itertuples(index=False):  # the same frames, or no figure
+        areas, order = decoded[row.sample_id]
+        ours_areas = [float(a) for a in row.video_union_areas]
+        if ours_areas != [float(a) for a in areas]:
+            raise AssertionError(f"{row.sample_id}: union areas differ from the decoded masks")
+        ours_order = sorted((t for t in range(len(ours_areas)) if ours_areas[t] > 0),
+                            key=lambda t: (-ours_areas[t], t))[:top_k]
+        if ours_order != order or int(row.keyframe_idx) not in order:
+            raise AssertionError(f"{row.sample_id}: keyframe {row.keyframe_idx} / top-k {ours_order} vs {order}")
+    n = len(samples)
     frames = samples["video"].map(videos["n_frames"])
     figures = {
-        "samples": n, "mean_frames_per_video": float(frames.mean()),
+        "samples": n, "samples_checked": len(rows), "anno_ids": n_annos, "top_k": top_k,
+        "mean_frames_per_video": float(frames.mean()),
         "mean_objects_per_sample": float(samples["n_instances"].mean()),
         "frame_size": sorted({f"{h}x{w}" for h, w in zip(videos["height"], videos["width"], strict=True)}),
-        "mask_dict_mib": (args.root / revos.MASK_DICT).stat().st_size / 2**20,
-        "ours_s": t_ours, "baseline_s": t_base,
-        "ours_samples_per_s": n / t_ours, "baseline_samples_per_s": n / t_base, "speedup": t_base / t_ours,
+        "mask_dict_mib": round((args.root / revos.MASK_DICT).stat().st_size / 2**20, 2),
+        "ours_s": round(t_ours, 3), "baseline_s": round(t_base, 3),
+        "ours_samples_per_s": round(n / t_ours, 2), "baseline_samples_per_s": round(n / t_base, 2),
+        "speedup": round(t_base / t_ours, 2), "same_frames_asserted": True,
         "ours_rows": report.metrics.get("grpo", 0), "quarantined": report.metrics.get("quarantined", 0),
-        "note": "both serial, one process; ours = the whole keyframes stage (tables in, parquet out, incl. "
-                "KTG points, AKS candidates, union RLEs); baseline = decode every frame's masks, sort areas",
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(figures, indent=1))
-    sys.stdout.write(json.dumps(figures, indent=1) + "\n")
+    write_result("keyframes", figures, "released Veason-R1 GRPO data: decode every frame's masks of every target "
+                 "(pycocotools), union, count, sort; ours includes the RLE area pass ingest does",
+                 code=("stages/keyframes", "stages/core/rle.py", "bench"), out=args.out)
 
 
 if __name__ == "__main__":

@@ -27,11 +27,11 @@ def _git(*args: str) -> str:
         return ""
 
 
-def commit() -> dict:
-    """HEAD and whether the tracked files under stages/ and bench/ differ from it."""
+def commit(code: tuple[str, ...] = ("stages", "bench", "schemas")) -> dict:
+    """HEAD and whether the files the figures depend on (`code`, repo-relative) differ from it."""
     head = _git("rev-parse", "HEAD") or "unknown"
-    dirty = bool(_git("status", "--porcelain", "--untracked-files=no", "--", "stages", "bench", "schemas"))
-    return {"sha": head, "dirty": dirty}
+    dirty = bool(_git("status", "--porcelain", "--untracked-files=no", "--", *code))
+    return {"sha": head, "dirty": dirty, "code": list(code)}
 
 
 def machine() -> dict:
@@ -55,11 +55,14 @@ def machine() -> dict:
     return info
 
 
-def write_result(name: str, figures: dict, baseline: str, command: str | None = None,
+def write_result(name: str, figures: dict, baseline: str, code: tuple[str, ...] = ("stages", "bench", "schemas"),
                  out: Path | None = None) -> Path:
-    """Write `bench/results/<name>.json` (or `out`) and print it; returns the path."""
-    record = {"name": name, "baseline": baseline, "command": command or " ".join(["python", *sys.argv]),
-              "figures": figures, "commit": commit(), "machine": machine(),
+    """Write `bench/results/<name>.json` (or `out`) and print it; returns the path.
+
+    `code`: the repo paths the figures depend on (the commit record says whether they were modified).
+    """
+    record = {"name": name, "baseline": baseline, "command": " ".join(["python", *sys.argv]),
+              "figures": figures, "commit": commit(code), "machine": machine(),
               "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
     path = Path(out) if out is not None else RESULTS / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)

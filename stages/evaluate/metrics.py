@@ -239,8 +239,10 @@ def r_visa(gt_sum: np.ndarray, pred: np.ndarray, foreground: np.ndarray) -> np.n
                          f"{foreground.dtype}")
     _check_shapes(gt_sum, pred)
     _check_shapes(gt_sum, foreground)
-    neg = ((np.uint8(1) - gt_sum) * pred).sum(axis=(1, 2))  # uint8 wrap-around, uint64 sums
-    pos = foreground.sum(axis=(1, 2))
+    neg = np.zeros(len(gt_sum), dtype=np.uint64)
+    for t in range(len(gt_sum)):  # frame by frame: the uint8 temporaries stay in cache
+        neg[t] = ((np.uint8(1) - gt_sum[t]) * pred[t]).sum(dtype=np.uint64)  # uint8 wrap-around, uint64 sum
+    pos = foreground.sum(axis=(1, 2), dtype=np.uint64)
     return np.maximum(1 - neg / (pos + 1e-6), 0.0)
 
 
