@@ -56,6 +56,9 @@ def verl_overrides(grpo: GrpoParams, reward: RewardParams, model_path: str, trai
         f"data.max_response_length={grpo.max_response_length}",
         "data.image_key=images",
         "data.filter_overlong_prompts=true",
+        # 0 = filter in the loading process: datasets forks a pool even for one worker, and a fork inside a
+        # Ray process (verl builds the dataset in its TaskRunner actor) can hang on Ray's threads (seen here)
+        "data.filter_overlong_prompts_workers=0",
         f"data.seed={grpo.seed}",
         f"actor_rollout_ref.model.path={model_path}",
         *lora,

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import fields, is_dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +48,15 @@ SERVICE = "vrsflow-sam2-test"
 N = 4  # rollouts per prompt
 STEP = 3  # the "final" training step of the simulated run
 TRAINER = "python -m verl.trainer.main_ppo"
+
+
+def _plain(value):
+    """Params dataclasses → the plain YAML structure params.yaml has."""
+    if is_dataclass(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return [_plain(v) for v in value] if isinstance(value, tuple | list) else value
 
 
 def _free_port() -> int:
@@ -107,8 +116,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
     shard(base, base / "shards")
     build_tiny_models(TinyModelsParams(vocab_size=512, hidden_size=64, num_layers=1, num_heads=2,
                                        max_image_side=56, sam2_image_size=256), base / "tiny")
-    params_path = base / "params.yaml"
-    params_path.write_text(yaml.safe_dump({"reward": {"mask_threshold": 0.0}}))
     sam2 = Sam2Params(checkpoint=str(base / "tiny/sam2/model.pt"), config=str(base / "tiny/sam2/config.yaml"))
     grpo = GrpoParams(engine="verl", model_path=str(base / "tiny/qwen25vl"), shards_dir=str(base / "shards/grpo"),
                       verl_parquet=str(base / "shards/exports/verl/grpo.parquet"),
@@ -117,6 +124,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
                       verl=GrpoVerlParams(n_gpus_per_node=1, sam2_service=SERVICE, sam2_gpus=0.0,
                                           out_dir=str(base / "job")))
     reward = RewardParams()
+    params_path = base / "params.yaml"  # read by verl's reward workers and by `vrsflow stage grpo`
+    params_path.write_text(yaml.safe_dump(_plain({"grpo": grpo, "reward": reward, "sam2": sam2}), sort_keys=False))
     job = prepare_job(grpo, reward, sam2, params_path)
     return {"base": base, "grpo": grpo, "reward": reward, "sam2": sam2, "params_path": params_path, "job": job}
 
@@ -295,17 +304,19 @@ def test_curves_and_finish_from_launch_steps(world: dict, verl_run: dict):
     assert record["step"] == STEP and record["actor"] == f"checkpoints/global_step_{STEP}/actor"
 
 
-def test_grpo_stage_brings_the_lora_checkpoint_back(world: dict, verl_run: dict):
+def test_grpo_stage_brings_the_lora_checkpoint_back(world: dict, verl_run: dict, prefect_api: str):
+    """`vrsflow stage grpo` (what `dvc repro grpo` runs) on a machine without GPUs, after launch.sh finished."""
     import torch
 
-    from stages.grpo import run_grpo
     from stages.models import load_vlm
 
     base, grpo = world["base"], world["grpo"]
-    curve = base / "metrics" / "grpo_curve.csv"
-    report = run_grpo(grpo, world["reward"], world["sam2"], curve, world["params_path"])
-    out = Path(grpo.out_dir)
-    assert report.metrics["engine_verl"] == 1 and report.metrics["steps"] == 1
+    result = subprocess.run([str(BIN / "vrsflow"), "stage", "grpo", "--params", str(world["params_path"])],
+                            cwd=base, env=_env(), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    out, curve = Path(grpo.out_dir), base / "metrics" / "grpo_curve.csv"
+    metrics = json.loads((base / "metrics" / "grpo.json").read_text())
+    assert metrics["engine_verl"] == 1 and metrics["steps"] == 1
     assert json.loads((out / "adapter" / "adapter_config.json").read_text())["r"] == grpo.lora_r
     lineage = json.loads((out / "lineage.json").read_text())
     assert lineage["stage"] == "grpo" and (out / "README.md").is_file() and curve.is_file()
