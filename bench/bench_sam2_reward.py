@@ -9,6 +9,9 @@ written. Random weights at the hiera_t shape (`configs/sam2.1/sam2.1_hiera_t.yam
 `--micro` for the test model. Writes bench/results/sam2_reward.json.
 
     python bench/bench_sam2_reward.py [--image-size 512] [--frames 6] [--rollouts 8] [--keyframes 1 2 3 6]
+
+GPU (bench/gpu.sh): `--config configs/sam2.1/sam2.1_hiera_l.yaml --image-size 1024 --frame-side 560
+--device cuda --out bench/results/gpu-sam2_reward.json` (SAM2.1-large shape, bf16 autocast as the stage).
 """
 
 from __future__ import annotations
@@ -29,21 +32,22 @@ from bench.results_io import write_result  # noqa: E402
 from stages.segment import BoxGroup, load_video_predictor, propagate_groups  # noqa: E402
 
 
-def build(image_size: int, micro: bool, folder: Path):
-    """A random-weight SAM2 video predictor: hiera_t at `image_size`, or the micro test model."""
+def build(image_size: int, micro: bool, folder: Path, config: str = "", device: str = "cpu"):
+    """A random-weight SAM2 video predictor: `config` (default hiera_t) at `image_size`, or the micro model."""
     from sam2.build_sam import build_sam2
 
     from stages.models.tiny_sam2 import BASE_CONFIG, build_tiny_sam2
 
     if micro:
         checkpoint, config = build_tiny_sam2(folder, image_size, 0)
-        return load_video_predictor(str(checkpoint), str(config), device="cpu")
+        return load_video_predictor(str(checkpoint), str(config), device=device)
+    base = config or BASE_CONFIG
     overrides = [f"++model.image_size={image_size}"]
     torch.manual_seed(0)
-    model = build_sam2(BASE_CONFIG, ckpt_path=None, device="cpu", hydra_overrides_extra=overrides)
+    model = build_sam2(base, ckpt_path=None, device="cpu", hydra_overrides_extra=overrides)
     torch.save({"model": model.state_dict()}, folder / "model.pt")
-    (folder / "config.yaml").write_text(json.dumps({"base": BASE_CONFIG, "overrides": overrides}))
-    return load_video_predictor(str(folder / "model.pt"), str(folder / "config.yaml"), device="cpu")
+    (folder / "config.yaml").write_text(json.dumps({"base": base, "overrides": overrides}))
+    return load_video_predictor(str(folder / "model.pt"), str(folder / "config.yaml"), device=device)
 
 
 def rollouts(n: int, n_frames: int, size: int, n_keys: int, seed: int = 0) -> list[BoxGroup]:
@@ -81,12 +85,16 @@ def main() -> None:
     parser.add_argument("--keyframes", type=int, nargs="+", default=[1, 2, 3, 6],
                         help="the sweep: distinct keyframes among the rollouts")
     parser.add_argument("--micro", action="store_true")
+    parser.add_argument("--config", default="", help="sam2 package config (default: sam2.1 hiera_t)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=None, help="default: bench/results/sam2_reward.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: no CUDA device here")
     with tempfile.TemporaryDirectory() as tmp:
-        predictor = build(args.image_size, args.micro, Path(tmp))
+        predictor = build(args.image_size, args.micro, Path(tmp), args.config, args.device)
     rng = np.random.default_rng(1)
     frames = [rng.integers(0, 255, (args.frame_side, args.frame_side, 3), dtype=np.uint8) for _ in range(args.frames)]
     propagate_groups(predictor, frames, rollouts(1, args.frames, args.frame_side, 1))  # warm-up
@@ -104,7 +112,8 @@ def main() -> None:
                       "shared_s": round(shared_s, 3), "speedup": round(per_rollout_s / shared_s, 2),
                       "masks_equal": True, "foreground_pixels": int(sum(m.sum() for m in masks))})
         sys.stderr.write(json.dumps(sweep[-1]) + "\n")
-    figures = {"model": "micro" if args.micro else "sam2.1_hiera_t (random weights)", "image_size": args.image_size,
+    model = "micro" if args.micro else f"{Path(args.config).stem or 'sam2.1_hiera_t'} (random weights)"
+    figures = {"model": model, "image_size": args.image_size,
                "frames": args.frames, "frame_side": args.frame_side, "rollouts": args.rollouts,
                "device": str(predictor.device), "threads": args.threads, "repeats_best_of": args.repeats,
                "sweep": sweep, "target_speedup": 4.0}

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Every GPU figure of the project in one command, on one CUDA machine without network:
+#
+#   bench/gpu.sh [--python PATH] [--only NAME[,NAME…]] [--dry-run] [--smoke]
+#
+# NAME: sam2 (SAM2.1-large-shaped consistency reward: shared encoding vs re-encoding per rollout, 8 rollouts ×
+# 6 frames at 560², masks asserted equal), sft (a Qwen2.5-VL-3B-shaped LoRA step: time, tokens/s, MFU, memory),
+# evaluate (seconds per 100-frame video: 3B-shaped answer + SAM2.1-large tracking). Each writes
+# bench/results/gpu-<name>.json (figures, baseline, commit, machine). All models are built with random weights
+# from the packages' own configs, so nothing is downloaded; the machine needs this repository's Python
+# dependencies (torch with CUDA, transformers, sam2, …) and nothing else. Budget: under 10 minutes on one H100.
+#
+# --dry-run prints the commands and exits; --smoke runs the same scripts with tiny shapes on the CPU (a check
+# that the command lines parse and the code paths run; its files go to bench/out/, never to bench/results/).
+# Exit status: 0 when every selected figure was written, 1 otherwise (the others still run).
+set -uo pipefail
+
+cd "$(dirname "$0")/.." || exit 2
+PYTHON="${PYTHON:-}"
+if [[ -z "$PYTHON" ]]; then
+  if [[ -x .venv/bin/python ]]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
+fi
+ONLY="sam2,sft,evaluate"
+DRY_RUN=0
+SMOKE=0
+
+usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
+
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --python) [[ $# -ge 2 ]] || { echo "gpu.sh: --python needs a path" >&2; exit 2; }; PYTHON="$2"; shift 2 ;;
+    --only) [[ $# -ge 2 ]] || { echo "gpu.sh: --only needs sam2, sft and/or evaluate" >&2; exit 2; }; ONLY="$2"; shift 2 ;;
+    --dry-run) DRY_RUN=1; shift ;;
+    --smoke) SMOKE=1; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "gpu.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+IFS=',' read -r -a NAMES <<< "$ONLY"
+for name in "${NAMES[@]}"; do
+  case "$name" in
+    sam2|sft|evaluate) ;;
+    *) echo "gpu.sh: --only: unknown figure '$name' (sam2, sft, evaluate)" >&2; exit 2 ;;
+  esac
+done
+
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+
+if [[ $SMOKE -eq 1 ]]; then
+  OUT=bench/out
+  declare -A COMMANDS=(
+    [sam2]="$PYTHON bench/bench_sam2_reward.py --micro --image-size 128 --frame-side 56 --frames 4 --rollouts 4 --keyframes 1 2 --out $OUT/gpu-sam2_reward.json"
+    [sft]="$PYTHON bench/bench_sft.py --smoke --steps 1 --out $OUT/gpu-sft.json"
+    [evaluate]="$PYTHON bench/bench_metrics.py --gpu --shapes tiny --frames 6 --n-frames 2 --new-tokens 4 --repeats 1 --out $OUT/gpu-evaluate.json"
+  )
+else
+  OUT=bench/results
+  declare -A COMMANDS=(
+    [sam2]="$PYTHON bench/bench_sam2_reward.py --config configs/sam2.1/sam2.1_hiera_l.yaml --image-size 1024 --frame-side 560 --frames 6 --rollouts 8 --keyframes 1 3 6 --repeats 2 --device cuda --out $OUT/gpu-sam2_reward.json"
+    [sft]="$PYTHON bench/bench_sft.py --gpu --steps 8 --out $OUT/gpu-sft.json"
+    [evaluate]="$PYTHON bench/bench_metrics.py --gpu --frames 100 --n-frames 8 --new-tokens 128 --repeats 2 --out $OUT/gpu-evaluate.json"
+  )
+fi
+
+if [[ $DRY_RUN -eq 1 ]]; then
+  for name in "${NAMES[@]}"; do echo "${COMMANDS[$name]}"; done
+  exit 0
+fi
+
+if [[ $SMOKE -eq 0 ]]; then
+  if ! "$PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    echo "gpu.sh: no CUDA device visible to $PYTHON (torch.cuda.is_available() is False); nothing measured." >&2
+    echo "gpu.sh: use --smoke to check the scripts on the CPU, --dry-run to see the commands." >&2
+    exit 3
+  fi
+  "$PYTHON" -c 'import torch; print("gpu.sh:", torch.cuda.get_device_name(), "torch", torch.__version__)'
+fi
+
+mkdir -p "$OUT"
+failed=()
+for name in "${NAMES[@]}"; do
+  echo "gpu.sh: [$name] ${COMMANDS[$name]}"
+  start=$(date +%s)
+  # shellcheck disable=SC2086  # the command line is split into words on purpose
+  if ${COMMANDS[$name]} > "$OUT/gpu-$name.log" 2>&1; then
+    echo "gpu.sh: [$name] done in $(( $(date +%s) - start )) s"
+  else
+    echo "gpu.sh: [$name] FAILED after $(( $(date +%s) - start )) s; last lines of $OUT/gpu-$name.log:" >&2
+    tail -n 15 "$OUT/gpu-$name.log" >&2
+    failed+=("$name")
+  fi
+done
+
+if [[ ${#failed[@]} -gt 0 ]]; then
+  echo "gpu.sh: failed: ${failed[*]}" >&2
+  exit 1
+fi
+echo "gpu.sh: all figures written under $OUT/"
