@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from stages.core.params import apply_overrides, read_params_file
-from stages.tasks import get_task
+from stages.tasks import EVALUATE_MODES, get_task
 from tests.pipeline_repo import env_with_venv
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,6 +71,8 @@ def test_profile_holds_every_paper_value_and_validates(name: str) -> None:
     params, _ = apply_overrides(read_params_file(ROOT / "params.yaml"), values)  # keys, types, ranges, rules
     for task in (*params.sample.sft_tasks, *params.sample.grpo_tasks):
         assert set(get_task(task).components) & set(params.reward.components) >= {"format"}
+    # evaluation runs the inference procedure the recipe's GRPO tasks declare
+    assert {EVALUATE_MODES[get_task(t).inference] for t in params.sample.grpo_tasks} == {params.evaluate.mode}
     # every key of the profile has its row in docs/recipes.md
     doc = (ROOT / "docs" / "recipes.md").read_text()
     missing = [k for k in values if f"`{k}`" not in doc and f"`{k.split('.')[-1]}`" not in doc]

@@ -24,6 +24,8 @@ from stages.tasks.base import (
 TASKS: Mapping[str, Task] = {t.name: t for t in (veason.TASK, rcot_kfg.TASK, rcot_aks.TASK, rcot_ktg.TASK,
                                                   rcot_vdg.TASK, videoseg.TASK)}
 DEFAULT_TASK = "veason"
+# the `evaluate.mode` that runs each declared inference procedure (stages/evaluate/infer.py)
+EVALUATE_MODES: Mapping[str, str] = {"single": "veason", "agentic": "rcot", "htfs": "htfs"}
 
 
 def get_task(name: str) -> Task:
@@ -68,5 +70,5 @@ def meta_content(meta: Mapping) -> list[dict]:
     return user_content(timestamps, str(question))
 
 
-__all__ = ["DEFAULT_TASK", "TASKS", "Task", "answer_text", "check_tasks", "frame_key_order", "frame_keys",
-           "get_task", "integer_payload", "meta_content", "task_of", "timestamp_tag", "user_content"]
+__all__ = ["DEFAULT_TASK", "EVALUATE_MODES", "TASKS", "Task", "answer_text", "check_tasks", "frame_key_order",
+           "frame_keys", "get_task", "integer_payload", "meta_content", "task_of", "timestamp_tag", "user_content"]
