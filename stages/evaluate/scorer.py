@@ -187,10 +187,8 @@ def _score(job: _Job) -> dict:
             gt, fg = _ground_truth_chunk(job, frames, shape)
         except _ShapeMismatch:
             return {**row, "status": "bad_shape"}
-        per_frame["J"].append(M.j_measure(gt, pred))
-        per_frame["F"].append(M.f_measure(gt, pred, job.bound_th))
-        per_frame["R_visa"].append(M.r_visa(gt, pred, fg))
-        per_frame["R_binary"].append(M.r_binary(gt, pred, fg))
+        for metric, values in M.measures(gt, pred, fg, job.bound_th).items():  # masks packed once for J and F
+            per_frame[metric].append(values)
     return {**row, **{m: float(np.concatenate(v).mean()) for m, v in per_frame.items()}}
 
 

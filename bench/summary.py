@@ -1,0 +1,106 @@
+"""The figures table of bench/README.md, generated from bench/results/*.json (nothing else).
+
+    python bench/summary.py            # print the table
+    python bench/summary.py --write    # replace the table between the markers in bench/README.md
+
+tests/test_bench_readme.py checks that the README holds exactly what this prints, so every figure the
+README quotes is one a committed results file holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+RESULTS = BENCH / "results"
+README = BENCH / "README.md"
+BEGIN, END = "<!-- figures:begin (bench/summary.py --write) -->", "<!-- figures:end -->"
+
+# name → (script, target as the issue states it); GPU figures come from bench/gpu.sh
+KNOWN = {
+    "metrics": ("bench_metrics.py", "J+F+R ≥ 2× the published per-frame path, values identical"),
+    "shard": ("bench_shard.py", "≥ 4× at 720p sources, bounded memory, same outputs"),
+    "sam2_reward": ("bench_sam2_reward.py", "≥ 4× over re-encoding per rollout (hiera_t, CPU), masks equal"),
+    "keyframes": ("bench_keyframes.py", "faster than decoding every mask, same frames"),
+    "gpu-sam2_reward": ("gpu.sh → bench_sam2_reward.py", "SAM2.1-large: ≥ 4× (H100, published 4.95 s → 1.45 s)"),
+    "gpu-sft": ("gpu.sh → bench_sft.py --gpu", "3B-shaped LoRA step: MFU, memory"),
+    "gpu-evaluate": ("gpu.sh → bench_metrics.py --gpu", "≤ 5 s per 100-frame video (published 31–36 s, L20)"),
+}
+
+
+def _x(value: float) -> str:
+    return f"{value:.2f}×"
+
+
+def measured(name: str, figures: dict) -> str:
+    """The headline of one results file, every number taken from it."""
+    if name == "metrics":
+        s = figures["seconds"]
+        return (f"J+F+R {_x(figures['speedup_jfr'])} ({s['published_jfr']} s → {s['ours_jfr']} s), F alone "
+                f"{_x(figures['speedup_f'])}; {figures['frames']} frames at {figures['width']}×{figures['height']}; "
+                f"values identical: {figures['values_identical']}")
+    if name == "shard":
+        parts = []
+        for key in sorted(k for k in figures if k.startswith("train_size_")):
+            entry = figures[key]
+            ours, base = entry["ours"], entry["per_sample"]
+            parts.append(f"{key.removeprefix('train_size_')} px: {_x(entry['speedup'])} serial, "
+                         f"{_x(entry['speedup_threads'])} threads ({base['seconds']} s → {ours['seconds']} s, "
+                         f"{ours['samples']} samples; peak RSS {base['peak_rss_mib']} → {ours['peak_rss_mib']} MiB; "
+                         f"tars identical: {entry['checks']['ours']['tars_identical']})")
+        return "; ".join(parts)
+    if name.endswith("sam2_reward"):
+        sweep = ", ".join(f"{r['distinct_keyframes']} keyframe{'s' if r['distinct_keyframes'] > 1 else ''}: "
+                          f"{_x(r['speedup'])} ({r['per_rollout_s']} s → {r['shared_s']} s)" for r in figures["sweep"])
+        equal = all(r["masks_equal"] for r in figures["sweep"])
+        return (f"{figures['model']} at {figures['image_size']} px, {figures['rollouts']} rollouts × "
+                f"{figures['frames']} frames: {sweep}; masks equal (asserted): {equal}")
+    if name == "keyframes":
+        return (f"{_x(figures['speedup'])} ({figures['baseline_s']} s → {figures['ours_s']} s, "
+                f"{figures['samples']} samples, {', '.join(figures['frame_size'])}); "
+                f"same frames asserted: {figures['same_frames_asserted']}")
+    flat = {k: v for k, v in figures.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+    keys = [k for k in flat if any(w in k for w in ("speedup", "ratio", "mfu", "_s", "per_s"))][:6]
+    return ", ".join(f"{k} {flat[k]}" for k in keys) or "see the file"
+
+
+def table() -> str:
+    rows = ["| results file | script | baseline (same run) | target | measured | machine, commit |",
+            "|---|---|---|---|---|---|"]
+    names = sorted({p.stem for p in RESULTS.glob("*.json")} | set(KNOWN))
+    for name in names:
+        path = RESULTS / f"{name}.json"
+        script, target = KNOWN.get(name, ("", ""))
+        if not path.is_file():
+            why = "not measured: no GPU was available" if name.startswith("gpu-") else "no results file"
+            rows.append(f"| `{name}.json` | {script} | — | {target} | {why} | — |")
+            continue
+        record = json.loads(path.read_text())
+        machine = record.get("machine", {})
+        where = machine.get("gpu") or f"{machine.get('cpus', '?')} CPUs, load {machine.get('load_avg_1m', '?')}"
+        commit = record.get("commit", {})
+        sha = str(commit.get("sha", "?"))[:8] + (" (modified)" if commit.get("dirty") else "")
+        rows.append(f"| `{name}.json` | {script or record.get('command', '')} | {record.get('baseline', '')} | "
+                    f"{target} | {measured(name, record['figures'])} | {where}, {sha} |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--write", action="store_true", help="replace the table in bench/README.md")
+    args = parser.parse_args()
+    text = table()
+    if not args.write:
+        sys.stdout.write(text + "\n")
+        return
+    readme = README.read_text()
+    head, rest = readme.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    README.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}")
+
+
+if __name__ == "__main__":
+    main()
