@@ -11,7 +11,8 @@ CPU (default), three parts, each a ratio measured in this run:
   `keyframes.train_size` with the default tiny model's processor: baseline re-encodes every step;
   ours (`SftDataset`) encodes once and serves later epochs from the cache.
 - steps: LoRA forward + backward on the tiny default model, with and without gradient checkpointing
-  (its cost; the stage leaves it off on CPU).
+  (its cost; the stage leaves it off on CPU); and TRL GRPO rounds at the default shapes with and
+  without it (TRL turns it on by default; `grpo.gradient_checkpointing: false` turns it off).
 
 `--stage PIPELINE_DIR`: the whole `train_sft` of the current code and of `--baseline-commit`
 (extracted with `git archive`), each in a fresh process on the same pipeline copy's data/shards.
@@ -226,6 +227,29 @@ def bench_steps(steps: int, model_dir: Path, processor) -> dict:
     return results
 
 
+def bench_grpo_checkpointing(rounds: int, model_dir: Path) -> dict:
+    """TRL GRPO rounds at the default shapes (tiny model, 2 prompts × 8 rollouts, 256-token responses), with
+    and without gradient checkpointing (TRL's default is on; the stage's `grpo.gradient_checkpointing` off)."""
+    from dataclasses import replace
+
+    from stages.core.params import GrpoParams, RewardParams, Sam2Params
+    from stages.grpo.data import build_dataset, read_grpo_shards
+    from stages.grpo.trl_engine import train_trl
+    from tests.stages.grpo_factory import write_grpo_shards
+
+    out: dict = {"rounds": rounds}
+    with tempfile.TemporaryDirectory(prefix="vrsflow-bench-grpo-") as tmp:
+        dataset = build_dataset(read_grpo_shards(write_grpo_shards(Path(tmp) / "shards", 4)))
+        for checkpointing in (True, False):
+            params = replace(GrpoParams(), model_path=str(model_dir), max_steps=rounds, save_every_steps=10**6,
+                             gradient_checkpointing=checkpointing)
+            result = train_trl(params, RewardParams(components=("format", "keyframe", "spatial")), Sam2Params(),
+                               dataset, Path(tmp) / "out", Path(tmp) / "ckpt")
+            out["checkpointing" if checkpointing else "plain"] = {"s_per_round": round(result["wall_s"] / rounds, 3)}
+    out["checkpointing_slowdown"] = round(out["checkpointing"]["s_per_round"] / out["plain"]["s_per_round"], 3)
+    return out
+
+
 def bench_cpu(args: argparse.Namespace) -> dict:
     from stages.models import build_tiny_models, load_vlm
 
@@ -237,24 +261,25 @@ def bench_cpu(args: argparse.Namespace) -> dict:
     return {"threads": args.threads,
             "reader": bench_reader(args.samples, args.size, n_frames),
             "epochs": bench_epochs(args.samples, args.epochs, processor, KeyframesParams().train_size, n_frames),
-            "steps": bench_steps(args.steps, work / "qwen25vl", processor)}
+            "steps": bench_steps(args.steps, work / "qwen25vl", processor),
+            "grpo_rounds": bench_grpo_checkpointing(args.grpo_rounds, work / "qwen25vl")}
 
 
 STAGE_SNIPPET = """
 import json, sys, time
 from pathlib import Path
-from stages.core.params import load_params
+from stages.core.params import ModelParams, SftParams
 from stages.sft import train_sft
-p = load_params("params.yaml")
 out = Path(sys.argv[1])
 started = time.perf_counter()
-report = train_sft(p.sft, p.model, Path("data/shards"), out / "sft", out / "ckpt", out / "metrics")
+report = train_sft(SftParams(), ModelParams(), Path("data/shards"), out / "sft", out / "ckpt", out / "metrics")
 print(json.dumps({"wall_s": round(time.perf_counter() - started, 2), **report.metrics}))
 """
 
 
 def bench_stage(pipeline: Path, baseline_commit: str, repeats: int) -> dict:
-    """`train_sft` of the current tree and of `baseline_commit`, alternating, each in a fresh process."""
+    """`train_sft` of the current tree and of `baseline_commit`, alternating, each in a fresh process, with each
+    tree's default `sft` and `model` params (the default pipeline's) on the pipeline copy's shards and tiny model."""
     with tempfile.TemporaryDirectory(prefix="vrsflow-bench-sft-stage-") as tmp:
         trees = {"ours": REPO, "baseline": Path(tmp) / "baseline"}
         trees["baseline"].mkdir()
@@ -365,6 +390,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=560, help="CPU reader part: frame side, px (paper: 560)")
     parser.add_argument("--epochs", type=int, default=3, help="CPU epoch part: passes over the pool")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads (sft.cpu_threads default: 1)")
+    parser.add_argument("--grpo-rounds", type=int, default=4, help="CPU: timed TRL GRPO rounds per setting")
     parser.add_argument("--stage", type=Path, default=None, help="pipeline copy with data/shards: time train_sft")
     parser.add_argument("--baseline-commit", default="", help="--stage: the commit whose train_sft is the baseline")
     parser.add_argument("--repeats", type=int, default=2, help="--stage: runs of each (best is reported)")

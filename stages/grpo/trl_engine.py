@@ -130,7 +130,8 @@ def train_trl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, dataset,
     if completions % processes:
         raise ValueError(f"grpo.batch_size × grpo.num_generations = {completions} completions per round do not "
                          f"split over {processes} processes")
-    model, processor = load_vlm(grpo.model_path)
+    device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if cuda else "cpu"  # each rank on its own GPU
+    model, processor = load_vlm(grpo.model_path, "bfloat16" if cuda else "float32", device)
     processor.tokenizer.padding_side = "left"  # not saved with the tokenizer; generation needs it
     if grpo.lora_r == 0 and not grpo.train_vision:
         freeze_vision(model)  # full fine-tuning of the language model only (Veason-R1's released GRPO)
@@ -152,7 +153,8 @@ def train_trl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, dataset,
         max_grad_norm=grpo.grad_clip,
         weight_decay=grpo.weight_decay, lr_scheduler_type="constant", warmup_steps=0,
         num_train_epochs=grpo.epochs, max_steps=max_steps, logging_steps=1, report_to="none",
-        save_strategy="steps", save_steps=grpo.save_every_steps * grpo.ppo_epochs, save_only_model=False,
+        save_strategy="steps", save_steps=grpo.save_every_steps * grpo.ppo_epochs, save_total_limit=1,
+        save_only_model=False,
         remove_unused_columns=False, dataloader_num_workers=0, seed=grpo.seed, data_seed=grpo.seed,
         log_completions=False, shuffle_dataset=True, gradient_checkpointing=grpo.gradient_checkpointing,
     )

@@ -108,7 +108,8 @@ def train_sft(params: SftParams, model_params: ModelParams, shards_dir: Path, ou
         per_device_train_batch_size=params.batch_size, gradient_accumulation_steps=params.grad_accum,
         num_train_epochs=params.epochs, learning_rate=params.learning_rate, weight_decay=params.weight_decay,
         max_grad_norm=params.max_grad_norm, lr_scheduler_type=params.lr_scheduler, warmup_steps=params.warmup_ratio,
-        logging_steps=1, save_strategy="steps", save_steps=params.save_every_steps, report_to="none",
+        logging_steps=1, save_strategy="steps", save_steps=params.save_every_steps, save_total_limit=1,
+        report_to="none",
         seed=params.seed, data_seed=params.seed, remove_unused_columns=False, dataloader_num_workers=0,
         activation_checkpointing=params.gradient_checkpointing, disable_tqdm=True, save_only_model=False,
         ddp_find_unused_parameters=False,
@@ -120,7 +121,8 @@ def train_sft(params: SftParams, model_params: ModelParams, shards_dir: Path, ou
         _prepare_checkpoints(Path(checkpoint_dir), fingerprint)
     state.wait_for_everyone()
 
-    model, processor = load_vlm(model_params.path, model_params.dtype, "cuda" if cuda else "cpu")
+    dtype = model_params.dtype if model_params.dtype != "auto" else ("bfloat16" if cuda else "float32")
+    model, processor = load_vlm(model_params.path, dtype, str(args.device))  # this rank's device
     held_out = read_shards(Path(shards_dir) / "eval")[: params.format_eval_samples] if main else []
     prompts = prompt_batches(processor, held_out)  # encoded once for the before and after checks
     before = format_rate(model, processor, held_out, params.max_new_tokens, batches=prompts)[0] if main else 0.0
