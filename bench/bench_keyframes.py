@@ -125,7 +125,7 @@ def main() -> None:
     }
     write_result("keyframes", figures, "released Veason-R1 GRPO data: decode every frame's masks of every target "
                  "(pycocotools), union, count, sort; ours includes the RLE area pass ingest does",
-                 code=("stages/keyframes", "stages/core/rle.py", "bench"), out=args.out)
+                 code=("stages/keyframes", "stages/core/rle.py", "bench/bench_keyframes.py"), out=args.out)
 
 
 if __name__ == "__main__":

@@ -224,12 +224,13 @@ def main() -> None:
         figures = bench_video(args.frames, args.n_frames, args.new_tokens, args.shapes == "tiny", args.repeats)
         out = args.out or (Path("bench/out/gpu-evaluate-tiny.json") if args.shapes == "tiny" else None)
         write_result("gpu-evaluate", figures, "published seconds per video (Veason-R1 36 s, RCoT-Seg 31 s on an "
-                     "L20); goal 5 s on one H100", code=("stages", "bench"), out=out)
+                     "L20); goal 5 s on one H100", code=("stages", "bench/bench_metrics.py"), out=out)
     else:
         figures = bench_metrics(args.frames, args.height, args.width, args.repeats)
         write_result("metrics", figures, "davis2017-evaluation db_eval_iou (stack) + db_eval_boundary (per frame, "
                      "cv2.dilate) + VISA R (stack), bench/davis_reference.py",
-                     code=("stages/evaluate/metrics.py", "bench"), out=args.out)
+                     code=("stages/evaluate/metrics.py", "bench/bench_metrics.py", "bench/davis_reference.py"),
+                     out=args.out)
 
 
 if __name__ == "__main__":

@@ -119,7 +119,7 @@ def main() -> None:
                "sweep": sweep, "target_speedup": 4.0}
     write_result("sam2_reward", figures, "re-encoding per rollout: a fresh SAM2 state per rollout (released "
                  "Veason-R1 reward), propagate_groups(share_encoding=False)",
-                 code=("stages/segment", "bench"), out=args.out)
+                 code=("stages/segment", "bench/bench_sam2_reward.py"), out=args.out)
 
 
 if __name__ == "__main__":

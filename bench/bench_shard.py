@@ -184,7 +184,7 @@ def main() -> None:
     if args.work is None:
         shutil.rmtree(base, ignore_errors=True)
     write_result("shard", figures, "per_sample: the shard stage before this change (each record decodes its own "
-                 "frames at full size; pools built whole, then written)", code=("stages/shard", "bench"),
+                 "frames at full size; pools built whole, then written)", code=("stages/shard", "bench/bench_shard.py"),
                  out=args.out)
 
 
