@@ -94,6 +94,27 @@ def test_the_profile_command_works_literally_through_a_shell() -> None:
     assert "sample.sft_tasks=[rcot_vdg,rcot_kfg,rcot_aks,rcot_ktg]" in rcot and "-S" in rcot
 
 
+@pytest.mark.parametrize("name", PROFILES)
+def test_dvc_applies_the_shell_split_profile(name: str, tmp_path: Path) -> None:
+    """The words `$(vrsflow profile NAME)` gives the shell, applied by DVC's own `-S` writer to a copy of
+    params.yaml, load as exactly the profile's values (regression: an empty list such as
+    `sft.modules_to_save=[]` once made DVC's writer corrupt params.yaml)."""
+    from dvc.utils.hydra import apply_overrides as dvc_apply
+
+    from stages.core.params import load_params
+    from stages.core.typed_config import to_dict
+
+    words = subprocess.run(["bash", "-c", f"printf '%s\\n' $(vrsflow profile {name})"], cwd=ROOT,
+                           env=env_with_venv(), capture_output=True, text=True, timeout=60, check=True).stdout.split()
+    assert words[::2] == ["-S"] * (len(words) // 2)
+    copy = tmp_path / "params.yaml"
+    copy.write_text((ROOT / "params.yaml").read_text())
+    dvc_apply(str(copy), words[1::2])
+    loaded, expected = to_dict(load_params(copy)), apply_overrides(read_params_file(ROOT / "params.yaml"),
+                                                                    profile(name))[0]
+    assert loaded == to_dict(expected)
+
+
 # -- each recipe end to end at tiny size --------------------------------------------------------------------------
 
 # profile keys that name a machine, an endpoint or a size: the tiny run keeps the embedded / ci values
