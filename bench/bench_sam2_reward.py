@@ -112,14 +112,15 @@ def main() -> None:
                       "shared_s": round(shared_s, 3), "speedup": round(per_rollout_s / shared_s, 2),
                       "masks_equal": True, "foreground_pixels": int(sum(m.sum() for m in masks))})
         sys.stderr.write(json.dumps(sweep[-1]) + "\n")
-    model = "micro" if args.micro else f"{Path(args.config).stem or 'sam2.1_hiera_t'} (random weights)"
-    figures = {"model": model, "image_size": args.image_size,
-               "frames": args.frames, "frame_side": args.frame_side, "rollouts": args.rollouts,
-               "device": str(predictor.device), "threads": args.threads, "repeats_best_of": args.repeats,
-               "sweep": sweep, "target_speedup": 4.0}
-    write_result("sam2_reward", figures, "re-encoding per rollout: a fresh SAM2 state per rollout (released "
-                 "Veason-R1 reward), propagate_groups(share_encoding=False)",
-                 code=("stages/segment", "bench/bench_sam2_reward.py"), out=args.out)
+        # written after every sweep point, so a long CPU sweep that is stopped keeps the points it finished
+        model = "micro" if args.micro else f"{Path(args.config).stem or 'sam2.1_hiera_t'} (random weights)"
+        figures = {"model": model, "image_size": args.image_size, "frames": args.frames,
+                   "frame_side": args.frame_side, "rollouts": args.rollouts, "device": str(predictor.device),
+                   "threads": args.threads, "repeats_best_of": args.repeats, "sweep": sweep,
+                   "sweep_asked": args.keyframes, "target_speedup": 4.0}
+        write_result("sam2_reward", figures, "re-encoding per rollout: a fresh SAM2 state per rollout (released "
+                     "Veason-R1 reward), propagate_groups(share_encoding=False)",
+                     code=("stages/segment", "bench/bench_sam2_reward.py"), out=args.out)
 
 
 if __name__ == "__main__":
