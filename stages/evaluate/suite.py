@@ -38,8 +38,20 @@ SUMMARY_KEYS = ("J", "F", "JF", "R_visa_overall", "R_binary_overall", "n_express
 
 
 def _revos_videos(root: Path, split: str) -> dict[str, list[str]]:
+    """Each video's exp_ids, referring and reasoning interleaved (first of each type, second of each, …; no-target
+    last), so that the first two expressions of a subset run already give ReVOS's overall score."""
     videos, _ = revos.load_meta(revos.meta_path(root, split))
-    return {v: sorted(e["expressions"], key=_exp_order) for v, e in videos.items() if e.get("expressions")}
+    out = {}
+    for video, entry in videos.items():
+        seen: dict[int, int] = {}
+        keys = []
+        for exp_id in sorted(entry.get("expressions", {}), key=_exp_order):
+            type_id = int(entry["expressions"][exp_id].get("type_id", 0))
+            seen[type_id] = seen.get(type_id, -1) + 1
+            keys.append((type_id == 2, seen[type_id], type_id, _exp_order(exp_id), exp_id))
+        if keys:
+            out[video] = [k[-1] for k in sorted(keys)]
+    return out
 
 
 def evaluate_benchmark(params: EvaluateParams, name: str, root: Path, split: str, out_dir: Path, size: int,

@@ -277,3 +277,11 @@ def test_refdavis_subset_run_scores_the_kept_objects(layouts: dict[str, Path], t
     summary, table = score_benchmark("refdavis", pred, layouts["refdavis"], bench=bench,
                                      expressions={("SRC-valid-a", e) for e in "0123"})
     assert summary["JF"] == 100.0 and len(table) == 4  # object 2 (no expressions kept) is not scored
+
+
+def test_revos_subset_interleaves_referring_and_reasoning(revos_root: Path) -> None:
+    from stages.evaluate.suite import _revos_videos
+
+    # video a: 0 referring, 1 referring, 2 reasoning → referring 0, reasoning 2, referring 1
+    assert _revos_videos(revos_root, "valid")["SRC/valid/a"] == ["0", "2", "1"]
+    assert _revos_videos(revos_root, "valid")["SRC/valid/b"] == ["0", "1", "2"]  # no-target last
