@@ -1,11 +1,13 @@
 """Orchestration overhead of a whole `dvc repro`: Prefect's temporary server in every stage process (before)
 against one Prefect API shared by all stages (`vrsflow repro`, flows/prefect_api.py) (after), in the same run.
 
-    python bench/bench_orchestration.py [--profile ci|default] [--modes before,after]
+    python bench/bench_orchestration.py [--profile ci|default] [--modes before,shared,after]
 
 Each mode gets a fresh throwaway git + DVC copy of the project (tests/pipeline_repo.py) and a fresh
 PREFECT_HOME (the first server start creates the database, as for a new user), then runs the whole DAG:
-`dvc repro` with VRSFLOW_SHARED_PREFECT_API=0 (before), `vrsflow repro` (after); PREFECT_API_URL unset in both.
+`dvc repro` with VRSFLOW_SHARED_PREFECT_API=0 (before: Prefect's temporary server in every stage process),
+`vrsflow repro` with VRSFLOW_WARM_STAGES=0 (shared: one server, fresh stage processes), `vrsflow repro` (after:
+one server, stages forked from a warm process); PREFECT_API_URL unset in all.
 Every stage process appends when it started and when its stage function ran to $VRSFLOW_TIMINGS
 (flows/common.py). Per stage: wall = from its process start to the next stage's process start (to the end of
 the repro for the last); work = the stage function; orchestration = wall − work (process start, imports,
@@ -61,11 +63,16 @@ def run_mode(mode: str, profile: str | None, work: Path) -> dict:
     env.pop("PREFECT_API_URL", None)
     env.update(PREFECT_HOME=str(work / mode / "prefect-home"), VRSFLOW_TIMINGS=str(timings),
                PREFECT_SERVER_ANALYTICS_ENABLED="false", DO_NOT_TRACK="1", VRSFLOW_PREFECT_LINGER_S="5")
-    if mode == "before":
+    if mode == "before":  # Prefect's temporary server in every stage process, each stage a fresh process
         env["VRSFLOW_SHARED_PREFECT_API"] = "0"
         command = [sys.executable, "-m", "dvc", "repro"]
-    else:
+    elif mode == "shared":  # one shared server, each stage still a fresh process
+        env["VRSFLOW_WARM_STAGES"] = "0"
         command = [sys.executable, "-m", "flows.cli", "repro"]
+    elif mode == "after":  # one shared server, stages forked from the warm process
+        command = [sys.executable, "-m", "flows.cli", "repro"]
+    else:
+        raise SystemExit(f"unknown mode {mode!r} (before, shared, after)")
     load_start = os.getloadavg()
     started = time.time()
     proc = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True)
@@ -84,7 +91,10 @@ def run_mode(mode: str, profile: str | None, work: Path) -> dict:
                                    "start_to_work_s": round(record["task_start"] - record["process_start"], 2)}
     total = ended - started
     work_total = sum(s["work_s"] for s in stages.values())
-    return {"command": " ".join(["dvc repro"] if mode == "before" else ["vrsflow repro"]),
+    forked = [r["stage"] for r in records if r.get("forked")]
+    return {"command": " ".join(command[2:]), "env": {k: env[k] for k in (
+                "VRSFLOW_SHARED_PREFECT_API", "VRSFLOW_WARM_STAGES") if k in env},
+            "stages_forked": forked,
             "total_s": round(total, 1), "work_s": round(work_total, 1),
             "orchestration_s": round(total - work_total, 1),
             "orchestration_share": round((total - work_total) / total, 3),
@@ -97,7 +107,7 @@ def run_mode(mode: str, profile: str | None, work: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", default="ci", help="params profile (ci: seconds of work per stage) or 'default'")
-    parser.add_argument("--modes", default="before,after", help="comma-separated: before, after")
+    parser.add_argument("--modes", default="before,shared,after", help="comma-separated: before, shared, after")
     parser.add_argument("--out", default="", help="results file (default bench/results/orchestration[-PROFILE].json)")
     args = parser.parse_args(argv)
     profile = None if args.profile == "default" else args.profile
@@ -111,10 +121,13 @@ def main(argv: list[str] | None = None) -> int:
         for mode in modes:
             results["modes"][mode] = run_mode(mode, profile, Path(tmp))
             print(mode, json.dumps({k: v for k, v in results["modes"][mode].items() if k != "stages"}), flush=True)
-    if {"before", "after"} <= set(results["modes"]):
-        before, after = results["modes"]["before"], results["modes"]["after"]
-        results["orchestration_before_over_after"] = round(before["orchestration_s"] / after["orchestration_s"], 2)
-        results["orchestration_saved_s"] = round(before["orchestration_s"] - after["orchestration_s"], 1)
+    if "before" in results["modes"]:
+        before = results["modes"]["before"]
+        for mode in set(results["modes"]) - {"before"}:
+            other = results["modes"][mode]
+            results[f"orchestration_before_over_{mode}"] = round(before["orchestration_s"] / other["orchestration_s"],
+                                                                 2)
+            results[f"orchestration_saved_s_{mode}"] = round(before["orchestration_s"] - other["orchestration_s"], 1)
     name = "orchestration" if args.profile == "ci" else f"orchestration-{args.profile}"
     out = Path(args.out) if args.out else ROOT / "bench" / "results" / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

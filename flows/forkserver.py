@@ -145,6 +145,9 @@ def _child(conn: socket.socket, request: dict, fds: list[int], inherited: list[s
         code = main(request["argv"])
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except KeyboardInterrupt:  # Ctrl-C: the flow run is already marked crashed; no traceback
+        sys.stderr.write(f"vrsflow {' '.join(request['argv'])}: interrupted\n")
+        code = 130
     except BaseException:  # noqa: BLE001 (report like the interpreter would, then exit non-zero)
         import traceback
 
