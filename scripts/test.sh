@@ -6,4 +6,6 @@ cd "$(dirname "$0")/.."
 source .venv/bin/activate
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 ruff check .
-python -m pytest "$@"
+# -rs lists every skip with its reason; a skip whose named dependency is installed fails instead
+# (tests/skip_guard.py: no silent skips)
+python -m pytest -rs "$@"
