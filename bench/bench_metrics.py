@@ -75,12 +75,15 @@ def f_only_ours(gt: np.ndarray, pred: np.ndarray, fg: np.ndarray) -> dict[str, n
     return {"F": M.f_measure(gt, pred)}
 
 
-def _best(fn, args: tuple, repeats: int) -> float:
-    best = math.inf
+def _best_interleaved(fns: dict, args: tuple, repeats: int) -> dict[str, float]:
+    """Best-of-`repeats` seconds of each function, the functions taking turns within every repeat, so a
+    change in the machine's load during the run weighs on all of them alike."""
+    best = dict.fromkeys(fns, math.inf)
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn(*args)
-        best = min(best, time.perf_counter() - start)
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn(*args)
+            best[name] = min(best[name], time.perf_counter() - start)
     return best
 
 
@@ -91,8 +94,8 @@ def bench_metrics(frames: int, height: int, width: int, repeats: int) -> dict:
         if a[key].tolist() != b[key].tolist():
             raise AssertionError(f"{key}: ours {a[key]} != published {b[key]}")
     args = (gt, pred, fg)
-    seconds = {"ours_jfr": _best(ours, args, repeats), "published_jfr": _best(published, args, repeats),
-               "ours_f": _best(f_only_ours, args, repeats), "published_f": _best(f_only_published, args, repeats)}
+    seconds = _best_interleaved({"published_jfr": published, "ours_jfr": ours, "published_f": f_only_published,
+                                 "ours_f": f_only_ours}, args, repeats)
     return {"frames": frames, "height": height, "width": width, "tolerance_px": M.tolerance_px(height, width),
             "values": {k: float(v.mean()) for k, v in a.items()}, "values_identical": True,
             "seconds": {k: round(v, 4) for k, v in seconds.items()}, "repeats_best_of": repeats,
@@ -213,7 +216,7 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=100)
     parser.add_argument("--height", type=int, default=720)
     parser.add_argument("--width", type=int, default=1280)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--gpu", action="store_true", help="seconds per video with 3B / large shaped models")
     parser.add_argument("--shapes", choices=["real", "tiny"], default="real")
     parser.add_argument("--n-frames", type=int, default=8)
