@@ -272,6 +272,7 @@ class EvaluateParams:
     htfs_k: PosInt = 4  # VideoSeg-R1 HTFS: interval predictions averaged per round (K)
     htfs_delta: Annotated[float, Gt(0), Le(1)] = 0.25  # HTFS: narrow while the key segment > δ · T frames
     htfs_m: PosInt = 4  # HTFS: position predictions averaged inside the key segment (M)
+    keyframe_size: NonNegInt = 0  # side of the chosen frame shown alone (RCoT-Seg AKS / KTG: 840); 0 = frame_size
     mask_threshold: float = 0.0  # SAM2 mask logit threshold (SAM2's own: 0)
     segmenter: Literal["sam2", "box"] = "sam2"  # box: the keyframe boxes filled on every frame (box-only lower bound)
     limit: NonNegInt = 0  # evaluate the first `limit` expressions of the eval pool; 0 = all

@@ -182,11 +182,17 @@ def evaluate_video(params: EvaluateParams, size: int, policy: Policy, segment: S
     height, width = frames[0].shape[:2]
     shown_idx = uniform_frames(len(frames), params.n_frames)
     shown = [Image.fromarray(frames[t]).resize((size, size), Image.Resampling.BICUBIC) for t in shown_idx]
-    queries = [Query(row["sample_id"], row["text"], list(shown_idx), shown) for row in rows]
+    key_side = params.keyframe_size or size  # RCoT-Seg AKS / KTG and VideoSeg-R1: the chosen frame alone, this side
+
+    def frame_at(t: int) -> Image.Image:
+        return Image.fromarray(frames[t]).resize((key_side, key_side), Image.Resampling.BICUBIC)
+
+    queries = [Query(row["sample_id"], row["text"], list(shown_idx), shown, frame_at=frame_at) for row in rows]
     replies = policy(queries)
-    picks = [select_prompt(reply, shown_idx, size, width, height) for reply in replies]
+    # an answer given on the chosen frame alone (RCoT-Seg KTG, VideoSeg-R1) is in that frame's pixels
+    picks = [select_prompt(reply, shown_idx, reply.answer_size or size, width, height) for reply in replies]
     # VideoSeg-R1 answers also carry positive / negative points: they prompt SAM2 with the boxes
-    points = [select_points(reply, size, width, height) for reply in replies]
+    points = [select_points(reply, reply.answer_size or size, width, height) for reply in replies]
     masks = segment(frames, [(key, boxes, pts) if pts else (key, boxes) for (_, key, boxes), pts in zip(
         picks, points, strict=True)])
     out = []

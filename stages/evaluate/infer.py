@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -46,6 +46,8 @@ class Query:
     timestamps: list[int]
     images: list[Image.Image]
     rejected: list[int] = field(default_factory=list)  # RCoT: keyframes judged invalid so far
+    # the frame at a timestamp at the keyframe size (RCoT-Seg AKS / KTG, VideoSeg-R1's target frame); None: shown
+    frame_at: Callable[[int], Image.Image] | None = None
 
 
 @dataclass
@@ -56,6 +58,7 @@ class Reply:
     answer: Answer | None
     rounds: list[int] = field(default_factory=list)  # keyframe timestamps selected, in order
     judgments: list[str | None] = field(default_factory=list)  # RCoT: "A", "B" or None (unparseable)
+    answer_size: int | None = None  # side of the frame the answer's pixels refer to; None: the shown size
 
     @property
     def n_rounds(self) -> int:
@@ -110,6 +113,13 @@ def _batched(model, processor, queries: list[Query], chats: list[list[dict]], ma
     return out
 
 
+def _side(query: Query, timestamps: list[int]) -> int | None:
+    """The side of the single frame a task answered on (`frame_at`), None when it was a shown frame."""
+    if query.frame_at is None or not timestamps:
+        return None
+    return query.frame_at(timestamps[-1]).width
+
+
 def answer_queries(model, processor, queries: list[Query], max_new_tokens: int, batch_size: int,
                    mode: str = "veason", max_rounds: int = 5, htfs_params=None) -> list[Reply]:
     """Answer every query: "veason" asks the Veason-R1 question once (batched); "rcot" runs RCoT-Seg's inference
@@ -127,8 +137,10 @@ def answer_queries(model, processor, queries: list[Query], max_new_tokens: int, 
         generate_fn = policy_generate(model, processor, max_new_tokens)
         replies = []
         for query in queries:
-            text, answer, trace = htfs_answer(query.text, query.timestamps, query.images, generate_fn, htfs_params)
-            replies.append(Reply(text, answer, rounds=[query.timestamps[trace.target]]))
+            text, answer, trace = htfs_answer(query.text, query.timestamps, query.images, generate_fn, htfs_params,
+                                              keyframe_image=query.frame_at)
+            t = query.timestamps[trace.target]
+            replies.append(Reply(text, answer, rounds=[t], answer_size=_side(query, [t])))
         return replies
     if mode == "rcot":
         from stages.tasks.inference import rcot_answer
@@ -138,9 +150,11 @@ def answer_queries(model, processor, queries: list[Query], max_new_tokens: int, 
 
         replies = []
         for query in queries:
-            text, answer, trace = rcot_answer(query.text, query.timestamps, query.images, generate_fn, max_rounds)
+            text, answer, trace = rcot_answer(query.text, query.timestamps, query.images, generate_fn, max_rounds,
+                                              keyframe_image=query.frame_at)
             query.rejected = [t for t, j in zip(trace.selections, trace.judgments, strict=False) if j == "B"]
-            replies.append(Reply(text, answer, rounds=list(trace.selections), judgments=list(trace.judgments)))
+            replies.append(Reply(text, answer, rounds=list(trace.selections), judgments=list(trace.judgments),
+                                 answer_size=_side(query, trace.selections)))
         return replies
     chats = [selection_messages(q) for q in queries]
     texts = _batched(model, processor, queries, chats, max_new_tokens, batch_size)

@@ -215,9 +215,11 @@ def openai_generate(teacher, cache_dir: Path, image_size: int = 448) -> Generate
 
 
 def htfs_answer(expression: str, timestamps: Sequence[int], images: Sequence[Image.Image], generate: Generate,
-                params: HtfsParams | None = None, task_name: str = "videoseg"):
-    """HTFS, then the task's question on the target frame alone: (completion, Answer with the target frame's
-    timestamp as its keyframe | None, trace)."""
+                params: HtfsParams | None = None, task_name: str = "videoseg",
+                keyframe_image: Callable[[int], Image.Image] | None = None):
+    """HTFS, then the task's question on the target frame alone (`keyframe_image(t)`: that frame at the task's
+    keyframe size; default the shown image): (completion, Answer with the target frame's timestamp as its
+    keyframe | None, trace)."""
     from dataclasses import replace
 
     from stages.tasks import get_task
@@ -226,7 +228,7 @@ def htfs_answer(expression: str, timestamps: Sequence[int], images: Sequence[Ima
     task = get_task(task_name)
     t = int(timestamps[trace.target])
     chat = [{"role": "user", "content": task.question_content(expression, [t])}]
-    text = generate([chat], [[images[trace.target]]])[0]
+    text = generate([chat], [[keyframe_image(t) if keyframe_image else images[trace.target]]])[0]
     answer = task.parse(text)
     return text, None if answer is None else replace(answer, keyframe_timestamp=t), trace
 

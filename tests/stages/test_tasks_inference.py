@@ -172,3 +172,31 @@ def test_videoseg_points_become_sam2_prompts_at_inference(monkeypatch):
     E.predict_masks(None, frames, [(1, [[20.0, 10.0, 40.0, 20.0]], points[:1]), (2, [[0.0, 0.0, 4.0, 4.0]])])
     assert seen[0].points == points[:1] and seen[1].points == ()
     assert E.box_masks(frames, [(1, [[0, 0, 2, 2]], points[:1])])[0].sum() == 3 * 4
+
+
+def test_agentic_steps_see_the_chosen_frame_at_the_keyframe_size(monkeypatch):
+    """RCoT-Seg: AKS and KTG get the chosen frame alone at the keyframe size (840² in the profile), and the reply
+    records that side, so evaluation reads the KTG boxes in that frame's pixels."""
+    from stages.evaluate import infer as I
+
+    replies = iter([['<think>x</think><answer>{"description": "d"}</answer>'],
+                    ['<think>x</think><answer>{"keyframe_timestamp": 2}</answer>'],
+                    ['<think>x</think><answer>{"option": "A"}</answer>'],
+                    ['<think>x</think><answer>{"bbox_2d_list": [[10, 10, 20, 20]], "point_2d_list": [[15, 15]]}'
+                     '</answer>']])
+    sizes = []
+
+    def scripted(model, processor, chats, images, max_new_tokens):
+        sizes.append([im.size for im in images[0]])
+        return next(replies)
+
+    monkeypatch.setattr(I, "generate", scripted)
+    big = {t: Image.new("RGB", (32, 32), (t, t, t)) for t in (0, 2, 4)}
+    query = I.Query("q", "the box", [0, 2, 4], [Image.new("RGB", (8, 8))] * 3, frame_at=big.__getitem__)
+    reply = I.answer_queries(None, None, [query], 16, 4, mode="rcot", max_rounds=3)[0]
+    assert sizes == [[(8, 8)] * 3, [(8, 8)] * 3, [(32, 32)], [(32, 32)]]
+    assert reply.answer_size == 32 and reply.answer.keyframe_timestamp == 2
+    from stages.evaluate import select_prompt
+
+    # boxes on the 32-px keyframe map to a 64 × 32 video: ×2 and ×1
+    assert select_prompt(reply, [0, 2, 4], reply.answer_size, 64, 32) == ("ok", 2, [[20.0, 10.0, 40.0, 20.0]])
