@@ -66,7 +66,9 @@ def _free_port() -> int:
 
 
 def _env(**extra: str) -> dict[str, str]:
-    return {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "RAY_USAGE_STATS_ENABLED": "0", **extra}
+    # launch.sh activates VRSFLOW_CLUSTER_VENV: here the environment the tests run in
+    return {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "RAY_USAGE_STATS_ENABLED": "0",
+            "VRSFLOW_CLUSTER_VENV": str(BIN.parent), **extra}
 
 
 def split_launch(text: str) -> tuple[str, str]:
@@ -76,7 +78,7 @@ def split_launch(text: str) -> tuple[str, str]:
     end = start
     while lines[end].endswith("\\"):
         end += 1
-    header = [line for line in lines[:start] if line.startswith(("#!", "set ", "export "))]
+    header = lines[:next(i for i, line in enumerate(lines) if line.startswith("ray status"))]
     return "\n".join(lines[:start]) + "\n", "\n".join(header + lines[end + 1:]) + "\n"
 
 
