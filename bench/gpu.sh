@@ -92,6 +92,9 @@ for name in "${NAMES[@]}"; do
   fi
 done
 
+if [[ $SMOKE -eq 0 ]]; then
+  "$PYTHON" bench/summary.py --write && echo "gpu.sh: bench/README.md's table regenerated from bench/results/"
+fi
 if [[ ${#failed[@]} -gt 0 ]]; then
   echo "gpu.sh: failed: ${failed[*]}" >&2
   exit 1

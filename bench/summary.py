@@ -2,15 +2,17 @@
 
     python bench/summary.py            # print the table
     python bench/summary.py --write    # replace the table between the markers in bench/README.md
+    python bench/summary.py --write --tracked-only   # only results files already committed
 
-tests/test_bench_readme.py checks that the README holds exactly what this prints, so every figure the
-README quotes is one a committed results file holds.
+tests/test_bench_readme.py checks that every row of the README's table is a row this prints, so every
+figure the README quotes is one a committed results file holds.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -67,14 +69,23 @@ def measured(name: str, figures: dict) -> str:
     return ", ".join(f"{k} {flat[k]}" for k in keys) or "see the file"
 
 
-def table() -> str:
+def _tracked() -> set[str]:
+    """Stems of the results files git tracks (a results file not committed yet is left out of the README)."""
+    out = subprocess.run(["git", "ls-files", "bench/results"], cwd=BENCH.parent, capture_output=True, text=True,
+                         check=True).stdout
+    return {Path(line).stem for line in out.splitlines() if line.endswith(".json")}
+
+
+def table(tracked_only: bool = False) -> str:
     rows = ["| results file | script | baseline (same run) | target | measured | machine, commit |",
             "|---|---|---|---|---|---|"]
-    names = sorted({p.stem for p in RESULTS.glob("*.json")} | set(KNOWN))
-    for name in names:
+    present = {p.stem for p in RESULTS.glob("*.json")}
+    if tracked_only:
+        present &= _tracked()
+    for name in sorted(present | set(KNOWN)):
         path = RESULTS / f"{name}.json"
         script, target = KNOWN.get(name, ("", ""))
-        if not path.is_file():
+        if name not in present:
             why = "not measured: no GPU was available" if name.startswith("gpu-") else "no results file"
             rows.append(f"| `{name}.json` | {script} | — | {target} | {why} | — |")
             continue
@@ -91,8 +102,9 @@ def table() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--write", action="store_true", help="replace the table in bench/README.md")
+    parser.add_argument("--tracked-only", action="store_true", help="only results files git already tracks")
     args = parser.parse_args()
-    text = table()
+    text = table(args.tracked_only)
     if not args.write:
         sys.stdout.write(text + "\n")
         return
