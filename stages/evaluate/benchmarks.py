@@ -231,19 +231,22 @@ def _score_refdavis(bench: Benchmark, pred_dir: Path, bound_th: float,
 
 
 def make_submission(name: str, pred_dir: Path, root: Path, out_zip: Path, split: str = "",
-                    videos: set[str] | None = None) -> dict[str, int]:
+                    expressions: set[tuple[str, str]] | None = None) -> dict[str, int]:
     """Zip the predictions of a server split in the server's layout; returns counts.
 
     mevis valid: `<video>/<exp_id>/<frame>.png` at the archive root (CodaLab's sample submission);
-    refytvos valid: `Annotations/<video>/<exp_id>/<frame>.png`. Every expression (of `videos`, default all)
-    needs one PNG per frame.
+    refytvos valid: `Annotations/<video>/<exp_id>/<frame>.png`. Every expression (of `expressions`, (video,
+    exp_id) pairs; default all) needs one PNG per frame.
 
     Raises:
         PredictionsError: a missing expression folder or frame (names the first).
     """
     bench = read_benchmark(name, root, split)
-    if videos is not None:  # a partial archive (the default pipeline's few videos): the server wants them all
-        bench.videos = {k: v for k, v in bench.videos.items() if k in videos}
+    if expressions is not None:  # a partial archive (the default pipeline's few expressions): a server wants all
+        for key, video in list(bench.videos.items()):
+            video.expressions = {e: x for e, x in video.expressions.items() if (key, e) in expressions}
+            if not video.expressions:
+                del bench.videos[key]
     prefix = "Annotations/" if name == "refytvos" else ""
     pred_dir, out_zip = Path(pred_dir), Path(out_zip)
     missing = [f"{v}/{e}/{f}.png" for v in sorted(bench.videos) for e in bench.videos[v].expressions

@@ -92,11 +92,11 @@ def evaluate_benchmark(params: EvaluateParams, name: str, root: Path, split: str
         answers += evaluate_video(params, size, policy, segment, canon, gt, video, rows, pred_dir)
     answers_df = write_table(pd.DataFrame(answers, columns=list(InferenceSchema.to_schema().columns)),
                              InferenceSchema, out_dir / "answers.parquet")
+    pairs = {(v, e) for v in keys for e in exps[v]}
     if (name, split) in SERVER_SPLITS:
         summary: dict[str, float] = dict(make_submission(name, pred_dir, root, out_dir / "submission.zip", split,
-                                                         videos=set(keys)))
+                                                         expressions=pairs))
     else:
-        pairs = {(v, e) for v in keys for e in exps[v]}
         summary, table = score_benchmark(name, pred_dir, root, split, params.bound_th, bench=bench, expressions=pairs)
         table.to_csv(out_dir / "scores.csv", index=False)
     summary.update(_answer_metrics(answers_df, params.mode))

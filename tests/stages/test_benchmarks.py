@@ -285,3 +285,12 @@ def test_revos_subset_interleaves_referring_and_reasoning(revos_root: Path) -> N
     # video a: 0 referring, 1 referring, 2 reasoning → referring 0, reasoning 2, referring 1
     assert _revos_videos(revos_root, "valid")["SRC/valid/a"] == ["0", "2", "1"]
     assert _revos_videos(revos_root, "valid")["SRC/valid/b"] == ["0", "1", "2"]  # no-target last
+
+
+def test_partial_submission_of_the_expressions_run(layouts: dict[str, Path], tmp_path: Path) -> None:
+    bench = read_benchmark("refytvos", layouts["refytvos"])
+    pred = write_preds(bench, tmp_path / "p", lambda n, t: "empty")
+    shutil.rmtree(pred / "SRC-valid-b")
+    counts = make_submission("refytvos", pred, layouts["refytvos"], tmp_path / "sub.zip",
+                             expressions={("SRC-valid-a", "0"), ("SRC-valid-a", "1")})
+    assert counts == {"videos": 1, "expressions": 2, "pngs": 10}
