@@ -209,8 +209,9 @@ def write_benchmark_table(params: BenchmarksParams, metrics_dir: Path, report_pa
                       "ReVOS as VISA computes it. \"server\": no public masks, the submission archive was written.",
                       "", markdown_table(table), "", line, ""])
     atomic_write_text(Path(report_path), text)
-    metrics = {f"{row['model']}.{col}": value for row in table.to_dict("records") for col, value in row.items()
-               if col != "model" and isinstance(value, float)}
+    metrics = {f"{row['model']}.{col.replace(' J&F', '.JF').replace(' R', '.R')}": value
+               for row in table.to_dict("records") for col, value in row.items()
+               if col != "model" and isinstance(value, float)}  # e.g. grpo.mevis.JF, sft.revos.R
     if line:
         metrics["gain_grpo_over_sft"] = float(np.mean([results[n]["grpo"]["JF"] - results[n]["sft"]["JF"]
                                                        for n in results if "JF" in results[n].get("grpo", {})

@@ -294,3 +294,21 @@ def test_partial_submission_of_the_expressions_run(layouts: dict[str, Path], tmp
     counts = make_submission("refytvos", pred, layouts["refytvos"], tmp_path / "sub.zip",
                              expressions={("SRC-valid-a", "0"), ("SRC-valid-a", "1")})
     assert counts == {"videos": 1, "expressions": 2, "pngs": 10}
+
+
+def test_bench_table_stage_writes_report_and_metrics(tmp_path: Path) -> None:
+    from stages.core.params import BenchmarksParams
+    from stages.evaluate.suite import write_benchmark_table
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m/revos.json").write_text(json.dumps({"sft.JF": 10.0, "sft.R_visa_overall": 5.0, "grpo.JF": 12.5,
+                                                       "grpo.R_visa_overall": 6.0, "base.JF": 0.0}))
+    (tmp_path / "m/refdavis.json").write_text(json.dumps({"sft.JF": 20.0, "grpo.JF": 19.0, "base.JF": 1.0}))
+    report = write_benchmark_table(BenchmarksParams(names=("revos", "refdavis")), tmp_path / "m",
+                                   tmp_path / "benchmarks.md")
+    assert report.metrics["grpo.revos.JF"] == 12.5 and report.metrics["sft.revos.R"] == 5.0
+    assert report.metrics["gain_grpo_over_sft"] == pytest.approx(0.75)
+    text = (tmp_path / "benchmarks.md").read_text()
+    assert "| model | revos J&F | revos R | refdavis J&F |" in text
+    assert "| base | 0 | — | 1 |" in text and "| grpo | 12.5 | 6 | 19 |" in text
+    assert "grpo vs sft: +0.8 J&F on average (revos +2.5, refdavis -1.0)." in text
