@@ -208,6 +208,7 @@ def write_benchmark_table(params: BenchmarksParams, metrics_dir: Path, report_pa
                       "J&F (percent) per benchmark with each benchmark's own protocol (docs/benchmarks.md); R for "
                       "ReVOS as VISA computes it. \"server\": no public masks, the submission archive was written.",
                       "", markdown_table(table), "", line, ""])
+    Path(report_path).parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(Path(report_path), text)
     metrics = {f"{row['model']}.{col.replace(' J&F', '.JF').replace(' R', '.R')}": value
                for row in table.to_dict("records") for col, value in row.items()
