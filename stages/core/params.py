@@ -279,6 +279,10 @@ class EvaluateParams:
     bound_th: PosFloat = 0.008  # DAVIS boundary tolerance, fraction of the diagonal (published: 0.008)
     report_examples: NonNegInt = 2  # best and worst expressions pictured in the report
 
+    def _rules(self) -> Iterator[tuple[str, str]]:
+        if self.bound_th >= 1 and self.bound_th != int(self.bound_th):
+            yield "bound_th", f"a tolerance ≥ 1 is in pixels and must be whole, got {self.bound_th}"
+
 
 BENCHMARK_NAMES = ("revos", "mevis", "reasonvos", "refytvos", "refdavis")
 
