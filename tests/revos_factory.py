@@ -171,6 +171,13 @@ def benchmark_videos() -> list[VideoSpec]:
             {"exp": "the flat box", "obj_id": [1], "anno_id": [22], "type_id": 0},
             {"exp": "the purple cat", "obj_id": [], "anno_id": [], "type_id": 2},
         ]),
+        VideoSpec(key="SRC/train/c", split="train", n_frames=3, objects={
+            51: [(1, 1, 9, 9)] * 3,
+            52: [(12, 12, 30, 20), None, (14, 12, 30, 20)],
+        }, expressions=[
+            {"exp": "the top box", "obj_id": [0], "anno_id": [51], "type_id": 0},
+            {"exp": "the box that leaves", "obj_id": [1], "anno_id": [52], "type_id": 1},
+        ]),
     ]
 
 

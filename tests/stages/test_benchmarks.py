@@ -39,6 +39,7 @@ def layouts(revos_root: Path) -> dict[str, Path]:
             "mevis_server": write_layout("mevis", revos_root, base / "mevis_s", "valid", with_masks=False),
             "reasonvos": write_layout("reasonvos", revos_root, base / "reasonvos", "valid"),
             "refytvos": write_layout("refytvos", revos_root, base / "refytvos", "valid", with_masks=False),
+            "refytvos_train": write_layout("refytvos", revos_root, base / "refytvos", "train"),
             "refdavis": write_layout("refdavis", revos_root, base / "refdavis", "valid")}
 
 
@@ -79,16 +80,20 @@ def test_each_layout_on_disk_exactly(layouts: dict[str, Path]) -> None:
     assert not (layouts["refytvos"] / "valid/Annotations").exists()
 
 
-@pytest.mark.parametrize("name", ["mevis", "reasonvos", "refdavis"])
-def test_readers_index_like_revos(name: str, layouts: dict[str, Path], tmp_path: Path) -> None:
-    split = "valid_u" if name == "mevis" else "valid"
-    report = ingest_benchmark(IngestParams(), name, layouts[name], split, tmp_path / "index", tmp_path / "canon")
+@pytest.mark.parametrize(("name", "split"), [("mevis", "valid_u"), ("reasonvos", "valid"), ("refdavis", "valid"),
+                                           ("refytvos", "train")])
+def test_readers_index_like_revos(name: str, split: str, layouts: dict[str, Path], tmp_path: Path) -> None:
+    root = layouts["refytvos_train" if name == "refytvos" else name]
+    report = ingest_benchmark(IngestParams(), name, root, split, tmp_path / "index", tmp_path / "canon")
     expressions = pd.read_parquet(tmp_path / "index/expressions.parquet")
     tracks = pd.read_parquet(tmp_path / "index/tracks.parquet")
-    n = {"mevis": 5, "reasonvos": 5, "refdavis": 16}[name]
+    n = {"mevis": 5, "reasonvos": 5, "refdavis": 16, "refytvos": 2}[name]
     assert len(expressions) == n and report.metrics["quarantined"] == 0
-    # the static box of video a keeps its 48 px area on every frame, whatever layout it came through
-    assert 48 in set(tracks["area"])
+    if name == "refytvos":  # palette PNGs: the 8 × 8 box on every frame; the other object absent from frame 1
+        assert sorted(tracks["area"]) == [0, 64, 64, 64, 128, 144]  # 18 × 8, absent, 16 × 8
+        assert (expressions["split"] == "train").all()
+    else:  # the static box of video a keeps its 48 px area on every frame, whatever layout it came through
+        assert 48 in set(tracks["area"])
 
 
 def test_reader_problems_are_named_or_quarantined(layouts: dict[str, Path], tmp_path: Path) -> None:
