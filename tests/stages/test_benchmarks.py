@@ -317,3 +317,20 @@ def test_bench_table_stage_writes_report_and_metrics(tmp_path: Path) -> None:
     assert "| model | revos J&F | revos R | refdavis J&F |" in text
     assert "| base | 0 | — | 1 |" in text and "| grpo | 12.5 | 6 | 19 |" in text
     assert "grpo vs sft: +0.8 J&F on average (revos +2.5, refdavis -1.0)." in text
+
+
+def test_prediction_pngs_are_read_as_opencv_reads_them(tmp_path: Path) -> None:
+    from stages.evaluate.benchmarks import read_prediction
+    from stages.evaluate.scorer import read_mask_png
+
+    mask = np.zeros((4, 6), dtype=np.uint16)
+    mask[1:3, 2:5] = 200  # a 16-bit PNG with small values: OpenCV keeps the high byte (0); PIL would clip to 200
+    Image.fromarray(mask).save(tmp_path / "p16.png")
+    rgb = np.zeros((4, 6, 3), dtype=np.uint8)
+    rgb[0, 0] = (255, 0, 0)  # pure red: luma 0.299 · 255 → 76
+    Image.fromarray(rgb).save(tmp_path / "rgb.png")
+    for read in (read_prediction, read_mask_png):
+        assert read(tmp_path / "p16.png").max() == 0
+        assert read(tmp_path / "rgb.png")[0, 0] == 76 and read(tmp_path / "rgb.png").dtype == np.uint8
+    with Image.open(tmp_path / "p16.png") as img:
+        assert np.asarray(img.convert("L")).max() > 0  # the PIL path this replaced saw a target here
