@@ -452,7 +452,7 @@ def _check_round_trip(root: Path, out: Path) -> None:
         assert row.area == area
         np.testing.assert_array_equal([row.x1, row.y1, row.x2, row.y2], box)
     report = json.loads((out / "lineage.json").read_text())
-    assert set(report["inputs"]) == {"meta_expressions_train_.json", "meta_expressions_valid_.json",
+    assert set(report["inputs"]) == {"JPEGImages", "meta_expressions_train_.json", "meta_expressions_valid_.json",
                                      "mask_dict.json", "mask_dict_foreground.json"}
 
 
