@@ -91,11 +91,17 @@ def table(tracked_only: bool = False) -> str:
             continue
         record = json.loads(path.read_text())
         machine = record.get("machine", {})
-        where = machine.get("gpu") or f"{machine.get('cpus', '?')} CPUs, load {machine.get('load_avg_1m', '?')}"
+        if isinstance(machine, dict):
+            where = machine.get("gpu") or f"{machine.get('cpus', '?')} CPUs, load {machine.get('load_avg_1m', '?')}"
+        else:
+            where = str(machine)
         commit = record.get("commit", {})
+        if not isinstance(commit, dict):  # a file written by another script: {"commit": sha, "dirty": …}
+            commit = {"sha": commit, "dirty": record.get("dirty")}
         sha = str(commit.get("sha", "?"))[:8] + (" (modified)" if commit.get("dirty") else "")
+        figures = record.get("figures", record)
         rows.append(f"| `{name}.json` | {script or record.get('command', '')} | {record.get('baseline', '')} | "
-                    f"{target} | {measured(name, record['figures'])} | {where}, {sha} |")
+                    f"{target} | {measured(name, figures)} | {where}, {sha} |")
     return "\n".join(rows)
 
 
