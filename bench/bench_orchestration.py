@@ -112,7 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     profile = None if args.profile == "default" else args.profile
     modes = [m for m in args.modes.split(",") if m]
-    results: dict = {"bench": "orchestration", "profile": args.profile, "commit": _git("rev-parse", "HEAD"),
+    results: dict = {"bench": "orchestration", "profile": args.profile, "command": " ".join(sys.argv),
+                     "baseline": "before: dvc repro with Prefect's temporary server in every stage process "
+                                 "(VRSFLOW_SHARED_PREFECT_API=0), fresh repo and PREFECT_HOME per mode",
+                     "commit": _git("rev-parse", "HEAD"),
                      "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")), "machine": machine(),
                      "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                      "targets": {"orchestration_share_max": TARGET_SHARE, "default_run_max_s": TARGET_DEFAULT_RUN_S},
@@ -128,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             results[f"orchestration_before_over_{mode}"] = round(before["orchestration_s"] / other["orchestration_s"],
                                                                  2)
             results[f"orchestration_saved_s_{mode}"] = round(before["orchestration_s"] - other["orchestration_s"], 1)
+    results["machine"]["load_avg_1m"] = round(os.getloadavg()[0], 2)  # at the end; per mode in modes.*
     name = "orchestration" if args.profile == "ci" else f"orchestration-{args.profile}"
     out = Path(args.out) if args.out else ROOT / "bench" / "results" / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -27,6 +27,10 @@ KNOWN = {
     "shard": ("bench_shard.py", "≥ 4× at 720p sources, bounded memory, same outputs"),
     "sam2_reward": ("bench_sam2_reward.py", "≥ 4× over re-encoding per rollout (hiera_t, CPU), masks equal"),
     "keyframes": ("bench_keyframes.py", "faster than decoding every mask, same frames"),
+    "orchestration": ("bench_orchestration.py --profile ci",
+                      "per-stage overhead down: one Prefect API per repro, imports off each stage's start"),
+    "orchestration-default": ("bench_orchestration.py --profile default",
+                              "orchestration ≤ 5 % of the default run; default run ≤ 6 min on 2 cores"),
     "gpu-sam2_reward": ("gpu.sh → bench_sam2_reward.py", "SAM2.1-large: ≥ 4× (H100, published 4.95 s → 1.45 s)"),
     "gpu-sft": ("gpu.sh → bench_sft.py --gpu", "3B-shaped LoRA step: MFU, memory"),
     "gpu-evaluate": ("gpu.sh → bench_metrics.py --gpu", "≤ 5 s per 100-frame video (published 31–36 s, L20)"),
@@ -64,6 +68,17 @@ def measured(name: str, figures: dict) -> str:
         return (f"{_x(figures['speedup'])} ({figures['baseline_s']} s → {figures['ours_s']} s, "
                 f"{figures['samples']} samples, {', '.join(figures['frame_size'])}); "
                 f"same frames asserted: {figures['same_frames_asserted']}")
+    if name.startswith("orchestration"):
+        labels = {"before": "temporary server per stage", "shared": "one shared server",
+                  "after": "shared server + warm forks (vrsflow repro)"}
+        modes = figures["modes"]
+        parts = [f"{labels[m]}: {v['total_s']} s total, {v['orchestration_s']} s orchestration "
+                 f"({100 * v['orchestration_share']:.0f} %, {v['orchestration_per_stage_mean_s']} s per stage; "
+                 f"load {v['load_avg_1m_start_end'][0]}→{v['load_avg_1m_start_end'][1]})"
+                 for m, v in modes.items()]
+        ratio = figures.get("orchestration_before_over_after")
+        return (f"whole DAG, {len(next(iter(modes.values()))['stages'])} flow stages: " + "; ".join(parts)
+                + (f"; orchestration {_x(ratio)} less" if ratio else ""))
     flat = {k: v for k, v in figures.items() if isinstance(v, int | float) and not isinstance(v, bool)}
     keys = [k for k in flat if any(w in k for w in ("speedup", "ratio", "mfu", "_s", "per_s"))][:6]
     return ", ".join(f"{k} {flat[k]}" for k in keys) or "see the file"
