@@ -170,17 +170,6 @@ def prefect_api() -> Iterator[str]:
             os.environ["PREFECT_API_URL"] = previous
 
 
-def stop_server(home: Path) -> bool:
-    """Stop the recorded vrsflow server now (whatever its leases); True if one was running."""
-    with _locked(home):
-        state = _read_state(home)
-        (home / STATE_FILE).unlink(missing_ok=True)
-    if not state or not _alive(state.get("keeper_pid", -1)):
-        return False
-    os.kill(state["keeper_pid"], signal.SIGTERM)
-    return True
-
-
 @contextlib.contextmanager
 def _forkserver(warm: bool) -> Iterator[dict[str, str]]:
     """Extra environment for dvc: with `warm`, a fork server (flows/forkserver.py) runs the stages."""
@@ -209,9 +198,9 @@ def repro(dvc_args: list[str], grace_s: float = 10.0, warm: bool | None = None) 
     (flows/forkserver.py); a stage that starts before it is ready runs in its own process. `warm` defaults
     to $VRSFLOW_WARM_STAGES != "0".
 
-    dvc runs in its own process group: a SIGTERM to this process is passed to that group (dvc and the running
-    stage, whose flow run is then marked crashed); Ctrl-C reaches it through the terminal. Either way this
-    waits up to `grace_s` seconds for dvc to finish before returning.
+    dvc runs in its own process group; a SIGTERM or SIGINT (Ctrl-C) to this process is passed to that group
+    (dvc and the running stage, whose flow run is then marked crashed). Either way this waits up to `grace_s`
+    seconds for dvc to finish before returning.
     """
     if warm is None:
         warm = os.environ.get(WARM_ENV, "1") != "0"
