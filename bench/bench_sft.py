@@ -309,7 +309,10 @@ def bench_stage(pipeline: Path, baseline_commit: str, repeats: int) -> dict:
                 env = {**os.environ, "PYTHONPATH": str(tree), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
                 proc = subprocess.run([sys.executable, str(script), str(Path(tmp) / f"{kind}{repeat}")],
                                       cwd=pipeline, env=env, capture_output=True, text=True, check=True)
-                runs[kind].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+                run = json.loads(proc.stdout.strip().splitlines()[-1])
+                # which tree ran, without the machine's paths
+                run["module"] = f"{kind}:{Path(run['module']).relative_to(tree).as_posix()}"
+                runs[kind].append(run)
     best = {k: min(r["wall_s"] for r in v) for k, v in runs.items()}
     return {"baseline_commit": baseline_commit, "repeats": repeats, "runs": runs, "best_wall_s": best,
             "speedup": round(best["baseline"] / best["ours"], 3)}
