@@ -209,6 +209,11 @@ def _accept(listener: socket.socket, waiting: dict[int, socket.socket]) -> None:
     except (OSError, ValueError, struct.error):
         conn.close()
         return
+    if not _trusted(conn, request):
+        for fd in fds:
+            os.close(fd)
+        conn.close()
+        return
     pid = os.fork()
     if pid == 0:
         _child(conn, request, list(fds), [listener, *waiting.values()])
@@ -220,6 +225,16 @@ def _accept(listener: socket.socket, waiting: dict[int, socket.socket]) -> None:
         conn.close()
         return
     waiting[pid] = conn
+
+
+def _trusted(conn: socket.socket, request: dict) -> bool:
+    """Only this user's `vrsflow stage …` commands: the socket lives in a private (0700) folder already; the
+    peer's uid and the command are checked again so the server can never run anything but a stage."""
+    uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[1]
+    argv = request.get("argv") if isinstance(request, dict) else None
+    return (uid == os.getuid() and isinstance(argv, list) and len(argv) >= 2 and argv[0] == "stage"
+            and all(isinstance(a, str) for a in argv) and isinstance(request.get("cwd"), str)
+            and isinstance(request.get("env"), dict))
 
 
 def _reap(waiting: dict[int, socket.socket]) -> None:
