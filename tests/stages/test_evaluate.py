@@ -354,3 +354,59 @@ def test_oracle_prompts_reach_sam2_at_the_original_resolution_and_frame(tiny_mod
     # shown frames of a 7-frame video: 0, 3, 6 → the oracle's keyframe is video frame 3; boxes in video pixels
     expected = sorted([(7, 3, [float(v) for v in ORACLE_RECTS[a]]) for a in (31, 31, 32, 32)])
     assert sorted(received) == expected
+
+
+def test_a_videos_expressions_are_encoded_once_and_match_per_expression_tracking(
+        tiny_models, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three expressions of one video, each answered on a different keyframe: `evaluate_video` runs SAM2's image
+    encoder once per frame for all of them, and its masks equal SAM2 run afresh for each expression alone."""
+    from stages.evaluate import evaluate_video
+    from stages.evaluate.infer import Reply
+    from stages.segment import BoxGroup, load_video_predictor, propagate_groups
+
+    _, checkpoint, config = tiny_models
+    predictor = load_video_predictor(str(checkpoint), str(config), device="cpu")
+    spec = oracle_specs()[0]  # 7 frames, 3 expressions; shown frames 0, 3, 6
+    root = write_root(tmp_path / "root", [spec])
+    gt = load_ground_truth(root, "valid")
+    prompts: dict[str, tuple[int, list[list[float]]]] = {}  # exp_id → (keyframe, boxes in video pixels)
+
+    def policy(queries):  # expression i answers on shown frame i: three keyframe groups
+        out = []
+        for i, q in enumerate(queries):
+            exp_id = q.key.rsplit("#", 1)[1]
+            rects = [ORACLE_RECTS[a] for a in spec.expressions[int(exp_id)]["anno_id"]]
+            key = q.timestamps[i]
+            prompts[exp_id] = (key, [[float(v) for v in r] for r in rects])
+            boxes = [[x1 * ORACLE_SIZE // ORACLE_W, y1 * ORACLE_SIZE // ORACLE_H, x2 * ORACLE_SIZE // ORACLE_W,
+                      y2 * ORACLE_SIZE // ORACLE_H] for x1, y1, x2, y2 in rects]
+            text = f'<answer>{{"keyframe_timestamp": {key}, "bbox_2d_list": {boxes}}}</answer>'
+            out.append(Reply(text, parse_answer(text), [key]))
+        return out
+
+    encoded: list[int] = []
+    original = predictor.forward_image
+
+    def counting(images):
+        encoded.append(int(images.shape[0]))
+        return original(images)
+
+    monkeypatch.setattr(predictor, "forward_image", counting)
+    rows = [{"sample_id": f"{spec.key}#{i}", "expression_id": f"{spec.key}#{i}", "exp_id": str(i), "text": e["exp"]}
+            for i, e in enumerate(spec.expressions)]
+    answers = evaluate_video(EvaluateParams(n_frames=3), ORACLE_SIZE, policy,
+                             lambda frames, p: predict_masks(predictor, frames, p), root, gt, spec.key, rows,
+                             tmp_path / "pred")
+    assert [a["status"] for a in answers] == ["ok"] * 3
+    assert sorted(k for k, _ in prompts.values()) == [0, 3, 6]
+    assert sum(encoded) == spec.n_frames  # each of the 7 frames once, for all three expressions
+    names = spec.frame_names()
+    frames = [np.asarray(Image.open(root / "JPEGImages" / spec.key / f"{n}.jpg").convert("RGB")) for n in names]
+    encoded.clear()
+    for exp_id, (key, boxes) in prompts.items():  # the per-expression way: a fresh SAM2 state each
+        alone = propagate_groups(predictor, frames, [BoxGroup(key, boxes)], share_encoding=False)[0].any(axis=0)
+        assert alone.any()
+        written = np.stack([np.asarray(Image.open(tmp_path / "pred" / spec.key / exp_id / f"{n}.png")) for n in names])
+        assert set(np.unique(written)) <= {0, 255}
+        assert np.array_equal(written == 255, alone), exp_id
+    assert sum(encoded) == sum(spec.n_frames + (k != 0) for k, _ in prompts.values())  # re-encoded per expression

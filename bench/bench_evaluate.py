@@ -1,0 +1,170 @@
+"""Benchmark: the evaluate stage's per-video path (`evaluate_video` with every expression of a video: the
+frames loaded and encoded by SAM2 once for all its expressions, generation batched `evaluate.batch_size`
+queries at a time) vs the per-expression path (the same function called for one expression at a time, as
+the released evaluators run: the video's frames loaded, shown and SAM2-encoded again for every expression,
+one query per generate() call), same models, same inputs, in the same run.
+
+Data: the default synthetic dataset (`synth` defaults: 4 valid videos), every expression of its valid
+split. Models: the tiny random Qwen2.5-VL and micro SAM2 at the `tiny_models` defaults, built here.
+The policy is the tiny Qwen answering every query for real (its generation is what is timed), but a
+random model does not write the answer format, so its parsed answer is replaced by a ground-truth one
+(the shown frame where the targets are largest, their boxes at the shown size; computed from the masks
+here), so that SAM2 tracks real prompts on both paths. Before any figure is written, every prediction
+PNG of both paths is ASSERTED equal and both score tables identical.
+
+    python bench/bench_evaluate.py [--repeats 1] [--max-new-tokens 256] [--batch-size 4]
+
+Writes bench/results/evaluate.json (seconds per video, both paths, and their ratio; target ≥ 3×).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+from pycocotools import mask as mask_utils
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.results_io import write_result  # noqa: E402
+from schemas.answer import parse_answer  # noqa: E402
+from stages.core.ids import expression_id  # noqa: E402
+from stages.core.params import EvaluateParams, Sam2Params, SynthParams, TinyModelsParams  # noqa: E402
+from stages.core.rle import to_coco  # noqa: E402
+from stages.evaluate import evaluate_video, model_policy, segmenter  # noqa: E402
+from stages.evaluate.infer import Reply  # noqa: E402
+from stages.evaluate.scorer import load_ground_truth, score_predictions  # noqa: E402
+
+
+def oracle_boxes(gt, video: str, exp_id: str, shown: list[int], size: int) -> tuple[int, list[list[int]]]:
+    """(shown frame where the targets' union is largest, their boxes there at the shown size)."""
+    entry = gt.videos[video]["expressions"][exp_id]
+    annos = [str(a) for a in entry.get("anno_id", [])]
+    height, width = None, None
+    best, best_area = shown[0], -1.0
+    for t in shown:
+        rles = [to_coco(gt.masks[a][t]) for a in annos if gt.masks[a][t]]
+        area = float(mask_utils.area(mask_utils.merge(rles, intersect=False))) if rles else 0.0
+        if rles:
+            height, width = rles[0]["size"]
+        if area > best_area:
+            best, best_area = t, area
+    boxes = []
+    for a in annos:
+        rle = gt.masks[a][best]
+        if rle:
+            x, y, w, h = (float(v) for v in mask_utils.toBbox(to_coco(rle)))
+            if w > 0 and h > 0:
+                boxes.append([round(x * size / width), round(y * size / height), round((x + w) * size / width),
+                              round((y + h) * size / height)])
+    return best, boxes
+
+
+def timed_model_with_oracle_answers(model, gt, size: int):
+    """The tiny Qwen generates for every query (timed), its answer replaced by the ground-truth one."""
+    def policy(queries):
+        replies = model(queries)
+        out = []
+        for query, reply in zip(queries, replies, strict=True):
+            video, exp_id = query.key.rsplit("#", 1)
+            key, boxes = oracle_boxes(gt, video, exp_id, query.timestamps, size)
+            text = f'<think>{reply.response}</think><answer>{{"keyframe_timestamp": {key}, ' \
+                   f'"bbox_2d_list": {json.dumps(boxes)}}}</answer>'
+            out.append(Reply(text, parse_answer(text), [key]))
+        return out
+    return policy
+
+
+def run(path: str, params, size, policy, segment, root, gt, videos, pred: Path) -> list[float]:
+    """Seconds per video of one path (predictions written under `pred`)."""
+    seconds = []
+    for video, rows in videos:
+        start = time.perf_counter()
+        if path == "per_video":
+            evaluate_video(params, size, policy, segment, root, gt, video, rows, pred)
+        else:
+            for row in rows:
+                evaluate_video(params, size, policy, segment, root, gt, video, [row], pred)
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=1, help="best of N per path")
+    parser.add_argument("--max-new-tokens", type=int, default=EvaluateParams().max_new_tokens)
+    parser.add_argument("--batch-size", type=int, default=EvaluateParams().batch_size)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=None, help="default: bench/results/evaluate.json")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    from stages.models.tiny_qwen import build_tiny_qwen
+    from stages.models.tiny_sam2 import build_tiny_sam2
+    from stages.synth import generate_synthetic
+
+    tiny = TinyModelsParams()
+    size = 112  # keyframes.train_size default: the frame side shown
+    params = EvaluateParams(max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        root = tmp / "synth"
+        generate_synthetic(SynthParams(), root)
+        build_tiny_qwen(tiny, tmp / "qwen")
+        checkpoint, config = build_tiny_sam2(tmp / "sam2", tiny.sam2_image_size, tiny.seed)
+        gt = load_ground_truth(root, "valid")
+        videos = []
+        for video in sorted(gt.videos):
+            exps = sorted(gt.videos[video]["expressions"].items(), key=lambda kv: int(kv[0]))
+            videos.append((video, [{"sample_id": expression_id(video, k), "expression_id": expression_id(video, k),
+                                    "exp_id": k, "text": e["exp"]} for k, e in exps]))
+        ids = [r["expression_id"] for _, rows in videos for r in rows]
+        policy = timed_model_with_oracle_answers(model_policy(params, tmp / "qwen", "auto"), gt, size)
+        segment = segmenter(params, Sam2Params(checkpoint=str(checkpoint), config=str(config)))
+        run("per_video", params, size, policy, segment, root, gt, videos[:1], tmp / "warm")  # warm-up
+        best: dict[str, list[float]] = {}
+        for _ in range(args.repeats):
+            for path in ("per_expression", "per_video"):
+                seconds = run(path, params, size, policy, segment, root, gt, videos, tmp / path)
+                if path not in best or sum(seconds) < sum(best[path]):
+                    best[path] = seconds
+        for video, rows in videos:  # every PNG of every expression, both paths: the same mask
+            for row in rows:
+                for png in sorted((tmp / "per_expression" / video / row["exp_id"]).glob("*.png")):
+                    a = np.asarray(Image.open(png))
+                    b = np.asarray(Image.open(tmp / "per_video" / video / row["exp_id"] / png.name))
+                    if not np.array_equal(a, b):
+                        raise AssertionError(f"{video}#{row['exp_id']} {png.name}: masks differ "
+                                             f"({int((a != b).sum())} pixels)")
+        tables = [score_predictions(tmp / p, root, "valid", ids, None, params.bound_th, gt)
+                  for p in ("per_expression", "per_video")]
+        if not tables[0][1].equals(tables[1][1]):
+            raise AssertionError("score tables differ between the two paths")
+        foreground = sum(int((np.asarray(Image.open(p)) > 0).sum()) for p in (tmp / "per_video").rglob("*.png"))
+    per_expr, per_video = np.mean(best["per_expression"]), np.mean(best["per_video"])
+    figures = {
+        "data": "synth default, valid split", "videos": len(videos), "expressions": len(ids),
+        "frames_per_video": [len(gt.videos[v]["frames"]) for v, _ in videos],
+        "expressions_per_video": [len(rows) for _, rows in videos],
+        "models": f"tiny Qwen2.5-VL (hidden {tiny.hidden_size}, {tiny.num_layers} layers) + micro SAM2 "
+                  f"({tiny.sam2_image_size}²), random weights; answers replaced by ground-truth boxes",
+        "n_frames": params.n_frames, "frame_size": size, "batch_size": params.batch_size,
+        "max_new_tokens": params.max_new_tokens, "threads": args.threads, "repeats_best_of": args.repeats,
+        "per_expression_s_per_video": round(float(per_expr), 3), "per_video_s_per_video": round(float(per_video), 3),
+        "speedup": round(float(per_expr / per_video), 2), "target_speedup": 3.0, "masks_equal": True,
+        "scores_equal": True, "JF_overall": round(float(tables[1][0]["JF_overall"]), 3),
+        "foreground_pixels": foreground,
+    }
+    write_result("evaluate", figures, "per expression: evaluate_video called for one expression at a time (frames "
+                 "loaded and SAM2-encoded again per expression, one query per generate() call)",
+                 code=("stages/evaluate", "stages/segment", "bench/bench_evaluate.py"), out=args.out)
+
+
+if __name__ == "__main__":
+    main()
