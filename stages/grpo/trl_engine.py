@@ -26,7 +26,7 @@ import numpy as np
 
 from stages.core.params import GrpoParams, RewardParams, Sam2Params
 from stages.core.progress import quiet_library_deprecations, trainer_progress
-from stages.models.trainable import freeze_vision, lora_targets, trainable_vision_parameters
+from stages.models.trainable import freeze_vision, last_complete_checkpoint, lora_targets, trainable_vision_parameters
 from stages.rewards import score_group
 
 log = logging.getLogger(__name__)
@@ -64,11 +64,6 @@ class GroupReward:
                     log_metric(f"{COMPONENT_PREFIX}{key}", float(np.mean([r[key] for r in results])))
         self.seconds += time.perf_counter() - start
         return [r["score"] for r in results]
-
-
-def _last_checkpoint(folder: Path) -> str | None:
-    points = sorted(folder.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
-    return str(points[-1]) if points else None
 
 
 def run_fingerprint(grpo: GrpoParams, reward: RewardParams, n_samples: int, processes: int = 1) -> str:
@@ -171,7 +166,7 @@ def train_trl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, dataset,
     if state.is_main_process:
         _prepare_checkpoints(Path(checkpoint_dir), run_fingerprint(grpo, reward, len(dataset), processes))
     state.wait_for_everyone()
-    resume = _last_checkpoint(Path(checkpoint_dir))
+    resume = last_complete_checkpoint(Path(checkpoint_dir))
     if resume:
         log.info("resuming GRPO from %s", resume)
     start = time.perf_counter()

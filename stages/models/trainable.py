@@ -9,8 +9,10 @@ the vision tower for full fine-tuning.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
+from pathlib import Path
 
 VISION_MODULE = "visual"  # the vision tower's attribute name in Qwen2-VL / Qwen2.5-VL (merger included)
 
@@ -48,3 +50,21 @@ def freeze_vision(model) -> int:
 def trainable_vision_parameters(model) -> list[str]:
     """Names of trainable parameters under the vision tower (empty when it is frozen)."""
     return [n for n, p in model.named_parameters() if p.requires_grad and is_vision_parameter(n)]
+
+
+def last_complete_checkpoint(folder: Path) -> str | None:
+    """The newest `checkpoint-N` under `folder` that a transformers `Trainer` finished writing, or None.
+
+    The Trainer writes `trainer_state.json` last; a checkpoint cut short by a kill mid-save lacks it (or holds a
+    partial one) and would make `train(resume_from_checkpoint=…)` fail, so such a folder is passed over and the
+    previous checkpoint (kept until the new one is complete) is resumed instead.
+    """
+    points = sorted((p for p in Path(folder).glob("checkpoint-*") if p.name.split("-")[1].isdigit()),
+                    key=lambda p: int(p.name.split("-")[1]), reverse=True)
+    for point in points:
+        try:
+            json.loads((point / "trainer_state.json").read_text())
+        except (OSError, ValueError):
+            continue
+        return str(point)
+    return None

@@ -37,7 +37,7 @@ from stages.core.progress import ProgressReporter
 from stages.core.report import StageReport, curves_markdown, summary_line
 from stages.core.typed_config import to_dict
 from stages.models import load_vlm
-from stages.models.trainable import freeze_vision, lora_targets, trainable_vision_parameters
+from stages.models.trainable import freeze_vision, last_complete_checkpoint, lora_targets, trainable_vision_parameters
 from stages.sft.data import PadCollator, SftDataset, encode_prompts, index_shards, meta_json, read_shards
 
 log = logging.getLogger(__name__)
@@ -134,7 +134,7 @@ def train_sft(params: SftParams, model_params: ModelParams, shards_dir: Path, ou
     trainer = Trainer(model=model, args=args, train_dataset=dataset,
                       data_collator=PadCollator(processor.tokenizer.pad_token_id), callbacks=[_progress_callback()])
     trainer.remove_callback(PrinterCallback)  # steps go to logging and the progress reporter instead
-    resume = _last_checkpoint(Path(checkpoint_dir))
+    resume = last_complete_checkpoint(Path(checkpoint_dir))
     if resume:
         log.info("sft: resuming from %s", resume)
     output = trainer.train(resume_from_checkpoint=resume)
@@ -251,11 +251,6 @@ def _merge(model_params: ModelParams, out_dir: Path) -> None:
     base, _ = load_vlm(model_params.path, model_params.dtype)
     merged = PeftModel.from_pretrained(base, out_dir / "adapter").merge_and_unload()
     merged.save_pretrained(out_dir / "merged")
-
-
-def _last_checkpoint(folder: Path) -> str | None:
-    points = sorted(folder.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
-    return str(points[-1]) if points else None
 
 
 def _fingerprint(params: SftParams, model_params: ModelParams, train: list, processes: int) -> str:

@@ -105,3 +105,19 @@ def test_params_change_the_model(tmp_path: Path) -> None:
     build_tiny_models(replace(PARAMS, hidden_size=64, num_layers=1), tmp_path)
     model, _ = load_vlm(tmp_path / "qwen25vl", "float32", "cpu")
     assert model.config.text_config.hidden_size == 64 and model.config.text_config.num_hidden_layers == 1
+
+
+def test_resume_skips_a_checkpoint_cut_short_by_a_kill(tmp_path) -> None:
+    """A SIGTERM during a save leaves `checkpoint-N` without its trainer_state.json (written last): resuming it
+    fails in transformers, so the newest complete checkpoint is the one resumed."""
+    from stages.models.trainable import last_complete_checkpoint
+
+    assert last_complete_checkpoint(tmp_path) is None
+    for step, state in [(9, '{"global_step": 9}'), (10, '{"global_step": 10}'), (20, None), (30, '{"global_st')]:
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        (tmp_path / f"checkpoint-{step}" / "model.safetensors").write_bytes(b"x")
+        if state is not None:
+            (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(state)
+    assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-10")  # numeric order: 10 after 9
+    (tmp_path / "checkpoint-20" / "trainer_state.json").write_text('{"global_step": 20}')
+    assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-20")
