@@ -82,18 +82,33 @@ def timed_model_with_oracle_answers(model, gt, size: int):
     return policy
 
 
-def run(path: str, params, size, policy, segment, root, gt, videos, pred: Path) -> list[float]:
-    """Seconds per video of one path (predictions written under `pred`)."""
-    seconds = []
-    for video, rows in videos:
-        start = time.perf_counter()
-        if path == "per_video":
-            evaluate_video(params, size, policy, segment, root, gt, video, rows, pred)
-        else:
-            for row in rows:
-                evaluate_video(params, size, policy, segment, root, gt, video, [row], pred)
-        seconds.append(time.perf_counter() - start)
-    return seconds
+class Clock:
+    """Seconds spent inside wrapped callables (generation, SAM2), per path."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.path = ""
+
+    def wrap(self, name: str, fn):
+        def timed(*args):
+            start = time.perf_counter()
+            try:
+                return fn(*args)
+            finally:
+                key = f"{self.path}_{name}_s"
+                self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - start
+        return timed
+
+
+def run_video(path: str, params, size, policy, segment, root, gt, video, rows, pred: Path) -> float:
+    """Seconds one path takes for one video (predictions written under `pred`)."""
+    start = time.perf_counter()
+    if path == "per_video":
+        evaluate_video(params, size, policy, segment, root, gt, video, rows, pred)
+    else:
+        for row in rows:
+            evaluate_video(params, size, policy, segment, root, gt, video, [row], pred)
+    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -127,13 +142,18 @@ def main() -> None:
         ids = [r["expression_id"] for _, rows in videos for r in rows]
         policy = timed_model_with_oracle_answers(model_policy(params, tmp / "qwen", "auto"), gt, size)
         segment = segmenter(params, Sam2Params(checkpoint=str(checkpoint), config=str(config)))
-        run("per_video", params, size, policy, segment, root, gt, videos[:1], tmp / "warm")  # warm-up
-        best: dict[str, list[float]] = {}
-        for _ in range(args.repeats):
-            for path in ("per_expression", "per_video"):
-                seconds = run(path, params, size, policy, segment, root, gt, videos, tmp / path)
-                if path not in best or sum(seconds) < sum(best[path]):
-                    best[path] = seconds
+        clock = Clock()
+        policy, segment = clock.wrap("generate", policy), clock.wrap("sam2", segment)
+        run_video("per_video", params, size, policy, segment, root, gt, *videos[0], tmp / "warm")  # warm-up
+        clock.seconds.clear()
+        paths = ("per_expression", "per_video")
+        best = {p: [float("inf")] * len(videos) for p in paths}
+        for r in range(args.repeats):  # both paths on each video in turn: machine load drifts alike on both
+            for v, (video, rows) in enumerate(videos):
+                for path in paths if (r + v) % 2 == 0 else paths[::-1]:
+                    clock.path = path
+                    best[path][v] = min(best[path][v], run_video(path, params, size, policy, segment, root, gt,
+                                                                 video, rows, tmp / path))
         for video, rows in videos:  # every PNG of every expression, both paths: the same mask
             for row in rows:
                 for png in sorted((tmp / "per_expression" / video / row["exp_id"]).glob("*.png")):
@@ -160,6 +180,9 @@ def main() -> None:
         "speedup": round(float(per_expr / per_video), 2), "target_speedup": 3.0, "masks_equal": True,
         "scores_equal": True, "JF_overall": round(float(tables[1][0]["JF_overall"]), 3),
         "foreground_pixels": foreground,
+        "per_video_speedups": [round(a / b, 2) for a, b in zip(best["per_expression"], best["per_video"],
+                                                                strict=True)],
+        "inside_all_repeats_s": {k: round(v, 3) for k, v in sorted(clock.seconds.items())},
     }
     write_result("evaluate", figures, "per expression: evaluate_video called for one expression at a time (frames "
                  "loaded and SAM2-encoded again per expression, one query per generate() call)",
