@@ -27,6 +27,8 @@ KNOWN = {
     "shard": ("bench_shard.py", "≥ 4× at 720p sources, bounded memory, same outputs"),
     "sam2_reward": ("bench_sam2_reward.py", "≥ 4× over re-encoding per rollout (hiera_t, CPU), masks equal"),
     "keyframes": ("bench_keyframes.py", "faster than decoding every mask, same frames"),
+    "evaluate": ("bench_evaluate.py", "≥ 3× seconds per video over per-expression evaluation (CPU, tiny models), "
+                 "masks and scores identical"),
     "orchestration": ("bench_orchestration.py --profile ci",
                       "per-stage overhead down: one Prefect API per repro, imports off each stage's start"),
     "orchestration-default": ("bench_orchestration.py --profile default",
@@ -68,6 +70,14 @@ def measured(name: str, figures: dict) -> str:
         return (f"{_x(figures['speedup'])} ({figures['baseline_s']} s → {figures['ours_s']} s, "
                 f"{figures['samples']} samples, {', '.join(figures['frame_size'])}); "
                 f"same frames asserted: {figures['same_frames_asserted']}")
+    if name == "evaluate":
+        return (f"{_x(figures['speedup'])} per video ({figures['per_expression_s_per_video']} s → "
+                f"{figures['per_video_s_per_video']} s), {figures['videos']} videos, {figures['expressions']} "
+                f"expressions, {figures['max_new_tokens']} new tokens, batch {figures['batch_size']}; masks equal "
+                f"(asserted): {figures['masks_equal']}, scores equal: {figures['scores_equal']}"
+                + "".join(f"; {part} alone {_x(inside[f'per_expression_{part}_s'] / inside[f'per_video_{part}_s'])}"
+                          for inside in [figures.get("inside_all_repeats_s", {})] for part in ("sam2", "generate")
+                          if inside.get(f"per_video_{part}_s")))
     if name.startswith("orchestration"):
         labels = {"before": "temporary server per stage", "shared": "one shared server",
                   "after": "shared server + warm forks (vrsflow repro)"}
