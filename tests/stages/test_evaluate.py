@@ -23,6 +23,7 @@ from stages.evaluate import evaluate, predict_masks, select_prompt, write_predic
 from stages.evaluate import infer as I
 from stages.evaluate.scorer import load_ground_truth, score_predictions
 from tests.revos_factory import VideoSpec, rect_mask, simple_video, write_root
+from tests.sam2_probe import count_encoded_frames
 
 VALID = [simple_video("SRC/valid/a", split="valid", n_frames=4), simple_video("SRC/valid/b", split="valid", n_frames=5)]
 
@@ -384,14 +385,7 @@ def test_a_videos_expressions_are_encoded_once_and_match_per_expression_tracking
             out.append(Reply(text, parse_answer(text), [key]))
         return out
 
-    encoded: list[int] = []
-    original = predictor.forward_image
-
-    def counting(images):
-        encoded.append(int(images.shape[0]))
-        return original(images)
-
-    monkeypatch.setattr(predictor, "forward_image", counting)
+    encoded = count_encoded_frames(predictor, monkeypatch)
     rows = [{"sample_id": f"{spec.key}#{i}", "expression_id": f"{spec.key}#{i}", "exp_id": str(i), "text": e["exp"]}
             for i, e in enumerate(spec.expressions)]
     answers = evaluate_video(EvaluateParams(n_frames=3), ORACLE_SIZE, policy,

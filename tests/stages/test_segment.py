@@ -14,6 +14,7 @@ pytest.importorskip("sam2")
 
 from stages.core.params import RewardParams  # noqa: E402
 from stages.segment import BoxGroup, load_video_predictor, propagate_boxes, propagate_groups  # noqa: E402
+from tests.sam2_probe import count_encoded_frames
 from tests.stages.grpo_factory import answer, frames, ground_truth  # noqa: E402
 
 
@@ -40,14 +41,7 @@ def test_shared_encoding_equals_reencoding(predictor):
 
 def test_each_frame_is_encoded_once_for_all_groups(predictor, monkeypatch):
     video = frames()
-    encoded: list[int] = []
-    original = predictor.forward_image
-
-    def counting(images):
-        encoded.append(int(images.shape[0]))
-        return original(images)
-
-    monkeypatch.setattr(predictor, "forward_image", counting)
+    encoded = count_encoded_frames(predictor, monkeypatch)
     groups = [BoxGroup(0, [[12, 10, 32, 30]]), BoxGroup(3, [[20, 10, 36, 26]])]
     propagate_groups(predictor, video, groups)
     assert sum(encoded) == len(video)  # frame 0 from SAM2's warm-up, the others in one batch; none twice
