@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from PIL import Image, UnidentifiedImageError
 
@@ -85,43 +85,90 @@ def check_expression(expression: Any) -> str | None:
     return None
 
 
+JPEG_SOI = b"\xff\xd8"  # start-of-image marker: the first two bytes of every JPEG
 JPEG_EOI = b"\xff\xd9"  # end-of-image marker: the last two bytes of a complete JPEG
 EOI_TAIL = 4096  # bytes at the end of a file searched for it (some writers pad after the marker)
 
 
-def _ends_with_eoi(path: Path) -> bool:
-    """Whether the end-of-image marker is among the last EOI_TAIL bytes. A file cut short inside its
-    image data has none there: in entropy-coded data every 0xFF byte is followed by 0x00 or a restart
-    marker (0xD0–0xD7), never by 0xD9."""
+def _scan_start(handle: BinaryIO, size: int) -> int:
+    """Offset of the first scan's entropy-coded data (just past the start-of-scan segment), found by
+    walking the marker segments after SOI: -1 when the file ends inside them, -2 when they are malformed."""
+    handle.seek(2)
+    while True:
+        marker = handle.read(2)
+        while marker == b"\xff\xff":  # fill bytes before a marker
+            marker = marker[1:] + handle.read(1)
+        if len(marker) < 2:
+            return -1
+        if marker[0] != 0xFF:
+            return -2
+        if 0xD0 <= marker[1] <= 0xD7 or marker[1] == 0x01:  # markers without a segment
+            continue
+        raw = handle.read(2)
+        if len(raw) < 2:
+            return -1
+        length = int.from_bytes(raw, "big")
+        if length < 2:
+            return -2
+        if handle.tell() + length - 2 > size:
+            return -1
+        handle.seek(length - 2, 1)
+        if marker[1] == 0xDA:  # start of scan
+            return handle.tell()
+
+
+def _terminated(path: Path) -> bool | None:
+    """Whether the JPEG's image data is followed by the end-of-image marker (False: cut short); None when
+    the file does not start like a JPEG or its marker segments are malformed (left to the decoder).
+
+    A file cut short has no end marker after its image data: in entropy-coded data every 0xFF byte is
+    followed by 0x00 or a restart marker (0xD0–0xD7), never by 0xD9; an EXIF thumbnail's end marker lies
+    before the start of scan and does not count. The last EOI_TAIL bytes are searched first; only a file
+    without the marker there (cut short, or more than EOI_TAIL bytes of other data after the image) is
+    read whole."""
     with open(path, "rb") as handle:
-        handle.seek(0, 2)
-        handle.seek(max(0, handle.tell() - EOI_TAIL))
+        if handle.read(2) != JPEG_SOI:
+            return None
+        size = handle.seek(0, 2)
+        scan = _scan_start(handle, size)
+        if scan < 0:
+            return False if scan == -1 else None
+        handle.seek(max(scan, size - EOI_TAIL))
+        if JPEG_EOI in handle.read():
+            return True
+        handle.seek(scan)
         return JPEG_EOI in handle.read()
 
 
 def check_jpeg(path: Path, height: int, width: int, mode: str) -> str | None:
-    """The reason a frame file is unusable (missing, unreadable, truncated, wrong size), or None.
+    """The reason a frame file is unusable (missing, empty, not a JPEG, truncated, wrong size), or None.
 
-    mode "header": the size from the JPEG header, and the end-of-image marker at the end of the file
-    (a file cut short has none) — no pixel is decoded. mode "decode": additionally decodes every
-    entropy-coded segment, at 1/8 scale (libjpeg's DCT scaling skips most of the inverse transform
-    and colour work, not the reading of the data), so a file corrupted inside its data is caught
-    too, at a fraction of a full decode.
+    mode "header": the size from the JPEG header, and the end-of-image marker after the image data (a
+    file cut short has none) — no pixel is decoded. mode "decode": additionally decodes every file's
+    entropy-coded data, at 1/8 scale (libjpeg's DCT scaling skips most of the inverse transform and
+    colour work, not the reading of the data), so data libjpeg rejects is caught too, at a fraction of a
+    full decode. A file whose marker segments cannot be walked is decoded in both modes. The reason is
+    one line; the caller names the file.
     """
     if not path.is_file():
         return "frame file missing"
+    if path.stat().st_size == 0:
+        return "empty file (0 bytes)"
+    terminated = _terminated(path)
+    if terminated is False:
+        return "truncated JPEG: no end-of-image marker after the image data"
     try:
         with Image.open(path) as img:
             size = img.size
             if img.format != "JPEG":
                 return f"not a JPEG ({img.format})"
-            if mode == "decode":
+            if mode == "decode" or terminated is None:
                 img.draft(img.mode, (max(1, size[0] // 8), max(1, size[1] // 8)))
                 img.load()
-    except (UnidentifiedImageError, OSError, SyntaxError) as err:
+    except UnidentifiedImageError:
+        return "unreadable or truncated JPEG: not an image file (no JPEG or other known header)"
+    except (OSError, SyntaxError) as err:
         return f"unreadable or truncated JPEG: {err}"
-    if not _ends_with_eoi(path):
-        return "truncated JPEG: no end-of-image marker at the end of the file"
     if size != (width, height):
         return f"JPEG is {size[0]}x{size[1]} but the video is {width}x{height}"
     return None
