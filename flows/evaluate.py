@@ -17,7 +17,7 @@ def evaluate_flow(params_path: str = "params.yaml") -> dict:
     params = load_params(params_path)
     report = run_stage("evaluate", evaluate, params.evaluate, params.model, params.sam2, params.keyframes.train_size,
                        Path(params.data.root), Path("data/keyframes/eval.parquet"), Path("data/evaluate"),
-                       Path("reports/eval.md"), params.runner)
+                       Path("reports/eval.md"), params.runner, index_dir=Path(params.data.index_dir))
     report.write_metrics(Path("metrics/eval.json"))
     return report.metrics
 

@@ -27,7 +27,7 @@ from scipy.optimize import linear_sum_assignment
 
 from schemas.evaluate import ExpressionScoresSchema, InferenceSchema
 from schemas.sample import KeyframesSchema
-from stages.core import revos
+from stages.core import mask_table, revos
 from stages.core.io import read_table, write_table
 from stages.core.lineage import write_lineage
 from stages.core.model_card import write_model_card
@@ -49,7 +49,7 @@ __all__ = ["box_masks", "evaluate", "evaluate_video", "model_policy", "predict_m
 
 def evaluate(params: EvaluateParams, model: ModelParams, sam2: Sam2Params, train_size: int, data_root: Path,
              eval_table: Path, out_dir: Path, report_path: Path, runner: RunnerParams | None = None,
-             policy: Policy | None = None) -> StageReport:
+             policy: Policy | None = None, index_dir: Path | None = None) -> StageReport:
     """Run the model and SAM2 on the eval pool, write predictions, score them, write the report.
 
     Args:
@@ -63,6 +63,8 @@ def evaluate(params: EvaluateParams, model: ModelParams, sam2: Sam2Params, train
         report_path: `reports/eval.md` (pictures in a folder beside it named after it).
         runner: where scoring runs.
         policy: answers the queries instead of the model at `evaluate.model_path` (a scripted policy: tests, oracles).
+        index_dir: ingest's tables: the ground-truth RLEs come from its `masks.parquet` (mask_dict.json is
+            parsed by ingest only); None = stream `data_root/mask_dict.json`.
 
     Returns:
         StageReport whose metrics are those of `metrics/eval.json`.
@@ -75,7 +77,7 @@ def evaluate(params: EvaluateParams, model: ModelParams, sam2: Sam2Params, train
     rows = read_table(Path(eval_table), KeyframesSchema).sort_values(["video", "exp_id"], kind="stable")
     rows = rows.head(params.limit) if params.limit else rows
     ids = rows["expression_id"].tolist()
-    gt = load_ground_truth(data_root, params.split, ids)
+    gt = load_ground_truth(data_root, params.split, ids, index_dir and Path(index_dir) / mask_table.FILE)
     model_path = params.model_path or model.path
     policy = policy or model_policy(params, model_path, model.dtype)
     segment = segmenter(params, sam2)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import zipfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import cv2
 import numpy as np
@@ -36,6 +37,9 @@ from scipy.optimize import linear_sum_assignment
 
 from stages.evaluate import metrics as M
 from stages.ingest.benchmarks import VOID, Benchmark, read_benchmark
+
+if TYPE_CHECKING:
+    from stages.evaluate.scorer import GroundTruth
 
 log = logging.getLogger(__name__)
 
@@ -54,13 +58,14 @@ def read_prediction(path: Path) -> np.ndarray | None:
 
 
 def score_benchmark(name: str, pred_dir: Path, root: Path, split: str = "", bound_th: float = M.BOUND_TH,
-                    bench: Benchmark | None = None, expressions: set[tuple[str, str]] | None = None
-                    ) -> tuple[dict[str, float], pd.DataFrame]:
+                    bench: Benchmark | None = None, expressions: set[tuple[str, str]] | None = None,
+                    ground_truth: GroundTruth | None = None) -> tuple[dict[str, float], pd.DataFrame]:
     """Score a predictions folder with benchmark `name`'s protocol; returns (summary, per-expression table).
 
     Summary: `J`, `F`, `JF` in percent (unrounded), `n_expressions`, `n_scored`, `n_skipped` (and for ReVOS its
     usual keys; for refdavis `JF_anno<a>` per annotator). `expressions` restricts scoring to (video, exp_id)
-    pairs (the evaluated subset).
+    pairs (the evaluated subset). `ground_truth`: ReVOS only, the ground truth of those expressions already
+    loaded (`scorer.load_ground_truth`), so that the root's mask_dict.json is not parsed a second time.
 
     Raises:
         PredictionsError: `pred_dir` missing, or no expression has a prediction folder.
@@ -70,7 +75,7 @@ def score_benchmark(name: str, pred_dir: Path, root: Path, split: str = "", boun
     if not pred_dir.is_dir():
         raise PredictionsError(f"predictions folder {pred_dir} does not exist")
     if name == "revos":
-        return _score_revos(pred_dir, root, split or "valid", bound_th, expressions)
+        return _score_revos(pred_dir, root, split or "valid", bound_th, expressions, ground_truth)
     bench = bench or read_benchmark(name, root, split)
     if not bench.has_masks:
         raise ValueError(f"{name} {bench.split} has no public masks: build the submission archive instead")
@@ -86,13 +91,13 @@ def score_benchmark(name: str, pred_dir: Path, root: Path, split: str = "", boun
     return _summary(pd.DataFrame(rows))
 
 
-def _score_revos(pred_dir: Path, root: Path, split: str, bound_th: float,
-                 expressions: set[tuple[str, str]] | None) -> tuple[dict[str, float], pd.DataFrame]:
+def _score_revos(pred_dir: Path, root: Path, split: str, bound_th: float, expressions: set[tuple[str, str]] | None,
+                 ground_truth: GroundTruth | None = None) -> tuple[dict[str, float], pd.DataFrame]:
     from stages.core.ids import expression_id
     from stages.evaluate.scorer import score_predictions
 
     ids = None if expressions is None else sorted(expression_id(v, e) for v, e in expressions)
-    summary, table = score_predictions(pred_dir, root, split, ids, bound_th=bound_th)
+    summary, table = score_predictions(pred_dir, root, split, ids, bound_th=bound_th, ground_truth=ground_truth)
     if summary.get("n_missing_video", 0) == len(table) and len(table):
         raise PredictionsError(f"{pred_dir}: no prediction folder matches any revos {split} expression "
                                f"(expected e.g. {table['video'].iloc[0]}/{table['exp_id'].iloc[0]}/<frame>.png)")

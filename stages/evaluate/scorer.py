@@ -4,9 +4,12 @@
 Predictions: `<pred_dir>/<video_key>/<exp_id>/<frame>.png`, one grayscale PNG per frame of the video
 (0/255). As in VISA, an expression whose video folder is missing, or with any frame missing, unreadable
 or of another size than the ground truth, scores 0 on every metric; its `status` says which. Ground
-truth: the union of the expression's anno_ids (summed as uint8, VISA's overlap behaviour) from
-`mask_dict.json` — streamed with ijson, only the anno_ids needed are kept — and the video's foreground
-from `mask_dict_foreground.json`.
+truth: the union of the expression's anno_ids (summed as uint8, VISA's overlap behaviour) and the video's
+foreground from `mask_dict_foreground.json`. The anno_ids' RLEs come from ingest's mask table
+(`masks.parquet`, the same strings as mask_dict.json) when one is given — the pipeline's evaluate stage,
+so that mask_dict.json is parsed once per pipeline — and otherwise from `mask_dict.json`, streamed with
+ijson (a root scored on its own: `vrsflow evaluate`, the benchmarks); either way only the anno_ids
+needed are kept.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from PIL import UnidentifiedImageError
 from pycocotools import mask as mask_utils
 
 from schemas.evaluate import ExpressionScoresSchema
-from stages.core import revos
+from stages.core import mask_table, revos
 from stages.core.ids import expression_id
 from stages.core.rle import to_coco
 from stages.core.runner import RunnerParams, map_ordered
@@ -56,13 +59,17 @@ class _Job:
     bound_th: float
 
 
-def load_ground_truth(root: Path, split: str = "valid", expressions: Iterable[str] | None = None) -> GroundTruth:
+def load_ground_truth(root: Path, split: str = "valid", expressions: Iterable[str] | None = None,
+                      masks_table: Path | None = None) -> GroundTruth:
     """Read the meta file of `split`, and stream the masks and foregrounds the chosen expressions need.
 
     Args:
         root: ReVOS-layout root.
         split: "valid" (the published benchmark) or "train".
         expressions: expression ids (`<video>#<exp_id>`) to keep; None = every expression of the split.
+        masks_table: ingest's `masks.parquet` of this root: the anno_ids' RLEs are read from it and
+            `mask_dict.json` is not opened; None = stream `mask_dict.json`. An anno_id absent from the table
+            (ingest rejected it) counts as missing, as one absent from mask_dict.json does.
 
     Raises:
         RevosFormatError: a missing or malformed file. ValueError: an expression or anno_id not in the files.
@@ -87,9 +94,15 @@ def load_ground_truth(root: Path, split: str = "valid", expressions: Iterable[st
                 raise revos.RevosFormatError(f"{revos.meta_path(root, split)}: expression "
                                              f"{expression_id(video, exp_id)}: type_id {type_id!r} outside 0–2")
     annos = {str(a) for e in videos.values() for x in e["expressions"].values() for a in x.get("anno_id", [])}
-    masks = {k: v for k, v in revos.iter_json_object(root / revos.MASK_DICT) if k in annos}
+    if masks_table is None:
+        source = root / revos.MASK_DICT
+        masks = {k: v for k, v in revos.iter_json_object(source) if k in annos}
+    else:
+        source = Path(masks_table)
+        ids = {int(a) for a in annos if a.lstrip("-").isdigit()}
+        masks = {str(a): v for a, v in mask_table.read_masks(source, ids).items() if str(a) in annos}
     if annos - set(masks):  # VISA: the expression cannot be scored; it scores 0 (status missing_anno)
-        log.warning("%s: %d anno_ids missing (their expressions score 0), e.g. %s", root / revos.MASK_DICT,
+        log.warning("%s: %d anno_ids missing (their expressions score 0), e.g. %s", source,
                     len(annos - set(masks)), sorted(annos - set(masks))[0])
     foreground = {k: v["masks_rle"] for k, v in revos.iter_json_object(root / revos.FOREGROUND) if k in videos}
     if set(videos) - set(foreground):

@@ -97,7 +97,8 @@ def evaluate_benchmark(params: EvaluateParams, name: str, root: Path, split: str
         summary: dict[str, float] = dict(make_submission(name, pred_dir, root, out_dir / "submission.zip", split,
                                                          expressions=pairs))
     else:
-        summary, table = score_benchmark(name, pred_dir, root, split, params.bound_th, bench=bench, expressions=pairs)
+        summary, table = score_benchmark(name, pred_dir, root, split, params.bound_th, bench=bench, expressions=pairs,
+                                         ground_truth=gt if name == "revos" else None)  # mask_dict parsed once
         table.to_csv(out_dir / "scores.csv", index=False)
     summary.update(_answer_metrics(answers_df, params.mode))
     return summary, answers_df

@@ -1,10 +1,11 @@
 """`ingest` stage: any ReVOS-layout root → validated index tables in `data/index/`.
 
-videos, expressions, tracks (per anno_id and frame: area and box computed on the RLE without decoding)
-and quarantine. Memory stays bounded on the real dataset: `mask_dict.json` and
-`mask_dict_foreground.json` are streamed (ijson, one anno_id / one video at a time); only the anno_ids
-that expressions name are parsed further; the foreground check works on RLEs (merge, area), never on
-decoded masks.
+videos, expressions, tracks (per anno_id and frame: area and box computed on the RLE without decoding),
+masks (per anno_id and frame: the RLE itself, `schemas/masks.py`) and quarantine. Memory stays bounded on
+the real dataset: `mask_dict.json` and `mask_dict_foreground.json` are streamed (ijson, one anno_id / one
+video at a time); only the anno_ids that expressions name are parsed further; the foreground check works on
+RLEs (merge, area), never on decoded masks. This is the only parse of `mask_dict.json` in the pipeline:
+keyframes and evaluate read the RLEs from `masks.parquet`, written in row groups while streaming.
 
 Bad input (`ingest.strict: true`: the first one raises `IngestError` naming file, item and problem;
 `false`: one quarantine row per problem, the rest proceeds):
@@ -32,7 +33,7 @@ import pandas as pd
 from pycocotools import mask as mask_utils
 
 from schemas.index import ExpressionsSchema, QuarantineSchema, TracksSchema, VideosSchema
-from stages.core import revos, rle
+from stages.core import mask_table, revos, rle
 from stages.core.ids import expression_id
 from stages.core.io import write_table
 from stages.core.lineage import write_lineage
@@ -77,23 +78,28 @@ def ingest(params: IngestParams, root: Path, out_dir: Path, runner: RunnerParams
     Args:
         params: the `ingest` block (strict mode, JPEG check depth, foreground tolerance).
         root: dataset root (JPEGImages/, mask_dict*.json, meta_expressions_*_.json).
-        out_dir: where videos/expressions/tracks/quarantine.parquet and lineage.json go.
+        out_dir: where videos/expressions/tracks/masks/quarantine.parquet and lineage.json go.
         runner: where the per-frame JPEG checks run (default: threads).
 
     Raises:
         IngestError: the first bad item, in strict mode (names file, item and problem).
     """
     root, out_dir = Path(root), Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     problems = Problems(strict=params.strict, root=root)
     videos, expressions = _read_meta(root, problems)
     videos = _check_frames(root, videos, params, problems, runner or RunnerParams())
     expressions = [e for e in expressions if e.video in videos]
-    masks = _index_masks(root, videos, expressions, problems)
-    expressions = _drop_bad_annos(expressions, masks.bad, problems)
-    fg_checked = _check_foreground(root, videos, masks, params, problems)
-    expressions = [e for e in expressions if e.video in videos]
-    return _write(root, out_dir, params, videos, expressions, masks.tracks, problems,
-                  {"videos_foreground_unchecked": len(set(videos) - fg_checked)})
+    masks_tmp = out_dir / f".{mask_table.FILE}.tmp"
+    try:
+        masks = _index_masks(root, videos, expressions, problems, masks_tmp)
+        expressions = _drop_bad_annos(expressions, masks.bad, problems)
+        fg_checked = _check_foreground(root, videos, masks, params, problems)
+        expressions = [e for e in expressions if e.video in videos]
+        return _write(root, out_dir, params, videos, expressions, masks.tracks, problems,
+                      {"videos_foreground_unchecked": len(set(videos) - fg_checked)}, masks_tmp)
+    finally:
+        masks_tmp.unlink(missing_ok=True)  # moved into place by _write; left only after an error
 
 
 def _read_meta(root: Path, problems: Problems) -> tuple[dict[str, _Video], list[_Expression]]:
@@ -211,11 +217,11 @@ class _Masks:
 
 
 def _index_masks(root: Path, videos: dict[str, _Video], expressions: list[_Expression],
-                 problems: Problems) -> _Masks:
+                 problems: Problems, masks_path: Path) -> _Masks:
     """Stream mask_dict.json once (one anno_id in memory at a time): check every anno_id a video needs,
-    compute areas and boxes of the used ones on the RLE, and accumulate each video's per-frame union RLE
-    for the foreground check. anno_ids nobody uses are skipped unparsed (ReVOS shares one mask_dict
-    between the splits)."""
+    compute areas and boxes of the used ones on the RLE, write their RLEs to the mask table at `masks_path`
+    (row groups of bounded size), and accumulate each video's per-frame union RLE for the foreground
+    check. anno_ids nobody uses are skipped unparsed (ReVOS shares one mask_dict between the splits)."""
     path = Path(root) / revos.MASK_DICT
     bad: set[int] = set()
     used: dict[int, str] = {}
@@ -229,33 +235,41 @@ def _index_masks(root: Path, videos: dict[str, _Video], expressions: list[_Expre
     unverifiable = {key for key, v in videos.items() if not v.foreground_complete}
     columns: dict[str, list] = defaultdict(list)
     seen: set[int] = set()
-    try:
-        for key, masks in revos.iter_json_object(path):
-            anno = _int_key(key)
-            if anno not in needed:
-                continue
-            seen.add(anno)
-            video = videos[needed[anno]]
-            reason = _check_anno(masks, video)
-            areas = boxes = None
-            if reason is None:
-                try:
-                    areas, boxes = rle.areas_and_boxes(masks)
-                except rle.RLEError as err:
-                    reason = str(err)
-            if reason is not None:
-                unverifiable.add(video.key)
+    with mask_table.MaskTableWriter(masks_path) as table:
+        try:
+            for key, masks in revos.iter_json_object(path):
+                anno = _int_key(key)
+                if anno not in needed:
+                    continue
+                video = videos[needed[anno]]
+                if anno in seen:  # a repeated key: json.load would keep the last value, ijson yields both
+                    unverifiable.add(video.key)
+                    if anno in used and anno not in bad:
+                        problems.add("anno", str(anno), path, f"anno_id repeated in mask_dict (video {video.key})")
+                    bad.add(anno)
+                    continue
+                seen.add(anno)
+                reason = _check_anno(masks, video)
+                areas = boxes = None
+                if reason is None:
+                    try:
+                        areas, boxes = rle.areas_and_boxes(masks)
+                    except rle.RLEError as err:
+                        reason = str(err)
+                if reason is not None:
+                    unverifiable.add(video.key)
+                    if anno in used and anno not in bad:
+                        problems.add("anno", str(anno), path, f"{reason} (video {video.key})")
+                    bad.add(anno)
+                    continue
                 if anno in used and anno not in bad:
-                    problems.add("anno", str(anno), path, f"{reason} (video {video.key})")
-                bad.add(anno)
-                continue
-            if anno in used and anno not in bad:
-                _append_track(columns, anno, video, areas, boxes)
-            _accumulate(unions[video.key], masks, areas)
-    except revos.RevosFormatError as err:
-        problems.add("file", revos.MASK_DICT, path, str(err).removeprefix(f"{path}: "))
-        bad |= set(used)
-        unverifiable |= set(videos)
+                    _append_track(columns, anno, video, areas, boxes)
+                    table.add(anno, masks, video.height, video.width)
+                _accumulate(unions[video.key], masks, areas)
+        except revos.RevosFormatError as err:
+            problems.add("file", revos.MASK_DICT, path, str(err).removeprefix(f"{path}: "))
+            bad |= set(used)
+            unverifiable |= set(videos)
     for anno in sorted(set(needed) - seen - bad):
         unverifiable.add(needed[anno])
         if anno in used:
@@ -393,7 +407,7 @@ def _foreground_mismatch(fg: dict | None, union: dict | None, video: _Video, tol
 
 def _write(root: Path, out_dir: Path, params: IngestParams, videos: dict[str, _Video],
            expressions: list[_Expression], tracks: pd.DataFrame, problems: Problems,
-           extra_metrics: dict[str, int]) -> StageReport:
+           extra_metrics: dict[str, int], masks_tmp: Path) -> StageReport:
     out_dir.mkdir(parents=True, exist_ok=True)
     videos_df = pd.DataFrame([
         {"video": v.key, "vid_id": v.vid_id, "split": v.split, "height": v.height, "width": v.width,
@@ -408,6 +422,9 @@ def _write(root: Path, out_dir: Path, params: IngestParams, videos: dict[str, _V
                 "n_instances"])
     used = {a for e in expressions for a in e.anno_ids}
     tracks = tracks[tracks["anno_id"].isin(used)].reset_index(drop=True)
+    mask_rows = mask_table.finish(masks_tmp, out_dir / mask_table.FILE, used)  # the same (anno_id, frame) rows
+    if mask_rows != len(tracks):
+        raise AssertionError(f"ingest: {mask_rows} mask rows but {len(tracks)} track rows")
     quarantine_df = pd.DataFrame(problems.rows, columns=["stage", "kind", "item", "file", "reason"])
     write_table(videos_df, VideosSchema, out_dir / "videos.parquet")
     write_table(expressions_df, ExpressionsSchema, out_dir / "expressions.parquet")
@@ -420,7 +437,8 @@ def _write(root: Path, out_dir: Path, params: IngestParams, videos: dict[str, _V
               + [root / revos.MASK_DICT, root / revos.FOREGROUND] if p.is_file()}
     inputs["JPEGImages"] = root / "JPEGImages"  # the raw frames: hashed once, then cached by (size, mtime, inode)
     write_lineage(out_dir, "ingest", params, inputs=inputs, counts=counts,
-                  code_modules=["stages.ingest", "stages.core.revos", "stages.core.rle", "schemas.index"])
+                  code_modules=["stages.ingest", "stages.core.revos", "stages.core.rle",
+                                "stages.core.mask_table", "schemas.index", "schemas.masks"])
     metrics: dict[str, float | int] = {**counts, **extra_metrics}
     for row in strata.itertuples(index=False):
         metrics[f"{row.split}.{row.type}.{row.instances}"] = int(row.expressions)

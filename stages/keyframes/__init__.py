@@ -1,9 +1,10 @@
 """`keyframes` stage: per sample, the keyframe, N sampled frames and geometry at train resolution.
 
 Areas and boxes come from ingest's tracks table (computed on RLEs, no decoding). The union area of a
-multi-object target and the union masks need the RLEs of the sampled targets, read in one streaming
-pass over mask_dict.json (only the anno_ids of sampled expressions are kept). Only the keyframe mask of
-each object is ever decoded, for its KTG point. A target empty in every frame is quarantined.
+multi-object target and the union masks need the RLEs of the sampled targets, read from ingest's mask
+table (`masks.parquet`, one row group at a time, only the anno_ids of sampled expressions are kept;
+mask_dict.json itself is parsed by ingest only). Only the keyframe mask of each object is ever decoded,
+for its KTG point. A target empty in every frame is quarantined.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pycocotools import mask as mask_utils
 
 from schemas.index import QuarantineSchema, TracksSchema, VideosSchema
 from schemas.sample import POOLS, KeyframesSchema, SampleSchema
-from stages.core import revos, rle
+from stages.core import mask_table, revos, rle
 from stages.core.io import derive_seed, read_table, write_table
 from stages.core.lineage import write_lineage
 from stages.core.params import KeyframesParams
@@ -48,8 +49,8 @@ def select_keyframes(params: KeyframesParams, seed: int, data_root: Path, index_
     Args:
         params: the `keyframes` block.
         seed: global seed; each sample's draws use derive_seed(seed, "keyframes", sample_id).
-        data_root: the ReVOS-layout root (for mask_dict.json).
-        index_dir: ingest's tables (videos, tracks).
+        data_root: the ReVOS-layout root (named as the source of empty masks in the quarantine table).
+        index_dir: ingest's tables (videos, tracks, masks).
         sample_dir: the sample stage's pools.
         out_dir: `data/keyframes`.
         runner: where per-sample work runs.
@@ -59,14 +60,14 @@ def select_keyframes(params: KeyframesParams, seed: int, data_root: Path, index_
         `quarantined`; the quarantine reasons as a table.
 
     Raises:
-        ValueError: samples whose video or anno_ids are missing from the index or mask_dict.json.
+        ValueError: samples whose video or anno_ids are missing from the index (tracks or masks table).
     """
     data_root, index_dir, sample_dir, out_dir = map(Path, (data_root, index_dir, sample_dir, out_dir))
     pools = {p: read_table(sample_dir / f"{p}.parquet", SampleSchema) for p in POOLS}
     videos = read_table(index_dir / "videos.parquet", VideosSchema).set_index("video", drop=False).to_dict("index")
     tracks = read_table(index_dir / "tracks.parquet", TracksSchema)
     wanted = {int(a) for pool in pools.values() for ids in pool["anno_ids"] for a in ids}
-    rles = _read_rles(data_root, wanted)
+    rles = _read_rles(index_dir / mask_table.FILE, wanted)
     geometry = _geometry(tracks[tracks["anno_id"].isin(wanted)])
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -88,22 +89,19 @@ def select_keyframes(params: KeyframesParams, seed: int, data_root: Path, index_
                 out_dir / "quarantine.parquet")
     counts["quarantined"] = len(quarantine)
     write_lineage(out_dir, "keyframes", params, inputs={"index": index_dir, "sample": sample_dir}, seed=seed,
-                  counts=counts, code_modules=["stages.keyframes", "schemas.sample"])
+                  counts=counts, code_modules=["stages.keyframes", "stages.core.mask_table", "schemas.sample"])
     reasons = pd.DataFrame(quarantine, columns=["item", "reason"]) if quarantine else pd.DataFrame(
         columns=["item", "reason"])
     return StageReport("keyframes", metrics=dict(sorted(counts.items())),
                        tables={"quarantined samples": reasons[["item", "reason"]]})
 
 
-def _read_rles(root: Path, wanted: set[int]) -> dict[int, list[dict | None]]:
-    """RLEs of the wanted anno_ids, streamed from mask_dict.json (the rest is skipped)."""
-    found = {}
-    for key, masks in revos.iter_json_object(Path(root) / revos.MASK_DICT):
-        if key.isdigit() and int(key) in wanted:
-            found[int(key)] = masks
+def _read_rles(path: Path, wanted: set[int]) -> dict[int, list[dict | None]]:
+    """RLEs of the wanted anno_ids from ingest's mask table (the rest is skipped, row group by row group)."""
+    found = mask_table.read_masks(path, wanted)
     missing = wanted - set(found)
     if missing:
-        raise ValueError(f"{root / revos.MASK_DICT}: anno_ids {sorted(missing)[:10]} missing (re-run ingest?)")
+        raise ValueError(f"{path}: anno_ids {sorted(missing)[:10]} missing (re-run ingest?)")
     return found
 
 
@@ -130,7 +128,7 @@ def _job(row: dict, videos: dict, geometry: dict, rles: dict, params: KeyframesP
             raise ValueError(f"{row['expression_id']}: anno_id {a} has {have} track rows, the video has {T} frames "
                              "(tracks table out of date?)")
         if len(rles[a]) != T:
-            raise ValueError(f"{row['expression_id']}: anno_id {a} has {len(rles[a])} RLEs in mask_dict.json, "
+            raise ValueError(f"{row['expression_id']}: anno_id {a} has {len(rles[a])} RLEs in {mask_table.FILE}, "
                              f"the video has {T} frames")
     areas = np.stack([geometry[a][0] for a in annos]) if annos else np.zeros((0, T))
     boxes = np.stack([geometry[a][1] for a in annos]) if annos else np.zeros((0, T, 4))

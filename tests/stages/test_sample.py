@@ -19,17 +19,21 @@ from schemas.index import ExpressionsSchema, TracksSchema, VideosSchema
 from schemas.sample import SampleSchema
 from stages.core.ids import expression_id, sample_id
 from stages.core.io import write_table
+from stages.core.mask_table import FILE as MASKS_FILE
+from stages.core.mask_table import MaskTableWriter
 from stages.core.params import SampleParams
 from stages.sample import sample_pools
 from stages.sample.stratify import allocate, draw, largest_remainder
-from tests.revos_factory import VideoSpec
+from tests.revos_factory import VideoSpec, encode, rect_mask
 
 TYPES = {0: "referring", 1: "reasoning", 2: "no_target"}
 
 
 def write_index(index_dir: Path, specs: list[VideoSpec]) -> Path:
-    """ingest's three tables for `specs` (boxes → exact rectangle areas), validated by their schemas."""
+    """ingest's tables for `specs` (boxes → exact rectangle areas; masks.parquet: the RLEs that
+    tests/revos_factory.write_root writes to mask_dict.json), validated by their schemas."""
     videos, expressions, tracks = [], [], []
+    masks = MaskTableWriter(index_dir / MASKS_FILE)
     for spec in specs:
         names = spec.frame_names()
         videos.append({"video": spec.key, "vid_id": spec.key.rsplit("/", 1)[-1], "split": spec.split,
@@ -45,6 +49,8 @@ def write_index(index_dir: Path, specs: list[VideoSpec]) -> Path:
                 area = 0 if box is None else (x2 - x1) * (y2 - y1)
                 tracks.append({"anno_id": anno, "video": spec.key, "frame_idx": t, "frame": names[t], "area": area,
                                "x1": x1, "y1": y1, "x2": x2, "y2": y2})
+            masks.add(anno, [encode(rect_mask(b, spec.height, spec.width)) for b in boxes], spec.height, spec.width)
+    masks.close()
     write_table(pd.DataFrame(videos), VideosSchema, index_dir / "videos.parquet")
     write_table(pd.DataFrame(expressions), ExpressionsSchema, index_dir / "expressions.parquet")
     write_table(pd.DataFrame(tracks), TracksSchema, index_dir / "tracks.parquet")
