@@ -33,3 +33,21 @@ def test_results_files_name_their_commit_and_machine() -> None:
         assert record["machine"], path.name
         if "figures" in record:  # written by bench/results_io.write_result
             assert record["name"] == path.stem and record["baseline"] and record["figures"]
+
+
+def test_every_row_states_its_baseline_target_and_measurement() -> None:
+    """Each committed results file's row names a baseline, a target and a headline built for that file (not
+    the generic fallback); rows of figures not measured yet still state their target."""
+    rows = summary.table(tracked_only=True).splitlines()[2:]
+    tracked = summary._tracked()
+    assert {row.split("`")[1].removesuffix(".json") for row in rows} >= tracked
+    for row in rows:
+        cells = [cell.strip() for cell in row.strip().strip("|").split(" | ")]
+        assert len(cells) == 6, row
+        name, _, baseline, target, measured, _ = cells
+        assert target, name
+        if name.strip("`").removesuffix(".json") not in tracked:
+            continue
+        assert baseline and baseline != "—", name
+        assert measured and not measured.startswith("figures in the file"), name
+
