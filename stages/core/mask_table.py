@@ -14,6 +14,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -128,19 +129,36 @@ def read_masks(path: Path, wanted: Iterable[int]) -> dict[int, list[dict | None]
     if not source.schema_arrow.equals(ARROW_SCHEMA):
         raise ValueError(f"{path}: not a mask table (columns {source.schema_arrow.names}, expected "
                          f"{ARROW_SCHEMA.names}); re-run ingest")
-    value_set = pa.array(sorted({int(a) for a in wanted}), type=pa.int64())
+    ids = np.unique(np.fromiter((int(a) for a in wanted), dtype=np.int64))
+    value_set = pa.array(ids, type=pa.int64())
     found: dict[int, list[dict | None]] = {}
     with source:
         for i in range(source.num_row_groups):
+            stats = source.metadata.row_group(i).column(0).statistics
+            if stats is not None and stats.has_min_max:  # no wanted anno_id within [min, max]: not read
+                if np.searchsorted(ids, stats.min, side="left") >= np.searchsorted(ids, stats.max, side="right"):
+                    continue
             group = source.read_row_group(i)
             group = group.filter(pc.is_in(group["anno_id"], value_set=value_set))
-            if not group.num_rows:
-                continue
-            columns = [group[name].to_pylist() for name in ARROW_SCHEMA.names]
-            for anno, t, height, width, counts in zip(*columns, strict=True):
-                masks = found.setdefault(anno, [])
-                if t != len(masks):
-                    raise ValueError(f"{path}: anno_id {anno}: frame {t} where frame {len(masks)} was expected "
-                                     "(a damaged table: re-run ingest)")
-                masks.append(None if counts is None else {"size": [height, width], "counts": counts})
+            if group.num_rows:
+                _collect(path, group, found)
     return found
+
+
+def _collect(path: Path, group: pa.Table, found: dict[int, list[dict | None]]) -> None:
+    """Append a row group's rows (whole or partial anno_ids, frames in order) to `found`."""
+    annos, frames = group["anno_id"].to_numpy(), group["frame_idx"].to_numpy()
+    heights, widths = group["height"].to_numpy(), group["width"].to_numpy()
+    counts = group["counts"].to_pylist()
+    starts = np.flatnonzero(np.r_[True, annos[1:] != annos[:-1]])
+    for start, end in zip(starts, np.r_[starts[1:], len(annos)], strict=True):
+        anno = int(annos[start])
+        masks = found.setdefault(anno, [])
+        got, expected = frames[start:end], np.arange(len(masks), len(masks) + end - start)
+        if not np.array_equal(got, expected):
+            k = int(np.argmax(got != expected))
+            raise ValueError(f"{path}: anno_id {anno}: frame {int(got[k])} where frame {int(expected[k])} was "
+                             "expected (a damaged table: re-run ingest)")
+        for k in range(start, end):
+            c = counts[k]
+            masks.append(None if c is None else {"size": [int(heights[k]), int(widths[k])], "counts": c})
