@@ -8,7 +8,8 @@
 ```
 
 `mask_dict.json` is large on the real dataset: it is streamed with ijson, one anno_id at a time,
-never loaded whole.
+never loaded whole — in the pipeline by ingest only, which keeps the RLEs later stages need in
+`data/index/masks.parquet` (`stages/core/mask_table.py`).
 """
 
 from __future__ import annotations

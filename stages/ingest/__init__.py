@@ -13,8 +13,8 @@ Bad input (`ingest.strict: true`: the first one raises `IngestError` naming file
   with its expressions; a video key present twice (both split files, or twice in one) is dropped from every
   split — its split is ambiguous, and keeping either copy could leak a validation video into training;
 - a bad expression (text, type_id, id lists, an id repeated in its JSON object) drops only itself;
-- a bad anno_id (missing, mask count ≠ frame count, RLE size ≠ the video's, unreadable RLE, used by two
-  videos) drops the expressions that name it;
+- a bad anno_id (missing, repeated in mask_dict, mask count ≠ frame count, RLE size ≠ the video's,
+  unreadable RLE, used by two videos) drops the expressions that name it;
 - a malformed meta file drops its split; a malformed mask_dict drops every target (no-target expressions
   stay); a malformed foreground file leaves the foreground unchecked.
 Videos whose foreground cannot be checked (an anno_id failed, or missing from the foreground file) are
