@@ -384,6 +384,8 @@ class GrpoParams:
     gradient_checkpointing: bool = False  # recompute activations in backward: less memory, slower (TRL's default: on)
     save_every_steps: PosInt = 4  # trl checkpoint interval (resume after a kill)
     cpu_threads: NonNegInt = 1  # trl: torch threads on CPU (results depend on it, so it is a param); 0 = torch default
+    processes: PosInt = 1  # trl: training processes (cores / GPUs); > 1 starts accelerate launch / torchrun itself
+    accelerate_config: str = ""  # trl, processes > 1: configs/accelerate/*.yaml; "" = torchrun DDP
     window: NonNegInt = 0  # steps averaged for the first / last mean reward; 0 = one pass over the pool (same prompts)
     verl: GrpoVerlParams = field(default_factory=GrpoVerlParams)
 

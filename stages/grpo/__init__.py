@@ -10,6 +10,7 @@ merged with verl's own merger (`stages.grpo.verl_engine`).
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -47,7 +48,14 @@ def run_grpo(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, curve_pat
     if not samples:
         raise ValueError(f"{grpo.shards_dir}: the GRPO pool is empty")
     out_dir = Path(grpo.out_dir)
-    result = train_trl(grpo, reward, sam2, build_dataset(samples), out_dir, Path(grpo.checkpoint_dir))
+    if grpo.processes > 1 and "WORLD_SIZE" not in os.environ:  # this process starts the group and waits
+        from stages.core.typed_config import to_dict
+        from stages.models.launch import run_launched
+
+        result = run_launched("grpo", grpo.processes, grpo.accelerate_config, "stages.grpo.trl_engine",
+                              {"grpo": to_dict(grpo), "reward": to_dict(reward), "sam2": to_dict(sam2)})
+    else:
+        result = train_trl(grpo, reward, sam2, build_dataset(samples), out_dir, Path(grpo.checkpoint_dir))
     rows = curve_from_trl(result["log_history"])
     write_curve(rows, curve_path)
     summary = window_summary(rows, summary_window(grpo.window, len(samples), grpo.batch_size))

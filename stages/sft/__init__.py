@@ -20,9 +20,6 @@ import logging
 import os
 import random
 import shutil
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +38,6 @@ from stages.models.trainable import freeze_vision, last_complete_checkpoint, lor
 from stages.sft.data import PadCollator, SftDataset, encode_prompts, index_shards, meta_json, read_shards
 
 log = logging.getLogger(__name__)
-RESULT_FILE = "sft_result.json"  # what the main process of a launched run hands back to the stage
 
 
 def seed_everything(seed: int) -> None:
@@ -286,30 +282,12 @@ def _write_curve(path: Path, curve: list[dict]) -> None:
     atomic_write_text(path, "\n".join(lines) + "\n")
 
 
-def launch_command(params: SftParams, job: Path) -> list[str]:
-    """`accelerate launch` with `sft.accelerate_config`, or torchrun (DDP) without one, on `sft.processes`."""
-    if params.accelerate_config:
-        head = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", params.accelerate_config,
-                "--num_processes", str(params.processes)]
-    else:
-        head = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-                str(params.processes)]
-    return [*head, "-m", "stages.sft", "--job", str(job)]
-
-
 def _launch(params: SftParams, model_params: ModelParams, shards_dir: Path, out_dir: Path, checkpoint_dir: Path,
             metrics_dir: Path) -> StageReport:
     """Run this stage in `sft.processes` processes and return the main process's metrics."""
-    if params.accelerate_config and not Path(params.accelerate_config).is_file():
-        raise ValueError(f"sft.accelerate_config: {params.accelerate_config} is not a file")
-    with tempfile.TemporaryDirectory(prefix="vrsflow-sft-") as tmp:
-        job = Path(tmp) / "job.json"
-        job.write_text(json.dumps({"sft": to_dict(params), "model": to_dict(model_params),
-                                   "shards_dir": str(shards_dir), "out_dir": str(out_dir),
-                                   "checkpoint_dir": str(checkpoint_dir), "metrics_dir": str(metrics_dir),
-                                   "result": str(Path(tmp) / RESULT_FILE)}))
-        command = launch_command(params, job)
-        log.info("sft: %s", " ".join(command))
-        subprocess.run(command, check=True)
-        return StageReport("sft", metrics=json.loads((Path(tmp) / RESULT_FILE).read_text()),
-                           markdown=_curves(Path(metrics_dir)))
+    from stages.models.launch import run_launched
+
+    metrics = run_launched("sft", params.processes, params.accelerate_config, "stages.sft", {
+        "sft": to_dict(params), "model": to_dict(model_params), "shards_dir": str(shards_dir),
+        "out_dir": str(out_dir), "checkpoint_dir": str(checkpoint_dir), "metrics_dir": str(metrics_dir)})
+    return StageReport("sft", metrics=metrics, markdown=_curves(Path(metrics_dir)))

@@ -1,0 +1,84 @@
+"""`stages.models.launch`: the stage starts its own process group (torchrun) and reads back the main
+process's result; a stage stopped by SIGTERM leaves no worker running."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from stages.models.launch import launch_command, run_launched
+from tests.pipeline_repo import env_with_venv
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie (exited, not yet reaped by its parent) counts as gone
+    status = Path(f"/proc/{pid}/stat")
+    return not (status.is_file() and status.read_text().split(") ")[-1].startswith("Z"))
+
+
+def test_launch_command_names_the_launcher_and_module(tmp_path: Path) -> None:
+    job = tmp_path / "job.json"
+    assert launch_command(3, "", "stages.grpo.trl_engine", job)[1:] == [
+        "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "3", "-m", "stages.grpo.trl_engine",
+        "--job", str(job)]
+    accel = launch_command(2, "configs/accelerate/ddp.yaml", "stages.sft", job)
+    assert accel[1:7] == ["-m", "accelerate.commands.launch", "--config_file", "configs/accelerate/ddp.yaml",
+                          "--num_processes", "2"] and accel[-4:] == ["-m", "stages.sft", "--job", str(job)]
+
+
+def test_run_launched_returns_the_main_process_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)  # `-m tests.launch_worker` resolves from the project folder, as the stages do
+    result = run_launched("grpo", 2, "", "tests.launch_worker", {"pids": str(tmp_path)})
+    assert result == {"world_size": 2, "sum": 3.0}  # ranks 0 and 1 each gave rank + 1 to one gloo all-reduce
+    assert sorted(p.name for p in tmp_path.glob("*.pid")) == ["0.pid", "1.pid"]
+
+
+def test_missing_accelerate_config_is_one_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"grpo.accelerate_config: .*nope.yaml is not a file"):
+        run_launched("grpo", 2, str(tmp_path / "nope.yaml"), "tests.launch_worker", {})
+
+
+def test_sigterm_to_the_stage_stops_every_worker(tmp_path: Path) -> None:
+    """The flow engine turns SIGTERM into an exception in the stage; the launcher must then be stopped so
+    that its workers do not go on training (and writing checkpoints) after the stage has ended."""
+    stage = textwrap.dedent(f"""
+        import signal, sys
+        def stop(signum, frame):
+            raise SystemExit(143)  # what Prefect's engine does with SIGTERM: an exception in the main thread
+        signal.signal(signal.SIGTERM, stop)
+        from stages.models.launch import run_launched
+        run_launched("grpo", 2, "", "tests.launch_worker", {{"pids": {str(tmp_path)!r}, "sleep": 120}})
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", stage], cwd=REPO, env={**env_with_venv(), "PYTHONPATH": str(REPO)})
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.glob("*.pid"))) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        pids = [int(p.read_text()) for p in tmp_path.glob("*.pid")]
+        assert len(pids) == 2 and all(_alive(p) for p in pids)
+        time.sleep(1.0)  # the workers are in their sleep (past the group set-up)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 143
+        deadline = time.monotonic() + 20
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [p for p in pids if _alive(p)], "workers still running after the stage stopped"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid_file in tmp_path.glob("*.pid"):
+            if _alive(int(pid_file.read_text())):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
