@@ -90,7 +90,7 @@ class SynthParams:
 @dataclass(frozen=True)
 class IngestParams:
     strict: bool = True  # false: bad items go to the quarantine table and the rest proceeds
-    check_jpeg: Literal["header", "decode"] = "decode"  # how deeply frames are checked
+    check_jpeg: Literal["header", "decode"] = "header"  # how deeply frames are checked
     foreground_tolerance: Fraction = 0.0  # allowed fraction of pixels where foreground != union of masks
 
 

@@ -87,7 +87,7 @@ def test_served_runs_are_isolated_experiments(prefect_api: str, tmp_path: Path, 
 
         flow_run = run_deployment(
             "vrsflow-pipeline/test",
-            parameters={"overrides": {"ingest.check_jpeg": "header"}, "targets": ["ingest"],
+            parameters={"overrides": {"ingest.check_jpeg": "decode"}, "targets": ["ingest"],
                         "experiment_name": "served-ingest", "push": False},
             timeout=900,
         )
@@ -100,7 +100,7 @@ def test_served_runs_are_isolated_experiments(prefect_api: str, tmp_path: Path, 
     assert sh(["git", "status", "--porcelain"], repo).strip() == ""
     assert not (repo / "data").exists() and not (repo / "metrics").exists()
     changed = json.loads(dvc(repo, "params", "diff", "HEAD", "served-ingest", "--json"))
-    assert changed["params.yaml"]["ingest.check_jpeg"] == {"old": "decode", "new": "header"}
+    assert changed["params.yaml"]["ingest.check_jpeg"] == {"old": "header", "new": "decode"}
     back = _read_back(flow_run.id)
     assert {"pipeline-experiment", "pipeline-params", "pipeline-metrics"} <= set(back["artifacts"])
     assert "served-ingest" in back["artifacts"]["pipeline-experiment"].data
@@ -112,4 +112,4 @@ def test_served_runs_are_isolated_experiments(prefect_api: str, tmp_path: Path, 
     [parent] = back["parents"]  # a subflow of the pipeline run's dvc-exp-run task
     assert parent.flow_run_id == flow_run.id and parent.name.startswith("dvc-exp-run")
     params_rows = json.loads(back["stage_artifacts"]["ingest-params"].data)
-    assert {"param": "ingest.check_jpeg", "value": "header"} in params_rows
+    assert {"param": "ingest.check_jpeg", "value": "decode"} in params_rows

@@ -36,7 +36,7 @@ def test_lineage_chains_upstream_and_is_deterministic(tmp_path: Path) -> None:
     assert first == second and (out / LINEAGE_FILE).read_text() == text
     assert (out / LINEAGE_FILE).stat().st_mtime_ns == mtime  # equal bytes are not rewritten
     record = json.loads(text)
-    assert record["params"] == {"strict": True, "check_jpeg": "decode", "foreground_tolerance": 0.0}
+    assert record["params"] == {"strict": True, "check_jpeg": "header", "foreground_tolerance": 0.0}
     assert record["inputs"]["root"]["upstream"]["stage"] == "synth"
     assert record["inputs"]["root"]["upstream"]["lineage"]["counts"] == {"videos": 2}
     # the folder hash: sha256 over "relative path \0 file sha256" (lineage.json excluded), known for one file
