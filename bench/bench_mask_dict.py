@@ -18,7 +18,7 @@ videos (the sampled pools), the scorer those of every validation video.
     python bench/bench_mask_dict.py                       # 120 videos × 50 frames × 3 objects at 720p
     python bench/bench_mask_dict.py --videos 12 --frames 8 --size 120x160   # a quick look
 
-Writes bench/results/mask_dict.json (`--out` elsewhere).
+Writes bench/results/mask_parse.json (`--out` elsewhere).
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> None:
             "speedup_pipeline_mask_work": round((best["parse"] + best["baseline"]) / (best["parse"] + ours), 2),
             "repeats": args.repeats,
         }
-        write_result("mask_dict", {**figures, "target": TARGET},
+        write_result("mask_parse", {**figures, "target": TARGET},
                      "keyframes and the scorer each streaming the whole mask_dict.json (ijson), keeping their "
                      "anno_ids (the code before); ours: ingest also writes masks.parquet, both read it",
                      code=("stages/core/mask_table.py", "stages/ingest", "stages/keyframes",
