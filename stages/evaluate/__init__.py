@@ -269,20 +269,42 @@ def select_points(reply: Reply, size: int, width: int, height: int) -> list[list
 
 
 def predict_masks(predictor, frames: list[np.ndarray], prompts: list[tuple[int, list[list[float]]]],
-                  threshold: float = 0.0) -> list[np.ndarray]:
+                  threshold: float = 0.0, share_prompts: bool = True) -> list[np.ndarray]:
     """Union mask (T, H, W bool) per prompt (keyframe index, boxes in video pixels[, point prompts per box]),
     SAM2-tracked both ways.
 
-    All prompts of one video share the frame encoding; a prompt without boxes gives an empty mask.
+    All prompts of one video share the frame encoding, and a box prompted more than once at the same
+    keyframe with the same points (expressions of one video answered alike) is tracked once: SAM2 tracks
+    the objects of a batch independently, so its masks are those it would get on its own. A prompt
+    without boxes gives an empty mask. `share_prompts=False` tracks every box of every prompt (a benchmark's
+    ablation).
     """
     from stages.segment import BoxGroup, propagate_groups
 
     height, width = frames[0].shape[:2]
-    groups = [BoxGroup(p[0], p[1], p[2] if len(p) > 2 else ()) for p in prompts]  # (key, boxes[, points])
-    if not any(g.boxes for g in groups):
-        return [np.zeros((len(frames), height, width), dtype=bool) for _ in groups]
-    masks = propagate_groups(predictor, frames, groups, threshold)
-    return [m.any(axis=0) if len(m) else np.zeros((len(frames), height, width), dtype=bool) for m in masks]
+    objects: dict[int, dict[tuple, int]] = {}  # keyframe → distinct (box, points) → position in its group
+    members: list[list[tuple[int, int]]] = []  # per prompt: (keyframe, position) of each of its boxes
+    for prompt in prompts:
+        key, boxes = prompt[0], prompt[1]
+        points = prompt[2] if len(prompt) > 2 and prompt[2] else [()] * len(boxes)
+        distinct = objects.setdefault(key, {})
+        members.append([(key, distinct.setdefault((tuple(map(float, box)), tuple(tuple(map(float, p)) for p in pts),
+                                                   None if share_prompts else len(distinct)), len(distinct)))
+                        for box, pts in zip(boxes, points, strict=True)])
+    if not any(members):
+        return [np.zeros((len(frames), height, width), dtype=bool) for _ in prompts]
+    keys = sorted(objects)
+    groups = [BoxGroup(key, [list(box) for box, _, _ in objects[key]],
+                       [[list(p) for p in pts] for _, pts, _ in objects[key]] if any(p for _, p, _ in objects[key])
+                       else ()) for key in keys]
+    tracked = dict(zip(keys, propagate_groups(predictor, frames, groups, threshold), strict=True))
+    out = []
+    for boxes in members:
+        union = np.zeros((len(frames), height, width), dtype=bool)
+        for key, i in boxes:
+            union |= tracked[key][i]
+        out.append(union)
+    return out
 
 
 def write_prediction(folder: Path, names: list[str], masks: np.ndarray) -> None:

@@ -95,21 +95,67 @@ def parse_option(text: str) -> str | None:
 @torch.inference_mode()
 def generate(model, processor, chats: Sequence[list[dict]], images: Sequence[list[Image.Image]],
              max_new_tokens: int) -> list[str]:
-    """Greedy completions for a batch of chats (left-padded), decoded without special tokens."""
+    """Greedy completions for a batch of chats (left-padded), decoded without special tokens.
+
+    When every chat shows the same images (the same PIL objects: one video's expressions), the images are
+    processed and run through the vision tower once for the whole batch (`shared_image_inputs`).
+    """
     texts = [processor.apply_chat_template(chat, tokenize=False, add_generation_prompt=True) for chat in chats]
     processor.tokenizer.padding_side = "left"  # not saved with the processor; generation needs it
-    inputs = processor(text=texts, images=[list(i) for i in images], padding=True, return_tensors="pt")
-    inputs = {k: v.to(model.device) for k, v in inputs.items()}
+    if len(chats) > 1 and _same_images(images) and _accepts_encoder_outputs(model):
+        inputs = shared_image_inputs(model, processor, texts, images[0])
+    else:
+        inputs = processor(text=texts, images=[list(i) for i in images], padding=True, return_tensors="pt")
+        inputs = {k: v.to(model.device) for k, v in inputs.items()}
     out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
     return processor.batch_decode(out[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
 
 
+def _same_images(images: Sequence[Sequence[Image.Image]]) -> bool:
+    first = list(images[0])
+    return bool(first) and all(len(i) == len(first) and all(a is b for a, b in zip(i, first, strict=True))
+                               for i in images[1:])
+
+
+def _accepts_encoder_outputs(model) -> bool:
+    """The model takes precomputed vision-tower outputs (`mm_encoder_outputs`, transformers ≥ 5)."""
+    import inspect
+
+    return "mm_encoder_outputs" in inspect.signature(model.forward).parameters and hasattr(model,
+                                                                                          "get_image_features")
+
+
+def shared_image_inputs(model, processor, texts: Sequence[str], images: Sequence[Image.Image]) -> dict:
+    """`model.generate` inputs for texts that all show the same images, the images processed and encoded once.
+
+    Equal to what `processor(text=texts, images=[images] * len(texts), padding=True)` gives and the model's
+    vision tower computes for it (one copy of the images' features per text), without the repeats: the
+    image processor runs on one copy, the placeholder expansion per text follows the processor's own
+    `replace_image_token`, and the vision tower's output for that copy is passed to every text as
+    `mm_encoder_outputs` (no `pixel_values`: the model does not encode again).
+    """
+    pixels = processor.image_processor(images=list(images), return_tensors="pt")
+    replacements = [processor.replace_image_token(pixels, i) for i in range(len(images))]
+    expanded, _ = processor.get_text_with_replacements(list(texts), replacements * len(texts))
+    tokens = processor.tokenizer(expanded, padding=True, return_tensors="pt")
+    mm_types = torch.as_tensor(processor.create_mm_token_type_ids(tokens["input_ids"].tolist()))
+    grid = pixels["image_grid_thw"].to(model.device)
+    features = model.get_image_features(pixels["pixel_values"].to(model.device), grid, return_dict=True)
+    features.pooler_output = tuple(features.pooler_output) * len(texts)
+    device = model.device
+    return {"input_ids": tokens["input_ids"].to(device), "attention_mask": tokens["attention_mask"].to(device),
+            "mm_token_type_ids": mm_types.to(device), "image_grid_thw": grid.repeat(len(texts), 1),
+            "mm_encoder_outputs": {"image": features}}
+
+
 def _batched(model, processor, queries: list[Query], chats: list[list[dict]], max_new_tokens: int,
              batch_size: int) -> list[str]:
+    """Completions in ceil(n / batch_size) batches of near-equal size, consecutive queries together."""
     out: list[str] = []
-    for start in range(0, len(queries), batch_size):
-        part = slice(start, start + batch_size)
-        out += generate(model, processor, chats[part], [q.images for q in queries[part]], max_new_tokens)
+    n_batches = -(-len(queries) // batch_size)
+    bounds = [round(i * len(queries) / n_batches) for i in range(n_batches + 1)] if queries else [0]
+    for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
+        out += generate(model, processor, chats[start:stop], [q.images for q in queries[start:stop]], max_new_tokens)
     return out
 
 
