@@ -15,7 +15,6 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -71,8 +70,9 @@ class MaskTableWriter:
     def _flush(self) -> None:
         if not self._columns["anno_id"]:
             return
-        MasksSchema.validate(pd.DataFrame(self._columns), lazy=True)  # one row group at a time
-        self._writer.write_table(pa.table(self._columns, schema=ARROW_SCHEMA))
+        table = pa.table(self._columns, schema=ARROW_SCHEMA)
+        MasksSchema.validate(table.to_pandas(), lazy=True)  # one row group at a time (strings not copied again)
+        self._writer.write_table(table)
         self._columns = {name: [] for name in ARROW_SCHEMA.names}
         self._chars = 0
 
