@@ -1,16 +1,21 @@
 """Benchmark: the evaluate stage's per-video path (`evaluate_video` with every expression of a video: the
-frames loaded and encoded by SAM2 once for all its expressions, generation batched `evaluate.batch_size`
-queries at a time) vs the per-expression path (the same function called for one expression at a time, as
-the released evaluators run: the video's frames loaded, shown and SAM2-encoded again for every expression,
-one query per generate() call), same models, same inputs, in the same run.
+frames loaded and encoded by SAM2 once for all its expressions; generation batched `evaluate.batch_size`
+queries at a time, the shown frames processed and run through the Qwen vision tower once per batch; a box
+prompted at the same keyframe by several expressions tracked once) vs the per-expression path (the same
+function called for one expression at a time, as the released evaluators run: the video's frames loaded,
+shown, encoded by the vision tower and by SAM2 again for every expression, one query per generate() call),
+same models, same inputs, in the same run. A third path, the per-video one with every prompted box tracked
+(`predict_masks(share_prompts=False)`), shows how much of the gain comes from the oracle's repeated boxes.
 
 Data: the default synthetic dataset (`synth` defaults: 4 valid videos), every expression of its valid
 split. Models: the tiny random Qwen2.5-VL and micro SAM2 at the `tiny_models` defaults, built here.
 The policy is the tiny Qwen answering every query for real (its generation is what is timed), but a
 random model does not write the answer format, so its parsed answer is replaced by a ground-truth one
 (the shown frame where the targets are largest, their boxes at the shown size; computed from the masks
-here), so that SAM2 tracks real prompts on both paths. Before any figure is written, every prediction
-PNG of both paths is ASSERTED equal and both score tables identical.
+here), so that SAM2 tracks real prompts on both paths. Expressions with the same targets therefore prompt
+the same boxes at the same keyframe (a model's answers would repeat less often). Before any figure is
+written, every prediction PNG of every path is ASSERTED equal, the score tables identical, and every
+generated response identical (greedy decoding in a video's batch = each expression alone).
 
     python bench/bench_evaluate.py [--repeats 1] [--max-new-tokens 256] [--batch-size 4]
 
@@ -36,11 +41,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.results_io import write_result  # noqa: E402
 from schemas.answer import parse_answer  # noqa: E402
 from stages.core.ids import expression_id  # noqa: E402
-from stages.core.params import EvaluateParams, Sam2Params, SynthParams, TinyModelsParams  # noqa: E402
+from stages.core.params import EvaluateParams, SynthParams, TinyModelsParams  # noqa: E402
 from stages.core.rle import to_coco  # noqa: E402
-from stages.evaluate import evaluate_video, model_policy, segmenter  # noqa: E402
+from stages.evaluate import evaluate_video, model_policy, predict_masks  # noqa: E402
 from stages.evaluate.infer import Reply  # noqa: E402
 from stages.evaluate.scorer import load_ground_truth, score_predictions  # noqa: E402
+from stages.segment import load_video_predictor  # noqa: E402
 
 
 def oracle_boxes(gt, video: str, exp_id: str, shown: list[int], size: int) -> tuple[int, list[list[int]]]:
@@ -100,15 +106,22 @@ class Clock:
         return timed
 
 
-def run_video(path: str, params, size, policy, segment, root, gt, video, rows, pred: Path) -> float:
-    """Seconds one path takes for one video (predictions written under `pred`)."""
+def run_video(path: str, params, size, policy, segment, root, gt, video, rows, pred: Path
+              ) -> tuple[float, list[dict]]:
+    """(seconds one path takes for one video, its answer rows); predictions written under `pred`."""
     start = time.perf_counter()
-    if path == "per_video":
-        evaluate_video(params, size, policy, segment, root, gt, video, rows, pred)
+    if path.startswith("per_video"):
+        answers = evaluate_video(params, size, policy, segment, root, gt, video, rows, pred)
     else:
-        for row in rows:
-            evaluate_video(params, size, policy, segment, root, gt, video, [row], pred)
-    return time.perf_counter() - start
+        answers = [a for row in rows for a in evaluate_video(params, size, policy, segment, root, gt, video, [row],
+                                                              pred)]
+    return time.perf_counter() - start, answers
+
+
+def boxes_tracked(answers: list[dict], shared: bool) -> int:
+    """SAM2 objects one video's answers make the per-video path track (distinct boxes per keyframe if shared)."""
+    boxes = [(a["keyframe_idx"], tuple(b)) for a in answers if a["status"] != "parse_failure" for b in a["boxes"]]
+    return len(set(boxes)) if shared else len(boxes)
 
 
 def main() -> None:
@@ -141,33 +154,44 @@ def main() -> None:
                                     "exp_id": k, "text": e["exp"]} for k, e in exps]))
         ids = [r["expression_id"] for _, rows in videos for r in rows]
         policy = timed_model_with_oracle_answers(model_policy(params, tmp / "qwen", "auto"), gt, size)
-        segment = segmenter(params, Sam2Params(checkpoint=str(checkpoint), config=str(config)))
+        predictor = load_video_predictor(str(checkpoint), str(config))  # as evaluate's `segmenter` loads it
         clock = Clock()
-        policy, segment = clock.wrap("generate", policy), clock.wrap("sam2", segment)
-        run_video("per_video", params, size, policy, segment, root, gt, *videos[0], tmp / "warm")  # warm-up
+        policy = clock.wrap("generate", policy)
+        segments = {share: clock.wrap("sam2", lambda frames, prompts, share=share: predict_masks(
+            predictor, frames, prompts, params.mask_threshold, share_prompts=share)) for share in (True, False)}
+        paths = ("per_expression", "per_video", "per_video_every_box")
+        segment_of = {"per_expression": segments[True], "per_video": segments[True],
+                      "per_video_every_box": segments[False]}
+        run_video("per_video", params, size, policy, segments[True], root, gt, *videos[0], tmp / "warm")  # warm-up
         clock.seconds.clear()
-        paths = ("per_expression", "per_video")
         best = {p: [float("inf")] * len(videos) for p in paths}
-        for r in range(args.repeats):  # both paths on each video in turn: machine load drifts alike on both
+        answers: dict[str, dict[str, list[dict]]] = {p: {} for p in paths}
+        for r in range(args.repeats):  # every path on each video in turn: machine load drifts alike on all
             for v, (video, rows) in enumerate(videos):
                 for path in paths if (r + v) % 2 == 0 else paths[::-1]:
                     clock.path = path
-                    best[path][v] = min(best[path][v], run_video(path, params, size, policy, segment, root, gt,
-                                                                 video, rows, tmp / path))
-        for video, rows in videos:  # every PNG of every expression, both paths: the same mask
-            for row in rows:
-                for png in sorted((tmp / "per_expression" / video / row["exp_id"]).glob("*.png")):
-                    a = np.asarray(Image.open(png))
-                    b = np.asarray(Image.open(tmp / "per_video" / video / row["exp_id"] / png.name))
-                    if not np.array_equal(a, b):
-                        raise AssertionError(f"{video}#{row['exp_id']} {png.name}: masks differ "
-                                             f"({int((a != b).sum())} pixels)")
-        tables = [score_predictions(tmp / p, root, "valid", ids, None, params.bound_th, gt)
-                  for p in ("per_expression", "per_video")]
-        if not tables[0][1].equals(tables[1][1]):
-            raise AssertionError("score tables differ between the two paths")
+                    seconds, answers[path][video] = run_video(path, params, size, policy, segment_of[path], root,
+                                                              gt, video, rows, tmp / path)
+                    best[path][v] = min(best[path][v], seconds)
+        for path in paths[1:]:
+            for video, rows in videos:  # every PNG of every expression, every path: the same mask
+                for row in rows:
+                    for png in sorted((tmp / "per_expression" / video / row["exp_id"]).glob("*.png")):
+                        a = np.asarray(Image.open(png))
+                        b = np.asarray(Image.open(tmp / path / video / row["exp_id"] / png.name))
+                        if not np.array_equal(a, b):
+                            raise AssertionError(f"{path} {video}#{row['exp_id']} {png.name}: masks differ "
+                                                 f"({int((a != b).sum())} pixels)")
+                responses = [[a["response"] for a in answers[p][video]] for p in ("per_expression", path)]
+                if responses[0] != responses[1]:
+                    raise AssertionError(f"{path} {video}: generated responses differ from the per-expression ones")
+        tables = [score_predictions(tmp / p, root, "valid", ids, None, params.bound_th, gt)[1] for p in paths]
+        if not all(t.equals(tables[0]) for t in tables[1:]):
+            raise AssertionError("score tables differ between the paths")
+        summary = score_predictions(tmp / "per_video", root, "valid", ids, None, params.bound_th, gt)[0]
         foreground = sum(int((np.asarray(Image.open(p)) > 0).sum()) for p in (tmp / "per_video").rglob("*.png"))
     per_expr, per_video = np.mean(best["per_expression"]), np.mean(best["per_video"])
+    every_box = np.mean(best["per_video_every_box"])
     figures = {
         "data": "synth default, valid split", "videos": len(videos), "expressions": len(ids),
         "frames_per_video": [len(gt.videos[v]["frames"]) for v, _ in videos],
@@ -178,14 +202,18 @@ def main() -> None:
         "max_new_tokens": params.max_new_tokens, "threads": args.threads, "repeats_best_of": args.repeats,
         "per_expression_s_per_video": round(float(per_expr), 3), "per_video_s_per_video": round(float(per_video), 3),
         "speedup": round(float(per_expr / per_video), 2), "target_speedup": 3.0, "masks_equal": True,
-        "scores_equal": True, "JF_overall": round(float(tables[1][0]["JF_overall"]), 3),
+        "scores_equal": True, "responses_equal": True, "JF_overall": round(float(summary["JF_overall"]), 3),
         "foreground_pixels": foreground,
         "per_video_speedups": [round(a / b, 2) for a, b in zip(best["per_expression"], best["per_video"],
                                                                 strict=True)],
+        "sam2_boxes_prompted": sum(boxes_tracked(answers["per_video"][v], False) for v, _ in videos),
+        "sam2_boxes_tracked_per_video": sum(boxes_tracked(answers["per_video"][v], True) for v, _ in videos),
+        "per_video_every_box_s_per_video": round(float(every_box), 3),
+        "speedup_every_box_tracked": round(float(per_expr / every_box), 2),
         "inside_all_repeats_s": {k: round(v, 3) for k, v in sorted(clock.seconds.items())},
     }
     write_result("evaluate", figures, "per expression: evaluate_video called for one expression at a time (frames "
-                 "loaded and SAM2-encoded again per expression, one query per generate() call)",
+                 "loaded, vision-encoded and SAM2-encoded again per expression, one query per generate() call)",
                  code=("stages/evaluate", "stages/segment", "bench/bench_evaluate.py"), out=args.out)
 
 

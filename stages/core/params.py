@@ -265,7 +265,7 @@ class EvaluateParams:
     split: Literal["valid", "train"] = "valid"  # ReVOS split the eval pool comes from (published: valid)
     n_frames: PosInt = 6  # frames shown, sampled uniformly over the video (Veason-R1: 8 at inference)
     frame_size: NonNegInt = 0  # square side of the frames shown, pixels; 0 = keyframes.train_size (paper: 560)
-    batch_size: PosInt = 4  # prompts per generate() call
+    batch_size: PosInt = 32  # prompts per generate() call (one video's, in near-equal batches)
     max_new_tokens: PosInt = 256  # (paper: 1024)
     mode: Literal["veason", "rcot", "htfs"] = "veason"  # rcot: RCoT-Seg agentic selection; htfs: VideoSeg-R1 sampler
     max_rounds: PosInt = 5  # RCoT-Seg λ: keyframe selections before the last one is kept

@@ -3,8 +3,10 @@
 For each expression of the eval pool the model sees N frames spread uniformly over the whole video
 (timestamps = frame positions, 1 FPS as in training; no ground truth decides which frames) at the
 training resolution and answers a keyframe timestamp and boxes. The boxes, scaled back to the video's
-resolution, prompt SAM2 at that frame; SAM2 tracks them forward and backward over every frame (all
-expressions of a video share one image encoding). Predictions go to VISA's layout
+resolution, prompt SAM2 at that frame; SAM2 tracks them forward and backward over every frame. A video is
+evaluated as a whole: its expressions are generated together (`evaluate.batch_size` per generate() call)
+with the shown frames processed and run through the vision tower once, SAM2 encodes its frames once for all
+of them, and a box several expressions prompt at the same keyframe is tracked once. Predictions go to VISA's layout
 (`predictions/<video>/<exp_id>/<frame>.png`, 0/255) and are scored by `scorer.score_predictions` exactly
 as VISA's evaluator scores them. An answer that does not parse gives an empty prediction, and is counted.
 An answered keyframe that was not among the frames shown is moved to the nearest shown frame (counted).
