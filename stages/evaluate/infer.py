@@ -98,12 +98,15 @@ def generate(model, processor, chats: Sequence[list[dict]], images: Sequence[lis
     """Greedy completions for a batch of chats (left-padded), decoded without special tokens.
 
     When every chat shows the same images (the same PIL objects: one video's expressions), the images are
-    processed and run through the vision tower once for the whole batch (`shared_image_inputs`).
+    processed and run through the vision tower once for the whole batch (`shared_image_inputs`), and the
+    tokens the chats share up to where they differ (system turn, frames, the question's opening) are run
+    through the language model once (`shared_prefix_inputs`).
     """
     texts = [processor.apply_chat_template(chat, tokenize=False, add_generation_prompt=True) for chat in chats]
     processor.tokenizer.padding_side = "left"  # not saved with the processor; generation needs it
     if len(chats) > 1 and _same_images(images) and _accepts_encoder_outputs(model):
         inputs = shared_image_inputs(model, processor, texts, images[0])
+        inputs = shared_prefix_inputs(model, inputs, len(images[0])) or inputs
     else:
         inputs = processor(text=texts, images=[list(i) for i in images], padding=True, return_tensors="pt")
         inputs = {k: v.to(model.device) for k, v in inputs.items()}
@@ -146,6 +149,45 @@ def shared_image_inputs(model, processor, texts: Sequence[str], images: Sequence
     return {"input_ids": tokens["input_ids"].to(device), "attention_mask": tokens["attention_mask"].to(device),
             "mm_token_type_ids": mm_types.to(device), "image_grid_thw": grid.repeat(len(texts), 1),
             "mm_encoder_outputs": {"image": features}}
+
+
+def shared_prefix_inputs(model, inputs: dict, n_images: int) -> dict | None:
+    """`shared_image_inputs` with the texts' common prefix prefilled once: the prefix (every image token
+    included) runs through the model at batch 1, its KV cache is repeated for every text, and each text's
+    remaining tokens follow the prefix after the padding (the padding moves between prefix and rest; the
+    attention mask hides it, so positions and attention are those of the unpadded text). None when the
+    common prefix does not hold every image token or leaves a text without a token of its own.
+    """
+    from transformers import DynamicCache
+
+    ids, mask, types = inputs["input_ids"], inputs["attention_mask"], inputs["mm_token_type_ids"]
+    rows = [mask[i].bool() for i in range(len(ids))]
+    seqs, kinds = [ids[i][r] for i, r in enumerate(rows)], [types[i][r] for i, r in enumerate(rows)]
+    n = min(len(s) for s in seqs) - 1
+    same = torch.stack([s[:n] == seqs[0][:n] for s in seqs]).all(0)
+    prefix = int(same.long().cumprod(0).sum())
+    vision = torch.nonzero(kinds[0]).flatten()
+    if not len(vision) or prefix <= int(vision.max()) or any(bool(k[prefix:].any()) for k in kinds):
+        return None
+    features = inputs["mm_encoder_outputs"]["image"]
+    one = type(features)(**{k: v for k, v in features.items() if k != "pooler_output"})
+    one.pooler_output = tuple(features.pooler_output[:n_images])
+    grid = inputs["image_grid_thw"][:n_images]
+    cache = DynamicCache(config=model.config)
+    model(input_ids=seqs[0][None, :prefix], attention_mask=torch.ones_like(seqs[0][None, :prefix]),
+          mm_token_type_ids=kinds[0][None, :prefix], image_grid_thw=grid, mm_encoder_outputs={"image": one},
+          past_key_values=cache, use_cache=True, logits_to_keep=1)
+    cache.batch_repeat_interleave(len(seqs))
+    width = max(len(s) for s in seqs)
+    out_ids, out_mask, out_types = (torch.zeros((len(seqs), width), dtype=t.dtype, device=t.device)
+                                    for t in (ids, mask, types))
+    out_ids[:] = ids[~mask.bool()][0] if (~mask.bool()).any() else 0  # the pad token
+    for i, (seq, kind) in enumerate(zip(seqs, kinds, strict=True)):
+        for part in (slice(0, prefix), slice(width - (len(seq) - prefix), width)):
+            src = slice(0, prefix) if part.start == 0 else slice(prefix, len(seq))
+            out_ids[i, part], out_types[i, part], out_mask[i, part] = seq[src], kind[src], 1
+    return {"input_ids": out_ids, "attention_mask": out_mask, "mm_token_type_ids": out_types,
+            "image_grid_thw": inputs["image_grid_thw"], "past_key_values": cache}
 
 
 def _batched(model, processor, queries: list[Query], chats: list[list[dict]], max_new_tokens: int,

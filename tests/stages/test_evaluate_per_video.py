@@ -68,13 +68,40 @@ def test_shared_image_inputs_equal_the_processors_and_the_vision_tower_runs_once
     # the shared path encodes one copy of the 3 frames; the processor's batch holds 4 copies
     assert calls == [full["pixel_values"].shape[0] // len(TEXTS), full["pixel_values"].shape[0]]
 
+    # the common prefix (system turn, frames, the question up to the expression) prefilled once, at batch 1
+    rows = [full["input_ids"][i][full["attention_mask"][i].bool()].tolist() for i in range(len(TEXTS))]
+    common = next(k for k in range(min(map(len, rows))) if len({tuple(r[:k + 1]) for r in rows}) > 1)
+    image_token = processor.tokenizer.convert_tokens_to_ids(processor.image_token)
+    assert max(i for i, t in enumerate(rows[0]) if t == image_token) < common < min(map(len, rows))
+    with torch.inference_mode():
+        prefixed = I.shared_prefix_inputs(model, shared, len(FRAMES))
+    assert prefixed["past_key_values"].get_seq_length() == common
+    assert prefixed["input_ids"].shape == full["input_ids"].shape
+    for i, row in enumerate(rows):  # the same tokens in order; the padding now sits after the prefix
+        mask = prefixed["attention_mask"][i].bool()
+        assert prefixed["input_ids"][i][mask].tolist() == row and mask[:common].all()
+        assert prefixed["mm_token_type_ids"][i][mask].tolist() == full["mm_token_type_ids"][i][
+            full["attention_mask"][i].bool()].tolist()
+
 
 def test_a_videos_batch_generates_what_each_expression_generates_alone(vlm) -> None:
     model, processor = vlm
     queries = [I.Query(str(i), t, [0, 2, 4], FRAMES) for i, t in enumerate(TEXTS)]
     chats = [I.selection_messages(q) for q in queries]
     alone = [I.generate(model, processor, [chat], [FRAMES], 24)[0] for chat in chats]
-    together = I.generate(model, processor, chats, [FRAMES] * len(chats), 24)
+    prefixed = []
+    original_prefix = I.shared_prefix_inputs
+
+    def spy_prefix(*args):
+        prefixed.append(original_prefix(*args))
+        return prefixed[-1]
+
+    I.shared_prefix_inputs = spy_prefix
+    try:
+        together = I.generate(model, processor, chats, [FRAMES] * len(chats), 24)
+    finally:
+        I.shared_prefix_inputs = original_prefix
+    assert len(prefixed) == 1 and prefixed[0] is not None  # generated from the shared prefix's cache
     assert together == alone
     assert all(alone) and len(set(alone)) > 1  # real, differing completions
     # answer_queries batches a video's queries in near-equal batches (4 queries, batch_size 3: 2 + 2)
