@@ -182,6 +182,9 @@ def measured(name: str, figures: dict) -> str:
                 + "".join(f"; {part} alone {_x(inside[f'per_expression_{part}_s'] / inside[f'per_video_{part}_s'])}"
                           for inside in [figures.get("inside_all_repeats_s", {})] for part in ("sam2", "generate")
                           if inside.get(f"per_video_{part}_s"))
+                + (f"; SAM2 tracked {figures['sam2_boxes_tracked_per_video']} of {figures['sam2_boxes_prompted']} "
+                   f"prompted boxes (repeats tracked once); with every box tracked "
+                   f"{_x(figures['speedup_every_box_tracked'])}" if "speedup_every_box_tracked" in figures else "")
                 + (f"; target {_met(figures['speedup'] >= figures['target_speedup'])}"
                    if "target_speedup" in figures else ""))
     if name == "ingest":
