@@ -4,7 +4,9 @@ against one Prefect API shared by all stages (`vrsflow repro`, flows/prefect_api
     python bench/bench_orchestration.py [--profile ci|default] [--modes before,shared,after]
 
 Each mode gets a fresh throwaway git + DVC copy of the project (tests/pipeline_repo.py) and a fresh
-PREFECT_HOME (the first server start creates the database, as for a new user), then runs the whole DAG:
+PREFECT_HOME holding only the empty database that scripts/setup.sh creates at install time
+(`python -m flows.prefect_api init-db`, not timed: as for a new user right after installing), then runs the
+whole DAG:
 `dvc repro` with VRSFLOW_SHARED_PREFECT_API=0 (before: Prefect's temporary server in every stage process),
 `vrsflow repro` with VRSFLOW_WARM_STAGES=0 (shared: one server, fresh stage processes), `vrsflow repro` (after:
 one server, stages forked from a warm process); PREFECT_API_URL unset in all.
@@ -63,6 +65,8 @@ def run_mode(mode: str, profile: str | None, work: Path) -> dict:
     env.pop("PREFECT_API_URL", None)
     env.update(PREFECT_HOME=str(work / mode / "prefect-home"), VRSFLOW_TIMINGS=str(timings),
                PREFECT_SERVER_ANALYTICS_ENABLED="false", DO_NOT_TRACK="1", VRSFLOW_PREFECT_LINGER_S="5")
+    subprocess.run([sys.executable, "-m", "flows.prefect_api", "init-db"], cwd=ROOT, env=env, check=True,
+                   stdout=subprocess.DEVNULL)  # what scripts/setup.sh does once
     if mode == "before":  # Prefect's temporary server in every stage process, each stage a fresh process
         env["VRSFLOW_SHARED_PREFECT_API"] = "0"
         command = [sys.executable, "-m", "dvc", "repro"]

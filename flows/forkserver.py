@@ -27,7 +27,6 @@ import sys
 
 ENV = "VRSFLOW_FORKSERVER"  # path of the server's Unix socket; unset = no server
 FORKED_ENV = "VRSFLOW_FORKED"  # "1" in a stage forked by the server
-WARM_MODULES = ["pandas", "pyarrow", "torch", "transformers", "peft", "trl", "flows.common"]
 _MAX_REQUEST = 1 << 20
 
 
@@ -106,19 +105,32 @@ def run_in_server(argv: list[str]) -> int | None:
 # -- server ---------------------------------------------------------------------------------------------------
 
 
-def _warm_up() -> None:
-    import flows
+# imported one at a time while the server waits for requests, in the order the pipeline needs them: the
+# Prefect / pandas layer every stage uses, then the data stages, then torch and the model stages (a stage
+# requested before its modules are in just imports the rest itself, as a fresh process would)
+LIGHT_FIRST = ["flows.common", "pyarrow"]
+HEAVY_LAST = ["torch", "transformers", "peft", "trl"]
+SKIP = {"cli", "forkserver", "prefect_api", "pipeline"}
 
-    for name in WARM_MODULES:
-        with contextlib.suppress(ImportError):
-            importlib.import_module(name)
+
+def warm_up_order() -> list[str]:
+    """Modules to import, light stage flows before heavy libraries and the flows that need them."""
     import pkgutil
 
-    for module in pkgutil.iter_modules(flows.__path__):
-        if module.name not in {"cli", "forkserver", "prefect_api", "pipeline"} and not module.name.startswith(
-                "serve"):
-            with contextlib.suppress(Exception):  # a broken stage module fails in its own stage, not here
-                importlib.import_module(f"flows.{module.name}")
+    import flows
+
+    stage_flows = [f"flows.{m.name}" for m in pkgutil.iter_modules(flows.__path__)
+                   if m.name not in SKIP and not m.name.startswith("serve")]
+    heavy_flows = {"flows.tiny_models", "flows.shard", "flows.sft", "flows.evaluate", "flows.bench",
+                   "flows.bench_table"}
+    light = [m for m in stage_flows if m not in heavy_flows]
+    heavy = [m for m in stage_flows if m in heavy_flows]
+    return list(dict.fromkeys([*LIGHT_FIRST, *light, *HEAVY_LAST, *heavy]))
+
+
+def _import_quietly(name: str) -> None:
+    with contextlib.suppress(Exception):  # a broken stage module fails in its own stage, not here
+        importlib.import_module(name)
 
 
 def _child(conn: socket.socket, request: dict, fds: list[int], inherited: list[socket.socket]) -> None:
@@ -127,6 +139,7 @@ def _child(conn: socket.socket, request: dict, fds: list[int], inherited: list[s
         for other in inherited:  # the listener and other clients' connections are the server's business
             other.close()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})  # forked while the server held it back
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         for target, fd in enumerate(fds[:3]):
@@ -159,8 +172,12 @@ def _child(conn: socket.socket, request: dict, fds: list[int], inherited: list[s
 
 
 def serve(path: str) -> None:
-    """Listen on `path` until SIGTERM; fork one child per request; never returns."""
-    _warm_up()
+    """Listen on `path` until SIGTERM; fork one child per request; never returns.
+
+    Listens first and warms up between requests (one module per idle moment), so the first stages are
+    forked as soon as the server exists instead of starting cold while it imports torch.
+    """
+    to_import = warm_up_order()
     stopping = False
 
     def stop(signum: int, frame: object) -> None:
@@ -169,20 +186,27 @@ def serve(path: str) -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the stages (their clients pass it on)
+    waiting: dict[int, socket.socket] = {}  # child pid → the client's connection
+    # a stage that ends while a warm-up import runs (seconds for torch) gets its answer at once: reaping is
+    # done in the SIGCHLD handler, and SIGCHLD is held back while `waiting` changes
+    signal.signal(signal.SIGCHLD, lambda signum, frame: _reap(waiting))
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(16)
-    waiting: dict[int, socket.socket] = {}  # child pid → the client's connection
     while not stopping:
         try:
-            ready, _, _ = select.select([listener], [], [], 0.1)
+            ready, _, _ = select.select([listener], [], [], 0.0 if to_import else 0.1)
         except InterruptedError:
             continue
         if ready:
-            _accept(listener, waiting)
-        _reap(waiting)
+            with _sigchld_held():
+                _accept(listener, waiting)
+        elif to_import:
+            _import_quietly(to_import.pop(0))
+        with _sigchld_held():
+            _reap(waiting)
     listener.close()
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
@@ -192,6 +216,15 @@ def serve(path: str) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # the imported libraries' exit handlers take seconds and have nothing to clean up here
+
+
+@contextlib.contextmanager
+def _sigchld_held():
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
 
 
 def _accept(listener: socket.socket, waiting: dict[int, socket.socket]) -> None:

@@ -191,6 +191,33 @@ def _forkserver(warm: bool) -> Iterator[dict[str, str]]:
             server.wait()
 
 
+@contextlib.contextmanager
+def _api_in_background() -> Iterator[None]:
+    """Hold a `prefect_api()` lease in a thread for the body's duration; the server starts beside the body."""
+    import threading
+
+    done = threading.Event()
+    failure: list[BaseException] = []
+
+    def hold() -> None:
+        try:
+            with prefect_api() as url:
+                sys.stderr.write(f"vrsflow repro: Prefect API {url or '(per stage)'}\n")
+                done.wait()
+        except BaseException as exc:  # noqa: BLE001 (reported by the body's end; the stages report their own)
+            failure.append(exc)
+
+    thread = threading.Thread(target=hold, name="vrsflow-prefect-api", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=5)
+        if failure:
+            sys.stderr.write(f"vrsflow repro: the shared Prefect API did not start: {failure[0]}\n")
+
+
 def repro(dvc_args: list[str], grace_s: float = 10.0, warm: bool | None = None) -> int:
     """`dvc repro DVC_ARGS…` with one Prefect API for all its stages; return dvc's exit code.
 
@@ -204,8 +231,10 @@ def repro(dvc_args: list[str], grace_s: float = 10.0, warm: bool | None = None) 
     """
     if warm is None:
         warm = os.environ.get(WARM_ENV, "1") != "0"
-    with _forkserver(warm) as extra_env, prefect_api() as url:  # the two start side by side
-        sys.stderr.write(f"vrsflow repro: Prefect API {url}\n")
+    # the fork server, the Prefect API and dvc all start at once: dvc's start-up, the `check` stage and the
+    # fork server's first imports overlap the server's start (≈12 s with a new database); the first stage
+    # that needs the API waits for it on the lock that `prefect_api()` holds while it starts the server
+    with _forkserver(warm) as extra_env, _api_in_background():
         proc = subprocess.Popen([sys.executable, "-m", "dvc", "repro", *dvc_args], process_group=0,
                                 env={**os.environ, **extra_env})
 
@@ -297,8 +326,33 @@ def keep(home: Path, linger_s: float) -> int:
     return 0
 
 
+def init_database() -> str:
+    """Create the local Prefect database when it does not exist yet; return what was done, in words.
+
+    A server on a new database first runs Prefect's ~100 migrations (≈8 s on 2 cores, most of the first
+    server start); scripts/setup.sh does that once at install time, so the first `vrsflow repro` does not
+    wait for it. A remote API (PREFECT_API_URL) or a non-SQLite database is left alone.
+    """
+    from prefect.settings import get_current_settings
+
+    settings = get_current_settings()
+    if settings.api.url:
+        return f"PREFECT_API_URL is set ({settings.api.url}): no local database"
+    url = settings.server.database.connection_url.get_secret_value() if settings.server.database.connection_url \
+        else ""
+    if not url.startswith("sqlite"):
+        return "the local Prefect database is not SQLite: left alone"
+    path = Path(url.split(":///", 1)[-1])
+    if path.is_file() and path.stat().st_size > 0:
+        return f"the local Prefect database exists ({path})"
+    subprocess.run([sys.executable, "-m", "prefect", "server", "database", "upgrade", "-y"], check=True,
+                   stdout=subprocess.DEVNULL)
+    return f"created the local Prefect database ({path})"
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`python -m flows.prefect_api keep --home DIR --linger S` (started by `prefect_api()`)."""
+    """`python -m flows.prefect_api keep --home DIR --linger S` (started by `prefect_api()`);
+    `python -m flows.prefect_api init-db` (scripts/setup.sh)."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m flows.prefect_api")
@@ -306,7 +360,11 @@ def main(argv: list[str] | None = None) -> int:
     keeper = sub.add_parser("keep", help="run the shared local Prefect server until it has been idle")
     keeper.add_argument("--home", required=True)
     keeper.add_argument("--linger", type=float, default=DEFAULT_LINGER_S)
+    sub.add_parser("init-db", help="create the local Prefect database if it does not exist (install time)")
     args = parser.parse_args(argv)
+    if args.command == "init-db":
+        print(init_database())
+        return 0
     return keep(Path(args.home), args.linger)
 
 

