@@ -14,15 +14,17 @@ An answered keyframe that was not among the frames shown is moved to the nearest
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 from PIL import Image
 from pycocotools import mask as mask_utils
 from scipy.optimize import linear_sum_assignment
@@ -299,7 +301,8 @@ def predict_masks(predictor, frames: list[np.ndarray], prompts: list[tuple[int, 
     groups = [BoxGroup(key, [list(box) for box, _, _ in objects[key]],
                        [[list(p) for p in pts] for _, pts, _ in objects[key]] if any(p for _, p, _ in objects[key])
                        else ()) for key in keys]
-    tracked = dict(zip(keys, propagate_groups(predictor, frames, groups, threshold), strict=True))
+    with _shared_self_attention(predictor):
+        tracked = dict(zip(keys, propagate_groups(predictor, frames, groups, threshold), strict=True))
     out = []
     for boxes in members:
         union = np.zeros((len(frames), height, width), dtype=bool)
@@ -307,6 +310,31 @@ def predict_masks(predictor, frames: list[np.ndarray], prompts: list[tuple[int, 
             union |= tracked[key][i]
         out.append(union)
     return out
+
+
+@contextlib.contextmanager
+def _shared_self_attention(predictor) -> Iterator[None]:
+    """SAM2's memory attention with its first self-attention run once per frame for all the objects tracked.
+
+    That block reads only the frame's own features (the objects' memories enter after it), so for a batch of
+    objects on one frame its input rows are copies of one another: it runs on one row, and the result is
+    repeated (equal to running it on every row; `tests/stages/test_evaluate_per_video.py`). Any other input
+    runs SAM2's own code.
+    """
+    layer = predictor.memory_attention.layers[0]
+    original = layer._forward_sa
+
+    def forward_sa(tgt, query_pos):
+        if len(tgt) > 1 and torch.equal(tgt, tgt[:1].expand_as(tgt)) and (
+                query_pos is None or torch.equal(query_pos, query_pos[:1].expand_as(query_pos))):
+            return original(tgt[:1], None if query_pos is None else query_pos[:1]).expand_as(tgt).contiguous()
+        return original(tgt, query_pos)
+
+    layer._forward_sa = forward_sa
+    try:
+        yield
+    finally:
+        del layer._forward_sa  # back to the class's method
 
 
 def write_prediction(folder: Path, names: list[str], masks: np.ndarray) -> None:

@@ -139,9 +139,20 @@ def test_identical_prompts_are_tracked_once_with_the_masks_of_each_prompt_alone(
         return step(**kw)
 
     monkeypatch.setattr(predictor, "_run_single_frame_inference", counted)
+    layer = predictor.memory_attention.layers[0]
+    self_attention = []  # objects per run of the first memory-attention self-attention
+    sa = type(layer)._forward_sa
+
+    def counted_sa(self, tgt, query_pos):
+        self_attention.append(len(tgt))
+        return sa(self, tgt, query_pos)
+
+    monkeypatch.setattr(type(layer), "_forward_sa", counted_sa)
     together = predict_masks(predictor, frames, prompts)
     # distinct objects: a and b at frame 2, a at frame 0 → 2 objects × 5 steps + 1 object × 5 steps
     assert sorted(tracked) == [1] * 5 + [2] * 5
+    assert self_attention == [1] * 8  # 2 × 4 tracked (non-prompted) frames, each once for all its objects
+    assert "_forward_sa" not in vars(layer)  # SAM2's own method again after predict_masks
     tracked.clear()
     unshared = predict_masks(predictor, frames, prompts, share_prompts=False)
     assert sorted(tracked) == [1] * 5 + [4] * 5  # every box of every prompt
@@ -150,3 +161,23 @@ def test_identical_prompts_are_tracked_once_with_the_masks_of_each_prompt_alone(
         assert mask.shape == (5, 48, 64) and np.array_equal(mask, alone) and np.array_equal(other, alone)
     assert together[0].any() and not together[4].any()
     assert np.array_equal(together[1], together[0] | together[3])
+
+
+def test_shared_self_attention_equals_sam2s_on_every_row(tiny_models) -> None:
+    from stages.evaluate import _shared_self_attention
+    from stages.segment import load_video_predictor
+
+    _, checkpoint, config = tiny_models
+    predictor = load_video_predictor(str(checkpoint), str(config), device="cpu")
+    layer = predictor.memory_attention.layers[0]
+    gen = torch.Generator().manual_seed(0)
+    tgt = torch.randn(1, 64, layer.d_model, generator=gen).expand(5, -1, -1).contiguous()
+    pos = torch.randn(1, 64, layer.d_model, generator=gen).expand(5, -1, -1).contiguous()
+    other = tgt.clone()
+    other[3] += 0.5  # rows that differ: SAM2's own code on the whole batch
+    with torch.inference_mode():
+        expected, expected_other = type(layer)._forward_sa(layer, tgt, pos), type(layer)._forward_sa(layer, other, pos)
+        with _shared_self_attention(predictor):
+            shared, shared_other = layer._forward_sa(tgt, pos), layer._forward_sa(other, pos)
+    assert torch.equal(shared, expected) and torch.equal(shared_other, expected_other)
+    assert not torch.equal(expected_other[3], expected_other[0])
