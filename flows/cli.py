@@ -56,8 +56,26 @@ def _stage(args: argparse.Namespace) -> int:
         from flows.serve_link import run_stage_flow
 
         module = importlib.import_module(f"flows.{args.name}")
-        run_stage_flow(module.run, args.name, args.params)
+        with _heartbeats(getattr(module, "HEARTBEATS", False)):
+            run_stage_flow(module.run, args.name, args.params)
     return 0
+
+
+HEARTBEAT_SETTINGS = ("PREFECT_FLOWS_HEARTBEAT_FREQUENCY", "PREFECT_RUNNER_HEARTBEAT_FREQUENCY")
+
+
+def _heartbeats(on: bool):
+    """Prefect's flow-run heartbeats (every 180 s; what a "zombie run" automation watches) only for the stages
+    that run for minutes (a flow module's `HEARTBEATS = True`). At the end of a run Prefect waits up to 1 s for
+    its heartbeat thread to notice the stop — a second per stage for the data stages that take one. A
+    heartbeat frequency the user set is left alone."""
+    import contextlib
+
+    if on or any(name in os.environ for name in HEARTBEAT_SETTINGS):
+        return contextlib.nullcontext()
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+    return temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None})
 
 
 def _check(args: argparse.Namespace) -> int:

@@ -178,6 +178,10 @@ def serve(path: str) -> None:
     forked as soon as the server exists instead of starting cold while it imports torch.
     """
     to_import = warm_up_order()
+    heavy = set(to_import[to_import.index(HEAVY_LAST[0]):])
+    # torch & co. (≈10 s of CPU on 2 cores) only after a first stage has finished: until then they would slow
+    # the start of the Prefect server and of the first stages, which need neither
+    finished = [0]
     stopping = False
 
     def stop(signum: int, frame: object) -> None:
@@ -189,24 +193,28 @@ def serve(path: str) -> None:
     waiting: dict[int, socket.socket] = {}  # child pid → the client's connection
     # a stage that ends while a warm-up import runs (seconds for torch) gets its answer at once: reaping is
     # done in the SIGCHLD handler, and SIGCHLD is held back while `waiting` changes
-    signal.signal(signal.SIGCHLD, lambda signum, frame: _reap(waiting))
+    def on_child(signum: int, frame: object) -> None:
+        finished[0] += _reap(waiting)
+
+    signal.signal(signal.SIGCHLD, on_child)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(16)
     while not stopping:
+        importable = bool(to_import) and (to_import[0] not in heavy or finished[0] > 0)
         try:
-            ready, _, _ = select.select([listener], [], [], 0.0 if to_import else 0.1)
+            ready, _, _ = select.select([listener], [], [], 0.0 if importable else 0.1)
         except InterruptedError:
             continue
         if ready:
             with _sigchld_held():
                 _accept(listener, waiting)
-        elif to_import:
+        elif importable:
             _import_quietly(to_import.pop(0))
         with _sigchld_held():
-            _reap(waiting)
+            finished[0] += _reap(waiting)
     listener.close()
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
@@ -270,22 +278,26 @@ def _trusted(conn: socket.socket, request: dict) -> bool:
             and isinstance(request.get("env"), dict))
 
 
-def _reap(waiting: dict[int, socket.socket]) -> None:
+def _reap(waiting: dict[int, socket.socket]) -> int:
+    """Answer every finished stage's client with its exit status; return how many were answered."""
+    answered = 0
     while waiting:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return
+            return answered
         if pid == 0:
-            return
+            return answered
         conn = waiting.pop(pid, None)
         if conn is None:
             continue
+        answered += 1
         reply = ({"signal": os.WTERMSIG(status)} if os.WIFSIGNALED(status)
                  else {"code": os.WEXITSTATUS(status)})
         with contextlib.suppress(OSError):
             _send(conn, reply)
         conn.close()
+    return answered
 
 
 def main(argv: list[str] | None = None) -> int:
