@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 PROJECT_FILES = ["params.yaml", "dvc.yaml", ".dvcignore", ".gitignore", "pyproject.toml"]
-PROJECT_DIRS = ["stages", "flows", "schemas", "prompts", "profiles"]
+PROJECT_DIRS = ["stages", "flows", "schemas", "prompts", "profiles", "configs"]
 
 
 def env_with_venv() -> dict[str, str]:
