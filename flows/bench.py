@@ -12,8 +12,6 @@ from flows.common import run_stage
 from stages.core.params import load_params
 from stages.evaluate.suite import run_benchmark
 
-HEARTBEATS = True  # minutes-long: Prefect heartbeats let a zombie-run automation notice a killed run
-
 ITEM_ENV = "VRSFLOW_STAGE_ITEM"  # set by `vrsflow stage NAME --item ITEM` (DVC foreach stages)
 
 

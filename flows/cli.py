@@ -56,7 +56,7 @@ def _stage(args: argparse.Namespace) -> int:
         from flows.serve_link import run_stage_flow
 
         module = importlib.import_module(f"flows.{args.name}")
-        with _heartbeats(getattr(module, "HEARTBEATS", False)):
+        with _no_heartbeats_unless_asked():
             run_stage_flow(module.run, args.name, args.params)
     return 0
 
@@ -64,14 +64,17 @@ def _stage(args: argparse.Namespace) -> int:
 HEARTBEAT_SETTINGS = ("PREFECT_FLOWS_HEARTBEAT_FREQUENCY", "PREFECT_RUNNER_HEARTBEAT_FREQUENCY")
 
 
-def _heartbeats(on: bool):
-    """Prefect's flow-run heartbeats (every 180 s; what a "zombie run" automation watches) only for the stages
-    that run for minutes (a flow module's `HEARTBEATS = True`). At the end of a run Prefect waits up to 1 s for
-    its heartbeat thread to notice the stop — a second per stage for the data stages that take one. A
-    heartbeat frequency the user set is left alone."""
+def _no_heartbeats_unless_asked():
+    """No Prefect flow-run heartbeats unless the user set their frequency.
+
+    Heartbeats (every 180 s by default) serve only a "zombie run" automation, which a user sets up on
+    purpose; and at the end of every run Prefect waits up to 1 s for the heartbeat thread to notice the stop
+    — about a second per stage, a tenth of the default pipeline's orchestration. Set
+    PREFECT_FLOWS_HEARTBEAT_FREQUENCY (e.g. with such an automation) and every stage sends them.
+    """
     import contextlib
 
-    if on or any(name in os.environ for name in HEARTBEAT_SETTINGS):
+    if any(name in os.environ for name in HEARTBEAT_SETTINGS):
         return contextlib.nullcontext()
     from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 

@@ -99,10 +99,15 @@ def _live_leases(home: Path) -> list[int]:
 
 def _start_keeper(home: Path, linger_s: float) -> str:
     """Start the keeper (and through it the server) in a new session; wait until the API answers."""
+    import prefect
+
     log = open(home / LOG_FILE, "ab")  # noqa: SIM115 (handed to the child)
+    # the keeper gets the server's environment and Prefect's location from here (where prefect is imported
+    # already), so that it starts the server without importing prefect itself (≈1 s on the first stage's path)
     keeper = subprocess.Popen(
-        [sys.executable, "-m", "flows.prefect_api", "keep", "--home", str(home), "--linger", str(linger_s)],
-        stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+        [sys.executable, "-m", "flows.prefect_api", "keep", "--home", str(home), "--linger", str(linger_s),
+         "--app-dir", str(prefect.__module_path__.parent)],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env=_server_env(),
         cwd=str(Path(__file__).resolve().parents[1]),
     )
     log.close()
@@ -260,11 +265,9 @@ def repro(dvc_args: list[str], grace_s: float = 10.0, warm: bool | None = None) 
 # -- the keeper process -------------------------------------------------------------------------------------
 
 
-def _server_command(port: int) -> list[str]:
+def _server_command(port: int, app_dir: str) -> list[str]:
     # the same command Prefect's own temporary server runs (prefect.server.api.server.SubprocessASGIServer)
-    import prefect
-
-    return [sys.executable, "-m", "uvicorn", "--app-dir", str(prefect.__module_path__.parent), "--factory",
+    return [sys.executable, "-m", "uvicorn", "--app-dir", app_dir, "--factory",
             "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
             "--log-level", "error", "--lifespan", "on"]
 
@@ -276,8 +279,12 @@ def _server_env() -> dict[str, str]:
             **get_current_settings().to_environment_variables(exclude_unset=True)}
 
 
-def keep(home: Path, linger_s: float) -> int:
-    """Run the server until no lease has been live for `linger_s` seconds (or SIGTERM); return its exit code."""
+def keep(home: Path, linger_s: float, app_dir: str) -> int:
+    """Run the server until no lease has been live for `linger_s` seconds (or SIGTERM); return its exit code.
+
+    The server runs in this process's environment (`_server_env()`, set by `_start_keeper`); `app_dir` is
+    where the prefect package lives.
+    """
     stopping = False
 
     def request_stop(signum: int, frame: object) -> None:
@@ -290,7 +297,7 @@ def keep(home: Path, linger_s: float) -> int:
     for _ in range(3):  # a port taken between choosing and binding: try another
         port = _free_port()
         url = f"http://127.0.0.1:{port}/api"
-        server = subprocess.Popen(_server_command(port), env=_server_env(), stdin=subprocess.DEVNULL)
+        server = subprocess.Popen(_server_command(port, app_dir), stdin=subprocess.DEVNULL)
         while server.poll() is None and not _healthy(url, timeout=1.0) and not stopping:
             time.sleep(0.1)
         if server.poll() is None:
@@ -360,12 +367,13 @@ def main(argv: list[str] | None = None) -> int:
     keeper = sub.add_parser("keep", help="run the shared local Prefect server until it has been idle")
     keeper.add_argument("--home", required=True)
     keeper.add_argument("--linger", type=float, default=DEFAULT_LINGER_S)
+    keeper.add_argument("--app-dir", required=True, help="the folder holding the prefect package")
     sub.add_parser("init-db", help="create the local Prefect database if it does not exist (install time)")
     args = parser.parse_args(argv)
     if args.command == "init-db":
         print(init_database())
         return 0
-    return keep(Path(args.home), args.linger)
+    return keep(Path(args.home), args.linger, args.app_dir)
 
 
 if __name__ == "__main__":

@@ -10,8 +10,6 @@ from flows.common import run_stage
 from stages.core.params import load_params
 from stages.sft import train_sft
 
-HEARTBEATS = True  # minutes-long: Prefect heartbeats let a zombie-run automation notice a killed run
-
 
 @flow(name="dvc-sft")
 def sft_flow(params_path: str = "params.yaml") -> dict:

@@ -94,3 +94,20 @@ def test_check_stage_runs_before_dvc_deletes_outputs(tmp_path: Path, project_roo
         assert proc.returncode != 0
         assert output.count(message) == 1 and "Traceback" not in output, output
         assert (repo / "data/sample/pools.parquet").read_text() == "kept"
+
+
+def test_stages_send_no_prefect_heartbeats_unless_the_user_asks(monkeypatch) -> None:
+    """Prefect waits up to 1 s per run for its heartbeat thread; stages turn heartbeats off unless the
+    user set their frequency (then Prefect's setting stands)."""
+    from prefect.settings import get_current_settings
+
+    from flows.cli import HEARTBEAT_SETTINGS, _no_heartbeats_unless_asked
+
+    for name in HEARTBEAT_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    assert get_current_settings().flows.heartbeat_frequency == 180  # Prefect's default
+    with _no_heartbeats_unless_asked():
+        assert get_current_settings().flows.heartbeat_frequency is None
+    monkeypatch.setenv("PREFECT_FLOWS_HEARTBEAT_FREQUENCY", "60")
+    with _no_heartbeats_unless_asked():
+        assert get_current_settings().flows.heartbeat_frequency is not None  # the user's choice stands
