@@ -105,7 +105,10 @@ def run_mode(mode: str, profile: str | None, work: Path) -> dict:
             "before_first_stage_s": round(records[0]["process_start"] - started, 2),
             "orchestration_per_stage_mean_s": round((total - work_total) / len(stages), 2),
             "load_avg_1m_start_end": [round(load_start[0], 2), round(os.getloadavg()[0], 2)],
-            "stages": stages}
+            "stages": stages,
+            # what the run produced, beside how long it took (the repo is thrown away afterwards)
+            "pipeline_metrics": {name: json.loads((repo / "metrics" / f"{name}.json").read_text())
+                                 for name in ("sft", "grpo", "eval") if (repo / "metrics" / f"{name}.json").is_file()}}
 
 
 def main(argv: list[str] | None = None) -> int:
