@@ -14,7 +14,10 @@ Every stage process appends when it started and when its stage function ran to $
 (flows/common.py). Per stage: wall = from its process start to the next stage's process start (to the end of
 the repro for the last); work = the stage function; orchestration = wall − work (process start, imports,
 Prefect API calls and server, DVC hashing and bookkeeping). The time before the first stage process starts
-(dvc start-up, the shared server's start) is orchestration too.
+(dvc start-up, the shared server's start) is orchestration too. Each `vrsflow stage` command also records
+when it started and ended, which splits the orchestration into the stage commands' own (start → work and
+work → exit: process start, imports, the Prefect API and server) and DVC's (the rest: its start-up, status
+checks, hashing and caching outputs, writing dvc.lock).
 
 Writes bench/results/orchestration[-PROFILE].json (figures, commit, machine, load average).
 """
@@ -83,8 +86,9 @@ def run_mode(mode: str, profile: str | None, work: Path) -> dict:
     ended = time.time()
     if proc.returncode != 0:
         raise SystemExit(f"{mode}: {' '.join(command)} failed:\n{(proc.stdout + proc.stderr)[-4000:]}")
-    records = [json.loads(line) for line in timings.read_text().splitlines()]
-    records.sort(key=lambda r: r["process_start"])
+    lines = [json.loads(line) for line in timings.read_text().splitlines()]
+    records = sorted((r for r in lines if "stage" in r), key=lambda r: r["process_start"])
+    commands = [r for r in lines if r.get("command") == "stage"]  # the `vrsflow stage` processes DVC ran
     stages = {}
     for i, record in enumerate(records):
         until = records[i + 1]["process_start"] if i + 1 < len(records) else ended
@@ -93,6 +97,11 @@ def run_mode(mode: str, profile: str | None, work: Path) -> dict:
         stages[record["stage"]] = {"wall_s": round(wall, 2), "work_s": round(work_s, 2),
                                    "orchestration_s": round(wall - work_s, 2),
                                    "start_to_work_s": round(record["task_start"] - record["process_start"], 2)}
+        command = next((c for c in commands if c["command_start"] <= record["task_start"]
+                        and record["task_end"] <= c["command_end"]), None)
+        if command is not None:  # the stage command's own share: its start → work, work → its exit
+            own = (record["task_start"] - command["command_start"]) + (command["command_end"] - record["task_end"])
+            stages[record["stage"]].update(command_s=round(own, 2), dvc_s=round(wall - work_s - own, 2))
     total = ended - started
     work_total = sum(s["work_s"] for s in stages.values())
     forked = [r["stage"] for r in records if r.get("forked")]
@@ -104,6 +113,12 @@ def run_mode(mode: str, profile: str | None, work: Path) -> dict:
             "orchestration_share": round((total - work_total) / total, 3),
             "before_first_stage_s": round(records[0]["process_start"] - started, 2),
             "orchestration_per_stage_mean_s": round((total - work_total) / len(stages), 2),
+            # split of the orchestration: the stage commands' own (process start, imports, Prefect API and
+            # server) vs DVC's (its start-up, status checks, hashing and caching outputs, dvc.lock)
+            **({"stage_commands_s": round(sum(s["command_s"] for s in stages.values()), 1),
+                "stage_commands_share": round(sum(s["command_s"] for s in stages.values()) / total, 3),
+                "dvc_s": round(total - work_total - sum(s["command_s"] for s in stages.values()), 1)}
+               if all("command_s" in s for s in stages.values()) else {}),
             "load_avg_1m_start_end": [round(load_start[0], 2), round(os.getloadavg()[0], 2)],
             "stages": stages,
             # what the run produced, beside how long it took (the repo is thrown away afterwards)
