@@ -97,10 +97,11 @@ def run_mode(mode: str, profile: str | None, work: Path) -> dict:
         stages[record["stage"]] = {"wall_s": round(wall, 2), "work_s": round(work_s, 2),
                                    "orchestration_s": round(wall - work_s, 2),
                                    "start_to_work_s": round(record["task_start"] - record["process_start"], 2)}
-        command = next((c for c in commands if c["command_start"] <= record["task_start"]
-                        and record["task_end"] <= c["command_end"]), None)
-        if command is not None:  # the stage command's own share: its start → work, work → its exit
-            own = (record["task_start"] - command["command_start"]) + (command["command_end"] - record["task_end"])
+        enclosing = next((c for c in commands if c["command_start"] <= record["task_start"]
+                          and record["task_end"] <= c["command_end"]), None)
+        if enclosing is not None:  # the stage command's own share: its start → work, work → its exit
+            own = (record["task_start"] - enclosing["command_start"]) + (enclosing["command_end"]
+                                                                        - record["task_end"])
             stages[record["stage"]].update(command_s=round(own, 2), dvc_s=round(wall - work_s - own, 2))
     total = ended - started
     work_total = sum(s["work_s"] for s in stages.values())
