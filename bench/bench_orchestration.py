@@ -97,8 +97,9 @@ def run_mode(mode: str, profile: str | None, work: Path) -> dict:
         stages[record["stage"]] = {"wall_s": round(wall, 2), "work_s": round(work_s, 2),
                                    "orchestration_s": round(wall - work_s, 2),
                                    "start_to_work_s": round(record["task_start"] - record["process_start"], 2)}
-        enclosing = next((c for c in commands if c["command_start"] <= record["task_start"]
-                          and record["task_end"] <= c["command_end"]), None)
+        # the command that started last before the work began (DVC runs one stage at a time)
+        enclosing = max((c for c in commands if c["command_start"] <= record["task_start"]
+                         and record["task_end"] <= c["command_end"]), key=lambda c: c["command_start"], default=None)
         if enclosing is not None:  # the stage command's own share: its start → work, work → its exit
             own = (record["task_start"] - enclosing["command_start"]) + (enclosing["command_end"]
                                                                         - record["task_end"])
@@ -122,6 +123,7 @@ def run_mode(mode: str, profile: str | None, work: Path) -> dict:
                if all("command_s" in s for s in stages.values()) else {}),
             "load_avg_1m_start_end": [round(load_start[0], 2), round(os.getloadavg()[0], 2)],
             "stages": stages,
+            "timings_raw": lines,  # every record the stage processes and commands wrote (epoch seconds)
             # what the run produced, beside how long it took (the repo is thrown away afterwards)
             "pipeline_metrics": {name: json.loads((repo / "metrics" / f"{name}.json").read_text())
                                  for name in ("sft", "grpo", "eval") if (repo / "metrics" / f"{name}.json").is_file()}}

@@ -124,8 +124,11 @@ def _mask_dict(f: dict) -> str:
 def _orchestration(f: dict) -> str:
     modes = f["modes"]
     parts = [f"{ORCHESTRATION_MODES[m]}: {v['total_s']} s total, {v['orchestration_s']} s orchestration "
-             f"({100 * v['orchestration_share']:.0f} %, {v['orchestration_per_stage_mean_s']} s per stage; "
-             f"load {v['load_avg_1m_start_end'][0]}→{v['load_avg_1m_start_end'][1]})"
+             f"({100 * v['orchestration_share']:.0f} %, {v['orchestration_per_stage_mean_s']} s per stage"
+             + (f"; of it the stage commands' own {v['stage_commands_s']} s = "
+                f"{100 * v['stage_commands_share']:.1f} % of the run, DVC's {v['dvc_s']} s"
+                if "stage_commands_s" in v else "")
+             + f"; load {v['load_avg_1m_start_end'][0]}→{v['load_avg_1m_start_end'][1]})"
              for m, v in modes.items()]
     ratio = f.get("orchestration_before_over_after")
     text = (f"whole DAG, {len(next(iter(modes.values()))['stages'])} flow stages: " + "; ".join(parts)
@@ -133,7 +136,10 @@ def _orchestration(f: dict) -> str:
     targets, after = f.get("targets"), modes.get("after")
     if f.get("profile") == "default" and targets and after:
         share, share_max = after["orchestration_share"], targets["orchestration_share_max"]
-        text += (f"; target: share {100 * share:.1f} % vs ≤ {100 * share_max:g} % {_met(share <= share_max)}, "
+        text += (f"; target: share {100 * share:.1f} % vs ≤ {100 * share_max:g} % {_met(share <= share_max)}"
+                 + (f" (the stage commands' own share {100 * after['stage_commands_share']:.1f} % "
+                    f"{_met(after['stage_commands_share'] <= share_max)})" if "stage_commands_share" in after else "")
+                 + ", "
                  f"run {after['total_s']} s vs ≤ {targets['default_run_max_s']:g} s "
                  f"{_met(after['total_s'] <= targets['default_run_max_s'])}")
     return text
