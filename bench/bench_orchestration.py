@@ -87,22 +87,26 @@ def run_mode(mode: str, profile: str | None, work: Path) -> dict:
     if proc.returncode != 0:
         raise SystemExit(f"{mode}: {' '.join(command)} failed:\n{(proc.stdout + proc.stderr)[-4000:]}")
     lines = [json.loads(line) for line in timings.read_text().splitlines()]
-    records = sorted((r for r in lines if "stage" in r), key=lambda r: r["process_start"])
+    records = [dict(r) for r in lines if "stage" in r]  # copies: lines go into the results as they were
     commands = [r for r in lines if r.get("command") == "stage"]  # the `vrsflow stage` processes DVC ran
+    for record in records:  # the `vrsflow stage` command DVC ran for it: the last started before its work
+        enclosing = max((c for c in commands if c["command_start"] <= record["task_start"]
+                         and record["task_end"] <= c["command_end"]), key=lambda c: c["command_start"], default=None)
+        record["command"] = enclosing
+        # a stage starts when DVC starts its command (before its forked process exists) when that is recorded
+        record["start"] = enclosing["command_start"] if enclosing else record["process_start"]
+    records.sort(key=lambda r: r["start"])
     stages = {}
     for i, record in enumerate(records):
-        until = records[i + 1]["process_start"] if i + 1 < len(records) else ended
-        wall = until - record["process_start"]
+        until = records[i + 1]["start"] if i + 1 < len(records) else ended
+        wall = until - record["start"]
         work_s = record["task_end"] - record["task_start"]
         stages[record["stage"]] = {"wall_s": round(wall, 2), "work_s": round(work_s, 2),
                                    "orchestration_s": round(wall - work_s, 2),
-                                   "start_to_work_s": round(record["task_start"] - record["process_start"], 2)}
-        # the command that started last before the work began (DVC runs one stage at a time)
-        enclosing = max((c for c in commands if c["command_start"] <= record["task_start"]
-                         and record["task_end"] <= c["command_end"]), key=lambda c: c["command_start"], default=None)
-        if enclosing is not None:  # the stage command's own share: its start → work, work → its exit
-            own = (record["task_start"] - enclosing["command_start"]) + (enclosing["command_end"]
-                                                                        - record["task_end"])
+                                   "start_to_work_s": round(record["task_start"] - record["start"], 2)}
+        if record["command"] is not None:  # the command's own share: its start → work, work → its exit
+            own = (record["task_start"] - record["command"]["command_start"]) + (record["command"]["command_end"]
+                                                                                - record["task_end"])
             stages[record["stage"]].update(command_s=round(own, 2), dvc_s=round(wall - work_s - own, 2))
     total = ended - started
     work_total = sum(s["work_s"] for s in stages.values())
@@ -113,7 +117,7 @@ def run_mode(mode: str, profile: str | None, work: Path) -> dict:
             "total_s": round(total, 1), "work_s": round(work_total, 1),
             "orchestration_s": round(total - work_total, 1),
             "orchestration_share": round((total - work_total) / total, 3),
-            "before_first_stage_s": round(records[0]["process_start"] - started, 2),
+            "before_first_stage_s": round(records[0]["start"] - started, 2),
             "orchestration_per_stage_mean_s": round((total - work_total) / len(stages), 2),
             # split of the orchestration: the stage commands' own (process start, imports, Prefect API and
             # server) vs DVC's (its start-up, status checks, hashing and caching outputs, dvc.lock)

@@ -203,8 +203,8 @@ def serve(path: str) -> None:
     """
     to_import = warm_up_order()
     heavy = set(to_import[to_import.index(HEAVY_LAST[0]):])
-    # torch & co. (≈10 s of CPU on 2 cores) only after a first stage has finished: until then they would slow
-    # the start of the Prefect server and of the first stages, which need neither
+    # torch & co. (≈10 s of CPU on 2 cores) only after a first stage has finished (until then they would slow
+    # the start of the Prefect server and of the first stages, which need neither), and only while a stage runs
     finished = [0]
     stopping = False
 
@@ -227,7 +227,9 @@ def serve(path: str) -> None:
     listener.bind(path)
     listener.listen(16)
     while not stopping:
-        importable = bool(to_import) and (to_import[0] not in heavy or finished[0] > 0)
+        # a heavy import (seconds) blocks accepting: start one only while a stage runs (dvc runs one at a
+        # time, so no request is due before it ends), never while the next stage's request may be on its way
+        importable = bool(to_import) and (to_import[0] not in heavy or (finished[0] > 0 and bool(waiting)))
         try:
             ready, _, _ = select.select([listener], [], [], 0.0 if importable else 0.1)
         except InterruptedError:
