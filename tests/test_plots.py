@@ -93,8 +93,16 @@ def test_setup_says_what_it_does_and_writes_the_offline_page(tmp_path: Path, pro
     python.chmod(0o755)
     stamp = b"".join((tmp_path / n).read_bytes() for n in stamped)
     (tmp_path / ".venv" / ".vrsflow-installed").write_text(hashlib.sha256(stamp).hexdigest() + "\n")
-    out = subprocess.run(["bash", "scripts/setup.sh"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": str(project_root)}, check=True).stdout
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}  # a new user: no server configured
+    home = tmp_path / "prefect-home"
+    env.update(PYTHONPATH=str(project_root), PREFECT_HOME=str(home))
+    out = subprocess.run(["bash", "scripts/setup.sh"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env=env, check=True).stdout
     assert out.splitlines() == ["vrsflow setup: writing the offline dvc plots page (.dvc/tmp/plots_offline.html)",
+                                f"vrsflow setup: created the local Prefect database ({home / 'prefect.db'})",
                                 "vrsflow setup: environment up to date (.venv)"]
+    assert (home / "prefect.db").stat().st_size > 0  # made once at install: the first repro's server starts at once
+    again = subprocess.run(["bash", "scripts/setup.sh"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                           env=env, check=True).stdout
+    assert f"vrsflow setup: the local Prefect database exists ({home / 'prefect.db'})" in again.splitlines()
     assert "window.vegaEmbed=" in (tmp_path / ".dvc" / "tmp" / "plots_offline.html").read_text().replace(" ", "")

@@ -299,7 +299,8 @@ def predict_masks(predictor, frames: list[np.ndarray], prompts: list[tuple[int, 
         return [np.zeros((len(frames), height, width), dtype=bool) for _ in prompts]
     keys = sorted(objects)
     groups = [BoxGroup(key, [list(box) for box, _, _ in objects[key]],
-                       [[list(p) for p in pts] for _, pts, _ in objects[key]] if any(p for _, p, _ in objects[key])
+                       [[(x, y, int(label)) for x, y, label in pts] for _, pts, _ in objects[key]]
+                       if any(p for _, p, _ in objects[key])
                        else ()) for key in keys]
     with _shared_self_attention(predictor):
         tracked = dict(zip(keys, propagate_groups(predictor, frames, groups, threshold), strict=True))
@@ -321,6 +322,9 @@ def _shared_self_attention(predictor) -> Iterator[None]:
     repeated (equal to running it on every row; `tests/stages/test_evaluate_per_video.py`). Any other input
     runs SAM2's own code.
     """
+    if getattr(predictor, "memory_attention", None) is None:  # not a SAM2 predictor (a stand-in): nothing to share
+        yield
+        return
     layer = predictor.memory_attention.layers[0]
     original = layer._forward_sa
 
