@@ -34,7 +34,6 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image
-from pycocotools import mask as mask_utils
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -43,7 +42,7 @@ from schemas.answer import parse_answer  # noqa: E402
 from stages.core.ids import expression_id  # noqa: E402
 from stages.core.params import EvaluateParams, SynthParams, TinyModelsParams  # noqa: E402
 from stages.core.rle import to_coco  # noqa: E402
-from stages.evaluate import evaluate_video, model_policy, predict_masks  # noqa: E402
+from stages.evaluate import evaluate_video, model_policy, predict_masks, target_areas, target_boxes  # noqa: E402
 from stages.evaluate.infer import Reply  # noqa: E402
 from stages.evaluate.scorer import load_ground_truth, score_predictions  # noqa: E402
 from stages.segment import load_video_predictor  # noqa: E402
@@ -51,26 +50,15 @@ from stages.segment import load_video_predictor  # noqa: E402
 
 def oracle_boxes(gt, video: str, exp_id: str, shown: list[int], size: int) -> tuple[int, list[list[int]]]:
     """(shown frame where the targets' union is largest, their boxes there at the shown size)."""
-    entry = gt.videos[video]["expressions"][exp_id]
-    annos = [str(a) for a in entry.get("anno_id", [])]
-    height, width = None, None
-    best, best_area = shown[0], -1.0
-    for t in shown:
-        rles = [to_coco(gt.masks[a][t]) for a in annos if gt.masks[a][t]]
-        area = float(mask_utils.area(mask_utils.merge(rles, intersect=False))) if rles else 0.0
-        if rles:
-            height, width = rles[0]["size"]
-        if area > best_area:
-            best, best_area = t, area
-    boxes = []
-    for a in annos:
-        rle = gt.masks[a][best]
-        if rle:
-            x, y, w, h = (float(v) for v in mask_utils.toBbox(to_coco(rle)))
-            if w > 0 and h > 0:
-                boxes.append([round(x * size / width), round(y * size / height), round((x + w) * size / width),
-                              round((y + h) * size / height)])
-    return best, boxes
+    annos = [str(a) for a in gt.videos[video]["expressions"][exp_id].get("anno_id", [])]
+    areas = target_areas(gt, annos, shown)
+    best = shown[int(np.argmax(areas))]  # the first of equal areas, shown[0] when no target shows
+    sizes = [to_coco(rle)["size"] for a in annos for rle in gt.masks[a] if rle]
+    if not sizes:
+        return best, []
+    height, width = sizes[0]
+    return best, [[round(x1 * size / width), round(y1 * size / height), round(x2 * size / width),
+                   round(y2 * size / height)] for x1, y1, x2, y2 in target_boxes(gt, annos, best)]
 
 
 def timed_model_with_oracle_answers(model, gt, size: int):

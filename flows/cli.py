@@ -40,22 +40,20 @@ def _stage(args: argparse.Namespace) -> int:
     command ended is DVC's own bookkeeping)."""
     from flows.forkserver import FORKED_ENV
 
-    TIMINGS_ENV = "VRSFLOW_TIMINGS"  # flows.common.TIMINGS_ENV (not imported here: it imports prefect)
-
-    if not os.environ.get(TIMINGS_ENV) or os.environ.get(FORKED_ENV) == "1":
-        return _run_stage_command(args)
+    timings = os.environ.get("VRSFLOW_TIMINGS")  # flows.common.TIMINGS_ENV (not imported: it imports prefect)
     try:
         return _run_stage_command(args)
     finally:
-        import json
-        import time
+        if timings and os.environ.get(FORKED_ENV) != "1":  # the command itself, not the fork server's child
+            import json
+            import time
 
-        import psutil
+            import psutil
 
-        record = {"command": "stage", "name": args.name, "item": args.item,
-                  "command_start": psutil.Process().create_time(), "command_end": time.time()}
-        with open(os.environ[TIMINGS_ENV], "a") as out:
-            out.write(json.dumps(record) + "\n")
+            record = {"command": "stage", "name": args.name, "item": args.item,
+                      "command_start": psutil.Process().create_time(), "command_end": time.time()}
+            with open(timings, "a") as out:
+                out.write(json.dumps(record) + "\n")
 
 
 def _run_stage_command(args: argparse.Namespace) -> int:

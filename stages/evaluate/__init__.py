@@ -48,7 +48,7 @@ from stages.teacher.prompts import QUESTION_VERSION
 log = logging.getLogger(__name__)
 
 __all__ = ["box_masks", "evaluate", "evaluate_video", "model_policy", "predict_masks", "segmenter", "select_points",
-           "select_prompt", "write_prediction"]
+           "select_prompt", "target_areas", "target_boxes", "write_prediction"]
 
 
 def evaluate(params: EvaluateParams, model: ModelParams, sam2: Sam2Params, train_size: int, data_root: Path,
@@ -106,6 +106,7 @@ def evaluate(params: EvaluateParams, model: ModelParams, sam2: Sam2Params, train
                "seconds_per_video": float(np.mean(seconds)) if seconds else 0.0}
     write_lineage(out_dir, "evaluate", {"evaluate": params, "model": model, "sam2": sam2},
                   inputs={"eval_table": Path(eval_table), "model": Path(model_path),
+                          **({"masks": Path(index_dir) / mask_table.FILE} if index_dir else {}),
                           **({"sam2": Path(sam2.checkpoint)} if params.segmenter == "sam2" else {})},
                   counts={"expressions": len(answers_df), "videos": len(seconds)},
                   code_modules=["stages.evaluate", "stages.segment", "schemas.evaluate"],
@@ -378,23 +379,34 @@ def _keyframe_quality(gt: GroundTruth, annos: list[str], shown_idx: list[int], k
     """
     if not annos:
         return None, None
-    areas = []
-    for t in shown_idx:
-        rles = [to_coco(gt.masks[a][t]) for a in annos if gt.masks[a][t]]
-        areas.append(float(mask_utils.area(mask_utils.merge(rles, intersect=False))) if rles else 0.0)
+    areas = target_areas(gt, annos, shown_idx)
     if max(areas) == 0:
         return None, None
     if key is None:
         return 0.0, 0.0
     ratio = areas[shown_idx.index(key)] / max(areas)
-    gt_boxes = []
+    return float(ratio), matched_box_iou(boxes, target_boxes(gt, annos, key))
+
+
+def target_areas(gt: GroundTruth, annos: list[str], frames: list[int]) -> list[float]:
+    """Per frame, the area of the union of the targets' masks (computed on the RLEs, nothing decoded)."""
+    areas = []
+    for t in frames:
+        rles = [to_coco(gt.masks[a][t]) for a in annos if gt.masks[a][t]]
+        areas.append(float(mask_utils.area(mask_utils.merge(rles, intersect=False))) if rles else 0.0)
+    return areas
+
+
+def target_boxes(gt: GroundTruth, annos: list[str], t: int) -> list[list[float]]:
+    """Each target's box [x1, y1, x2, y2] on frame `t` (video pixels, exclusive edges); empty targets left out."""
+    boxes = []
     for a in annos:
-        rle = gt.masks[a][key]
+        rle = gt.masks[a][t]
         if rle:
             x, y, w, h = (float(v) for v in mask_utils.toBbox(to_coco(rle)))
             if w > 0 and h > 0:
-                gt_boxes.append([x, y, x + w, y + h])
-    return float(ratio), matched_box_iou(boxes, gt_boxes)
+                boxes.append([x, y, x + w, y + h])
+    return boxes
 
 
 def _answer_metrics(answers: pd.DataFrame, mode: str) -> dict[str, float | int]:
