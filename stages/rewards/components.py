@@ -239,9 +239,10 @@ def aks_option_reward(ctx: RewardContext) -> float:
 
 def negative_point_reward(ctx: RewardContext) -> float:
     """VideoSeg-R1: 1/K for each of the K negative points whose distance to the target is positive and at
-    most τ_neg (`negative_point_tau` px at threshold_size, scaled to the image). The distance is the
-    Euclidean distance from the point's pixel to the nearest target pixel at the answer's frame (0 inside
-    the target); a point outside the image, or any point when no target is there, is not valid."""
+    most τ_neg (`negative_point_tau` px at threshold_size, scaled to the image). The distance is the paper's
+    minimum L1 distance from the point's pixel to the target's pixels at the answer's frame, |Δx| + |Δy|
+    (0 inside or on the target); a point outside the image, or any point when no target is there, is not
+    valid."""
     points = ctx.answer.negative_points
     position = ctx.position
     if not points or position is None:
@@ -251,7 +252,8 @@ def negative_point_reward(ctx: RewardContext) -> float:
         return 0.0
     key = ("distance", position)
     if key not in ctx._cache:
-        ctx._cache[key] = ndimage.distance_transform_edt(~mask)
+        # the taxicab chamfer transform is exact for the L1 metric (4-neighbour steps of 1)
+        ctx._cache[key] = ndimage.distance_transform_cdt(~mask, metric="taxicab")
     distance = ctx._cache[key]
     height, width = mask.shape
     tau = ctx.params.negative_point_tau * ctx.scale

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schemas.answer import MAX_BOXES, GroundTruth, parse_answer
+from stages.core import rle
 from stages.core.params import RewardParams, RewardWeights
 from stages.rewards import (
     REGISTRY,
@@ -119,6 +120,36 @@ def test_aks_option_weights():
 ])
 def test_negative_point_band_and_one_over_k(negatives, expected):
     result = score(videoseg(negatives), gt=gt_for("videoseg"))
+    assert result["parsed"] == 1.0 and result["negative_point"] == expected, result
+
+
+def l1_gt(size: int = 200) -> str:
+    """One shown frame of `size`² (thresholds unscaled: threshold_size = size) whose target fills x, y 50..99."""
+    mask = np.zeros((size, size), dtype=bool)
+    mask[50:100, 50:100] = True
+    return json.dumps({"timestamps": [0], "image_size": [size, size], "boxes": [[[50.0, 50.0, 100.0, 100.0]]],
+                       "areas": [[float(mask.sum())]], "union_areas": [float(mask.sum())],
+                       "masks": [rle.encode(mask)], "keyframe_timestamp": 0, "points": [[75.0, 75.0]],
+                       "task": "videoseg"})
+
+
+@pytest.mark.parametrize(("negative", "expected"), [
+    # 25 px right of and 25 px below the corner pixel (99, 99): L1 50 > τ_neg = 40, Euclidean 35.4 ≤ 40 → not valid
+    ([124, 124], 0.0),
+    ([119, 119], 1.0),  # L1 40 = τ_neg: valid (the band is closed at τ_neg)
+    ([120, 119], 0.0),  # L1 41: not valid (Euclidean 29)
+    ([139, 75], 1.0),  # straight right: L1 = Euclidean = 40
+    ([140, 75], 0.0),  # 41
+    ([100, 75], 1.0),  # the pixel next to the target: d = 1 > 0
+    ([99, 75], 0.0),  # on the target's edge pixel: d = 0
+    ([75, 10], 1.0),  # above: 40
+    ([10, 10], 0.0),  # L1 80 from the corner (Euclidean 56.6)
+])
+def test_negative_point_uses_the_minimum_l1_distance(negative, expected):
+    """VideoSeg-R1 (paper 004) measures the minimum L1 distance from the point to the target's pixels."""
+    params = replace(ALL, components=("format", "rcot_match", "non_repeat", "negative_point"), threshold_size=200,
+                     negative_point_tau=40.0)
+    result = score(videoseg([negative], boxes=[[50, 50, 100, 100]], points=[[75, 75]]), params=params, gt=l1_gt())
     assert result["parsed"] == 1.0 and result["negative_point"] == expected, result
 
 
