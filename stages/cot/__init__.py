@@ -29,10 +29,10 @@ from stages.core.lineage import write_lineage
 from stages.core.params import CotParams, TeacherParams
 from stages.core.progress import ProgressReporter
 from stages.core.report import StageReport, summary_line
-from stages.tasks import Task, get_task
+from stages.tasks import Task, get_task, timestamp_tag
 from stages.teacher.cache import ResponseCache, request_key
 from stages.teacher.client import ChatRequest, ChatResult, TeacherClient
-from stages.teacher.prompts import cot_template_ids, render_cot_prompt, timestamp_tag
+from stages.teacher.prompts import cot_template_ids, render_cot_prompt
 from stages.teacher.template_teacher import TEACHER_NAME, template_writer
 
 log = logging.getLogger(__name__)

@@ -29,9 +29,10 @@ from stages.core.io import read_table, write_table
 from stages.core.lineage import write_lineage
 from stages.core.params import DifficultyParams, TeacherParams
 from stages.core.report import StageReport
+from stages.tasks import timestamp_tag
 from stages.teacher.cache import ResponseCache, request_key
 from stages.teacher.client import ChatRequest, TeacherClient
-from stages.teacher.prompts import render_difficulty_prompt, timestamp_tag
+from stages.teacher.prompts import render_difficulty_prompt
 
 log = logging.getLogger(__name__)
 DIMENSIONS = ("scene_complexity", "segmentation_challenge", "temporal_ambiguity", "motion_complexity",

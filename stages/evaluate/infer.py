@@ -20,7 +20,7 @@ import torch
 from PIL import Image
 
 from schemas.answer import Answer, parse_answer
-from stages.teacher.prompts import question_content, timestamp_tag
+from stages.tasks import get_task, timestamp_tag
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class Reply:
 
 def selection_messages(query: Query) -> list[dict]:
     """The chat asking for keyframe + boxes (the SFT/GRPO question; the rejected frames noted in RCoT mode)."""
-    content = question_content(query.text, query.timestamps)
+    content = get_task("veason").question_content(query.text, query.timestamps)
     if query.rejected:
         rejected = ", ".join(timestamp_tag(t) for t in query.rejected)
         content.append({"type": "text", "text": "\n" + RESELECT_NOTE.format(rejected=rejected)})

@@ -26,7 +26,8 @@ from transformers import (
 )
 
 from stages.core.params import TinyModelsParams
-from stages.teacher.prompts import build_question, render_cot_prompt
+from stages.tasks import get_task
+from stages.teacher.prompts import render_cot_prompt
 from stages.teacher.template_teacher import write_trace
 
 # Qwen2-VL / Qwen2.5-VL chat template as shipped with the official checkpoints.
@@ -74,7 +75,7 @@ def training_corpus(seed: int = 0, n: int = 400) -> list[str]:
             boxes.append([[float(x), float(y), float(x + w), float(y + h)]])
         context = {"expression": expression, "timestamps": timestamps, "keyframe_timestamp": key, "train_size": size,
                    "boxes": boxes, "union_areas": [float(rng.integers(50, 400)) for _ in timestamps], "n_instances": 1}
-        texts.append(build_question(expression, timestamps))
+        texts.append(get_task("veason").question(expression, timestamps))
         texts.append(write_trace(context))
         texts.append(json.dumps({"keyframe_timestamp": key, "bbox_2d_list": [[int(v) for v in boxes[0][0]]]}))
         texts.append(" ".join(f"<{t}s>" for t in timestamps))

@@ -2,8 +2,9 @@
 
 - CoT generation: `prompts/cot/<set>/<version>/base.txt` + three example styles
   `style_{a,b,c}.txt`; a template id is `<set>/<version>/<style>`.
-- The model's question for SFT / GRPO / evaluation belongs to its task (stages/tasks/prompts/<task>/<version>.txt);
-  `build_question` / `question_content` here are the Veason-R1 task's, for callers that predate tasks.
+- The model's question for SFT / GRPO / evaluation belongs to its task (stages/tasks/prompts/<task>/<version>.txt):
+  `stages.tasks.get_task(name).question(...)`. The teacher is a transport that tasks use; nothing here imports
+  `stages.tasks` (tests/stages/test_teacher_thinking.py checks the direction).
 - Difficulty rating: `prompts/difficulty/<version>.txt`.
 """
 
@@ -13,10 +14,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from stages.tasks.base import timestamp_tag
-
-__all__ = ["COT_VERSION", "QUESTION_VERSION", "STYLES", "build_question", "cot_template_ids", "question_content",
-           "render_cot_prompt", "render_difficulty_prompt", "timestamp_tag"]
+__all__ = ["COT_VERSION", "QUESTION_VERSION", "STYLES", "cot_template_ids", "render_cot_prompt",
+           "render_difficulty_prompt"]
 
 PROMPTS = Path(__file__).parent / "prompts"
 COT_VERSION = "v1"
@@ -42,20 +41,6 @@ def render_cot_prompt(template_id: str, **fields: Any) -> str:
     base = _read(f"cot/{template_set}/{version}/base.txt")
     example = _read(f"cot/{template_set}/{version}/{style}.txt")
     return base.format(style_example=example.strip(), **fields).strip()
-
-
-def build_question(text: str, timestamps: list[int]) -> str:
-    """The Veason-R1 task's question (`stages.tasks`: every task owns its versioned question file)."""
-    from stages.tasks import get_task
-
-    return get_task("veason").question(text, timestamps)
-
-
-def question_content(text: str, timestamps: list[int]) -> list[dict]:
-    """User-turn content of the Veason-R1 task's question: `<0s>` text, image, …, then the question."""
-    from stages.tasks import get_task
-
-    return get_task("veason").question_content(text, timestamps)
 
 
 def render_difficulty_prompt(expression: str, n_frames: int, version: str = "v1") -> str:

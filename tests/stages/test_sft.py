@@ -21,7 +21,7 @@ from stages.models import build_tiny_models
 from stages.models.tiny_qwen import CHAT_TEMPLATE
 from stages.sft import train_sft
 from stages.sft.data import SftDataset, assistant_labels, encode_example, index_shards, messages, read_shards
-from stages.teacher.prompts import build_question
+from stages.tasks import get_task
 
 FRAME = 56  # 56 px frames → 4 vision tokens each: keeps the tests fast
 
@@ -44,7 +44,8 @@ def write_sft_shards(folder: Path, n_train: int, n_eval: int, n_frames: int = 2)
             for i in range(n):
                 timestamps = [2 * j for j in range(n_frames)]
                 meta = {"sample_id": f"S_{pool}_{i}", "pool": pool, "expression": f"the object {i}",
-                        "timestamps": timestamps, "question": build_question(f"the object {i}", timestamps)}
+                        "timestamps": timestamps,
+                        "question": get_task("veason").question(f"the object {i}", timestamps)}
                 if pool == "sft":
                     meta["response"] = _response(i % n_frames)
                 record = {"__key__": meta["sample_id"], "json": json.dumps(meta).encode()}

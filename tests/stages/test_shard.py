@@ -37,7 +37,7 @@ from stages.ingest import ingest
 from stages.keyframes import select_keyframes
 from stages.sample import sample_pools
 from stages.shard import sharegpt_row, verl_row, write_shards
-from stages.teacher.prompts import build_question
+from stages.tasks import get_task
 from tests.revos_factory import simple_video, write_root
 
 TRAIN_SIZE = 56  # small frames keep the test fast; the stage takes the size from the keyframes table
@@ -105,7 +105,7 @@ def test_every_sample_exactly_once_with_fields_intact(upstream: Path, shards: Pa
             row = by_id[meta["sample_id"]]
             assert meta["pool"] == pool and meta["expression"] == row["text"] and meta["video"] == row["video"]
             assert meta["timestamps"] == [int(t) for t in row["timestamps"]]
-            assert meta["question"] == build_question(row["text"], meta["timestamps"])
+            assert meta["question"] == get_task("veason").question(row["text"], meta["timestamps"])
             if pool == "sft":
                 assert meta["response"] == responses[record["__key__"]]
             frames = sorted(k for k in record if k.startswith("frame_"))
