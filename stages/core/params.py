@@ -23,7 +23,19 @@ import yaml
 from annotated_types import Ge, Gt, Le, Lt, MinLen
 
 from stages.core.runner import RunnerParams
-from stages.core.typed_config import ParamsError, build, deep_merge, field_type, is_block, is_str_like
+from stages.core.typed_config import (
+    SERVER,
+    EnvName,
+    Exp,
+    ExpPath,
+    ParamsError,
+    Server,
+    build,
+    deep_merge,
+    field_type,
+    is_block,
+    is_str_like,
+)
 
 __all__ = ["ParamsError", "Params", "apply_overrides", "load_params", "read_params_file"]
 
@@ -39,26 +51,32 @@ NonEmptyStr = Annotated[str, MinLen(1)]
 NonEmptyNames = Annotated[tuple[str, ...], MinLen(1)]
 NonEmptyWeights = Annotated[tuple[Annotated[float, Gt(0)], ...], MinLen(1)]
 PoolName = Literal["sft", "grpo", "eval"]
+# Served-run policy (stages/core/typed_config.py, docs/ui.md): every value field is Exp[...] (a run from the UI
+# may change it), ExpPath[...] (a path it may change inside the project) or Server[...] (fixed when `vrsflow serve`
+# starts); a field naming an environment variable is SecretEnv (server side, names from SECRET_ENV_PREFIXES only).
+SECRET_ENV_PREFIXES = ("VRSFLOW_",)
+SecretEnv = Annotated[str, SERVER, EnvName(SECRET_ENV_PREFIXES)]
 
 
 @dataclass(frozen=True)
 class DataParams:
-    root: str = "data/raw/synth"  # ReVOS-layout root that ingest reads (the synthetic one by default)
-    index_dir: str = "data/index"
+    root: ExpPath[str] = "data/raw/synth"  # ReVOS-layout root that ingest reads (the synthetic one by default)
+    index_dir: ExpPath[str] = "data/index"
 
 
 @dataclass(frozen=True)
 class SynthScale:
-    n_videos_train: PosInt = 8
-    n_videos_valid: PosInt = 4
-    min_frames: PosInt = 8
-    max_frames: PosInt = 14
-    height: PosInt = 120
-    width: PosInt = 160
-    min_objects: PosInt = 2
-    max_objects: PosInt = 4
-    frame_gap_prob: Annotated[float, Ge(0), Lt(1)] = 0.25  # probability that a frame number is skipped (ReVOS has gaps)
-    jpeg_quality: JpegQuality = 90
+    n_videos_train: Exp[PosInt] = 8
+    n_videos_valid: Exp[PosInt] = 4
+    min_frames: Exp[PosInt] = 8
+    max_frames: Exp[PosInt] = 14
+    height: Exp[PosInt] = 120
+    width: Exp[PosInt] = 160
+    min_objects: Exp[PosInt] = 2
+    max_objects: Exp[PosInt] = 4
+    # probability that a frame number is skipped (ReVOS has gaps)
+    frame_gap_prob: Exp[Annotated[float, Ge(0), Lt(1)]] = 0.25
+    jpeg_quality: Exp[JpegQuality] = 90
 
     def _rules(self) -> Iterator[tuple[str, str]]:
         if self.min_frames > self.max_frames:
@@ -69,11 +87,11 @@ class SynthScale:
 
 @dataclass(frozen=True)
 class SynthParams:
-    seed: Seed = 0
-    size: Literal["default", "large"] = "default"
-    out_dir: str = "data/raw/synth"
-    source: str = "SYNTH"  # first component of the video keys (SYNTH/train/v0003)
-    layout: Literal["revos", "mevis", "reasonvos", "refytvos", "refdavis"] = "revos"  # on-disk layout written
+    seed: Exp[Seed] = 0
+    size: Exp[Literal["default", "large"]] = "default"
+    out_dir: ExpPath[str] = "data/raw/synth"
+    source: Exp[str] = "SYNTH"  # first component of the video keys (SYNTH/train/v0003)
+    layout: Exp[Literal["revos", "mevis", "reasonvos", "refytvos", "refdavis"]] = "revos"  # on-disk layout written
     default: SynthScale = field(default_factory=SynthScale)
     large: SynthScale = field(
         default_factory=lambda: SynthScale(
@@ -89,34 +107,35 @@ class SynthParams:
 
 @dataclass(frozen=True)
 class IngestParams:
-    strict: bool = True  # false: bad items go to the quarantine table and the rest proceeds
-    check_jpeg: Literal["header", "decode"] = "header"  # how deeply frames are checked
-    foreground_tolerance: Fraction = 0.0  # allowed fraction of pixels where foreground != union of masks
+    strict: Exp[bool] = True  # false: bad items go to the quarantine table and the rest proceeds
+    check_jpeg: Exp[Literal["header", "decode"]] = "header"  # how deeply frames are checked
+    foreground_tolerance: Exp[Fraction] = 0.0  # allowed fraction of pixels where foreground != union of masks
 
 
 @dataclass(frozen=True)
 class RemoteParams:
-    name: NonEmptyStr = "storage"  # DVC remote name
-    url: str = ""  # s3://bucket/path, gs://…, ssh://host/path or a local folder; empty = no remote
-    url_env: NonEmptyStr = "VRSFLOW_DVC_REMOTE"  # environment variable that, when set, overrides `url`
+    name: Server[NonEmptyStr] = "storage"  # DVC remote name
+    url: Server[str] = ""  # s3://bucket/path, gs://…, ssh://host/path or a local folder; empty = no remote
+    url_env: SecretEnv = "VRSFLOW_DVC_REMOTE"  # environment variable that, when set, overrides `url`
 
 
 @dataclass(frozen=True)
 class SampleParams:
-    sft_first_k: NonNegInt = 12  # SFT candidates: the first k expressions of each training video (Veason-R1: 10)
-    sft_size: NonNegInt = 0  # SFT pool size after the first-k rule; 0 = all (ReVOS: ~5.8K)
-    grpo_size: NonNegInt = 24  # GRPO pool size (paper: 10K)
-    eval_size: NonNegInt = 0  # evaluation pool size from the valid split; 0 = all
-    disjoint: bool = True  # no expression in two pools
-    include_no_target_train: bool = False  # Veason-R1 skips type 2 in training
-    include_no_target_eval: bool = True  # kept for evaluation (excluded from J&F aggregates there)
-    motion_strata: bool = False  # add a motion-heavy / static split to the strata
-    motion_threshold: PosFloat = 0.25  # target box-centre travel ÷ frame diagonal that counts as motion-heavy
-    difficulty_table: str = ""  # a difficulty scores parquet to stratify by level too; "" = off
-    sft_tasks: NonEmptyNames = ("veason",)  # tasks every SFT sample is trained on (stages/tasks)
-    grpo_tasks: NonEmptyNames = ("veason",)  # tasks of GRPO and eval samples, one per sample, by grpo_task_weights
-    grpo_task_weights: NonEmptyWeights = (1.0,)  # shares of grpo_tasks (RCoT-Seg: AKS 4K : KTG 6K)
-    single_multi_ratio: NonNegFloat = 0.0  # single:multi-instance expressions in SFT/GRPO; 0 = as the source (RCoT: 3)
+    sft_first_k: Exp[NonNegInt] = 12  # SFT candidates: the first k expressions of each training video (Veason-R1: 10)
+    sft_size: Exp[NonNegInt] = 0  # SFT pool size after the first-k rule; 0 = all (ReVOS: ~5.8K)
+    grpo_size: Exp[NonNegInt] = 24  # GRPO pool size (paper: 10K)
+    eval_size: Exp[NonNegInt] = 0  # evaluation pool size from the valid split; 0 = all
+    disjoint: Exp[bool] = True  # no expression in two pools
+    include_no_target_train: Exp[bool] = False  # Veason-R1 skips type 2 in training
+    include_no_target_eval: Exp[bool] = True  # kept for evaluation (excluded from J&F aggregates there)
+    motion_strata: Exp[bool] = False  # add a motion-heavy / static split to the strata
+    motion_threshold: Exp[PosFloat] = 0.25  # target box-centre travel ÷ frame diagonal that counts as motion-heavy
+    difficulty_table: ExpPath[str] = ""  # a difficulty scores parquet to stratify by level too; "" = off
+    sft_tasks: Exp[NonEmptyNames] = ("veason",)  # tasks every SFT sample is trained on (stages/tasks)
+    grpo_tasks: Exp[NonEmptyNames] = ("veason",)  # tasks of GRPO and eval samples, one per sample, by grpo_task_weights
+    grpo_task_weights: Exp[NonEmptyWeights] = (1.0,)  # shares of grpo_tasks (RCoT-Seg: AKS 4K : KTG 6K)
+    # single:multi-instance expressions in SFT/GRPO; 0 = as the source (RCoT: 3)
+    single_multi_ratio: Exp[NonNegFloat] = 0.0
 
     def _rules(self) -> Iterator[tuple[str, str]]:
         if len(self.grpo_task_weights) != len(self.grpo_tasks):
@@ -126,31 +145,32 @@ class SampleParams:
 
 @dataclass(frozen=True)
 class KeyframesParams:
-    n_frames: PosInt = 6  # N frames shown to the model (Veason-R1: 6)
-    top_k: PosInt = 5  # keyframe drawn among the top-k frames by target area (Veason-R1: 5)
-    mode: Literal["topk_random", "max_area"] = "topk_random"  # max_area: RCoT-Seg's largest-area frame
-    train_size: PosInt = 112  # frames resized to train_size² for training (paper: 560; small on CPU)
-    keyframe_size: NonNegInt = 0  # side of single-frame task views (AKS, KTG, VideoSeg-R1); 0 = train_size (RCoT: 840)
+    n_frames: Exp[PosInt] = 6  # N frames shown to the model (Veason-R1: 6)
+    top_k: Exp[PosInt] = 5  # keyframe drawn among the top-k frames by target area (Veason-R1: 5)
+    mode: Exp[Literal["topk_random", "max_area"]] = "topk_random"  # max_area: RCoT-Seg's largest-area frame
+    train_size: Exp[PosInt] = 112  # frames resized to train_size² for training (paper: 560; small on CPU)
+    # side of single-frame task views (AKS, KTG, VideoSeg-R1); 0 = train_size (RCoT: 840)
+    keyframe_size: Exp[NonNegInt] = 0
 
 
 @dataclass(frozen=True)
 class TeacherParams:
-    backend: Literal["template", "openai"] = "template"  # template: offline, from annotations
-    base_url: str = "https://ark.cn-beijing.volces.com/api/v3"  # any OpenAI-compatible endpoint
-    model: str = "doubao-1-5-thinking-vision-pro-250428"  # Seed1.5-VL on Volcengine Ark
-    api_key_env: str = "VRSFLOW_TEACHER_API_KEY"  # NAME of the env var holding the key (never the key)
-    api_key_required: bool = True  # false for local servers without auth
-    temperature: NonNegFloat = 0.7
-    max_tokens: PosInt = 1024
-    concurrency: PosInt = 32  # requests in flight
-    timeout_s: PosFloat = 120.0  # per request
-    max_retries: NonNegInt = 5  # on 429, 5xx, timeouts, connection errors, malformed bodies
-    backoff_base_s: NonNegFloat = 1.0  # exponential backoff base (full jitter)
-    backoff_max_s: NonNegFloat = 60.0
-    rpm: NonNegInt = 0  # requests per minute limit; 0 = none
-    price_in_per_m: NonNegFloat = 0.0  # USD per 1M prompt tokens, for the cost estimate
-    price_out_per_m: NonNegFloat = 0.0  # USD per 1M completion tokens
-    image_size: PosInt = 448  # longest side of frames sent to the teacher, pixels
+    backend: Server[Literal["template", "openai"]] = "template"  # template: offline, from annotations
+    base_url: Server[str] = "https://ark.cn-beijing.volces.com/api/v3"  # any OpenAI-compatible endpoint
+    model: Exp[str] = "doubao-1-5-thinking-vision-pro-250428"  # Seed1.5-VL on Volcengine Ark
+    api_key_env: SecretEnv = "VRSFLOW_TEACHER_API_KEY"  # NAME of the env var holding the key (never the key)
+    api_key_required: Server[bool] = True  # false for local servers without auth
+    temperature: Exp[NonNegFloat] = 0.7
+    max_tokens: Exp[PosInt] = 1024
+    concurrency: Server[PosInt] = 32  # requests in flight
+    timeout_s: Exp[PosFloat] = 120.0  # per request
+    max_retries: Exp[NonNegInt] = 5  # on 429, 5xx, timeouts, connection errors, malformed bodies
+    backoff_base_s: Exp[NonNegFloat] = 1.0  # exponential backoff base (full jitter)
+    backoff_max_s: Exp[NonNegFloat] = 60.0
+    rpm: Server[NonNegInt] = 0  # requests per minute limit; 0 = none
+    price_in_per_m: Exp[NonNegFloat] = 0.0  # USD per 1M prompt tokens, for the cost estimate
+    price_out_per_m: Exp[NonNegFloat] = 0.0  # USD per 1M completion tokens
+    image_size: Exp[PosInt] = 448  # longest side of frames sent to the teacher, pixels
 
     def _rules(self) -> Iterator[tuple[str, str]]:
         if self.backoff_base_s > self.backoff_max_s:
@@ -159,17 +179,17 @@ class TeacherParams:
 
 @dataclass(frozen=True)
 class CotParams:
-    pools: Annotated[tuple[PoolName, ...], MinLen(1)] = ("sft",)  # pools that get reasoning traces
-    traces_per_sample: PosInt = 1  # teacher calls per sample (different template draws / seeds)
-    cache_dir: str = "data/cot/cache"  # persistent response cache (DVC persist: true)
+    pools: Exp[Annotated[tuple[PoolName, ...], MinLen(1)]] = ("sft",)  # pools that get reasoning traces
+    traces_per_sample: Exp[PosInt] = 1  # teacher calls per sample (different template draws / seeds)
+    cache_dir: ExpPath[str] = "data/cot/cache"  # persistent response cache (DVC persist: true)
 
 
 @dataclass(frozen=True)
 class FilterParams:
-    min_chars: NonNegInt = 120  # length bounds of a trace
-    max_chars: PosInt = 4000
-    near_duplicate_ratio: Fraction = 0.9  # difflib ratio at/above which a second trace of a sample is dropped
-    check_faithfulness: bool = True  # step-3 location words must agree with the ground-truth box
+    min_chars: Exp[NonNegInt] = 120  # length bounds of a trace
+    max_chars: Exp[PosInt] = 4000
+    near_duplicate_ratio: Exp[Fraction] = 0.9  # difflib ratio at/above which a second trace of a sample is dropped
+    check_faithfulness: Exp[bool] = True  # step-3 location words must agree with the ground-truth box
 
     def _rules(self) -> Iterator[tuple[str, str]]:
         if self.min_chars > self.max_chars:
@@ -178,13 +198,13 @@ class FilterParams:
 
 @dataclass(frozen=True)
 class DifficultyParams:
-    backend: Literal["heuristic", "mllm"] = "heuristic"  # mllm: the teacher client rates (JSON output)
-    easy_below: Annotated[float, Ge(1), Le(10)] = 4.0  # D < easy_below → easy (VideoSeg-R1 uses two thresholds)
-    hard_from: Annotated[float, Ge(1), Le(10)] = 6.5  # D ≥ hard_from → hard
-    min_budget: PosInt = 128  # reasoning-token budget L(D) at D = 1
-    max_budget: PosInt = 768  # L(D) at D = 10 (linear in between, multiples of 16)
-    json_retries: NonNegInt = 2  # extra MLLM calls when the rating JSON does not validate
-    cache_dir: str = "data/difficulty/cache"
+    backend: Server[Literal["heuristic", "mllm"]] = "heuristic"  # mllm: the teacher client rates (JSON output)
+    easy_below: Exp[Annotated[float, Ge(1), Le(10)]] = 4.0  # D < easy_below → easy (VideoSeg-R1 uses two thresholds)
+    hard_from: Exp[Annotated[float, Ge(1), Le(10)]] = 6.5  # D ≥ hard_from → hard
+    min_budget: Exp[PosInt] = 128  # reasoning-token budget L(D) at D = 1
+    max_budget: Exp[PosInt] = 768  # L(D) at D = 10 (linear in between, multiples of 16)
+    json_retries: Exp[NonNegInt] = 2  # extra MLLM calls when the rating JSON does not validate
+    cache_dir: ExpPath[str] = "data/difficulty/cache"
 
     def _rules(self) -> Iterator[tuple[str, str]]:
         if self.easy_below > self.hard_from:
@@ -195,14 +215,15 @@ class DifficultyParams:
 
 @dataclass(frozen=True)
 class TinyModelsParams:
-    seed: Seed = 0
-    out_dir: str = "models/tiny"  # qwen25vl/ and sam2/ are written below it
-    vocab_size: PosInt = 1024  # toy byte-level BPE (a small vocabulary keeps GRPO log-probs cheap on CPU)
-    hidden_size: PosInt = 256  # text hidden size (head_dim = hidden_size / num_heads); 256 learns the format in SFT
-    num_layers: PosInt = 2
-    num_heads: PosInt = 4
-    max_image_side: PosInt = 112  # processor's longest_edge in pixels (28-pixel multiples)
-    sam2_image_size: PosInt = 256  # SAM2 input resolution of the micro model
+    seed: Exp[Seed] = 0
+    out_dir: ExpPath[str] = "models/tiny"  # qwen25vl/ and sam2/ are written below it
+    vocab_size: Exp[PosInt] = 1024  # toy byte-level BPE (a small vocabulary keeps GRPO log-probs cheap on CPU)
+    # text hidden size (head_dim = hidden_size / num_heads); 256 learns the format in SFT
+    hidden_size: Exp[PosInt] = 256
+    num_layers: Exp[PosInt] = 2
+    num_heads: Exp[PosInt] = 4
+    max_image_side: Exp[PosInt] = 112  # processor's longest_edge in pixels (28-pixel multiples)
+    sam2_image_size: Exp[PosInt] = 256  # SAM2 input resolution of the micro model
 
     def _rules(self) -> Iterator[tuple[str, str]]:
         if self.hidden_size % self.num_heads:
@@ -211,73 +232,79 @@ class TinyModelsParams:
 
 @dataclass(frozen=True)
 class ModelParams:
-    path: str = "models/tiny/qwen25vl"  # local Qwen2.5-VL checkpoint folder (config, weights, processor)
-    dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bf16 on GPU, fp32 on CPU
+    path: ExpPath[str] = "models/tiny/qwen25vl"  # local Qwen2.5-VL checkpoint folder (config, weights, processor)
+    dtype: Exp[Literal["auto", "float32", "bfloat16"]] = "auto"  # auto: bf16 on GPU, fp32 on CPU
 
 
 @dataclass(frozen=True)
 class Sam2Params:
-    checkpoint: str = "models/tiny/sam2/model.pt"  # {"model": state_dict}, as the official sam2.1_hiera_*.pt
-    config: str = "models/tiny/sam2/config.yaml"  # a sam2 package config name or a vrsflow config file
-    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    checkpoint: ExpPath[str] = "models/tiny/sam2/model.pt"  # {"model": state_dict}, as the official sam2.1_hiera_*.pt
+    config: ExpPath[str] = "models/tiny/sam2/config.yaml"  # a sam2 package config name or a vrsflow config file
+    dtype: Exp[Literal["auto", "float32", "bfloat16"]] = "auto"
 
 
 @dataclass(frozen=True)
 class ShardParams:
-    samples_per_shard: PosInt = 256  # WebDataset samples per tar
-    jpeg_quality: JpegQuality = 95  # frames re-encoded at train size
-    export_sharegpt: bool = True  # LLaMA-Factory ShareGPT JSON + images (SFT)
-    export_verl: bool = True  # verl parquet (GRPO, eval)
+    samples_per_shard: Exp[PosInt] = 256  # WebDataset samples per tar
+    jpeg_quality: Exp[JpegQuality] = 95  # frames re-encoded at train size
+    export_sharegpt: Exp[bool] = True  # LLaMA-Factory ShareGPT JSON + images (SFT)
+    export_verl: Exp[bool] = True  # verl parquet (GRPO, eval)
 
 
 @dataclass(frozen=True)
 class SftParams:
-    seed: Seed = 0
-    epochs: PosInt = 8  # passes over the SFT data (paper: 1; the tiny random model needs more)
-    learning_rate: PosFloat = 5e-3  # (paper: 1e-4 for LoRA on the pretrained model)
-    lr_scheduler: Literal["cosine"] = "cosine"
-    warmup_ratio: Annotated[float, Ge(0), Lt(1)] = 0.03
-    grad_accum: PosInt = 1  # gradient accumulation steps (paper: 8; 1 = more updates on tiny data)
-    batch_size: PosInt = 1  # samples per device per micro-batch (global batch = batch_size × processes × grad_accum)
-    weight_decay: NonNegFloat = 0.0
-    max_grad_norm: PosFloat = 1.0
-    lora_r: NonNegInt = 8  # (paper: 8); 0 = full fine-tuning
-    lora_alpha: PosInt = 16
-    lora_dropout: Annotated[float, Ge(0), Lt(1)] = 0.05
-    train_vision: bool = False  # also adapt the vision tower and merger (papers: language model only)
-    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-    modules_to_save: tuple[str, ...] = ("lm_head", "embed_tokens")  # fully trained; () for real checkpoints
-    gradient_checkpointing: bool = False
-    cpu_threads: NonNegInt = 1  # torch threads on CPU (tiny model: 1 is fastest on a shared machine); 0 = torch default
-    save_every_steps: PosInt = 10  # resumable checkpoint interval (optimizer steps)
-    cache_mb: NonNegInt = 1024  # processor outputs kept in memory for later epochs, MB; 0 = encode every time
-    processes: PosInt = 1  # training processes (GPUs); > 1 starts `accelerate launch` (or torchrun) from the stage
-    accelerate_config: str = ""  # accelerate config for processes > 1 (configs/accelerate/*.yaml); "" = torchrun DDP
-    format_eval_samples: NonNegInt = 12  # held-out eval samples for the before/after format rate
-    max_new_tokens: PosInt = 256  # generation length for the format rate (template traces: ~175 tokens)
-    out_dir: str = "models/sft"
-    checkpoint_dir: str = "models/checkpoints/sft"  # persists across runs (resume after a kill)
+    seed: Exp[Seed] = 0
+    epochs: Exp[PosInt] = 8  # passes over the SFT data (paper: 1; the tiny random model needs more)
+    learning_rate: Exp[PosFloat] = 5e-3  # (paper: 1e-4 for LoRA on the pretrained model)
+    lr_scheduler: Exp[Literal["cosine"]] = "cosine"
+    warmup_ratio: Exp[Annotated[float, Ge(0), Lt(1)]] = 0.03
+    grad_accum: Exp[PosInt] = 1  # gradient accumulation steps (paper: 8; 1 = more updates on tiny data)
+    # samples per device per micro-batch (global batch = batch_size × processes × grad_accum)
+    batch_size: Exp[PosInt] = 1
+    weight_decay: Exp[NonNegFloat] = 0.0
+    max_grad_norm: Exp[PosFloat] = 1.0
+    lora_r: Exp[NonNegInt] = 8  # (paper: 8); 0 = full fine-tuning
+    lora_alpha: Exp[PosInt] = 16
+    lora_dropout: Exp[Annotated[float, Ge(0), Lt(1)]] = 0.05
+    train_vision: Exp[bool] = False  # also adapt the vision tower and merger (papers: language model only)
+    target_modules: Exp[tuple[str, ...]] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    modules_to_save: Exp[tuple[str, ...]] = ("lm_head", "embed_tokens")  # fully trained; () for real checkpoints
+    gradient_checkpointing: Exp[bool] = False
+    # torch threads on CPU (tiny model: 1 is fastest on a shared machine); 0 = torch default
+    cpu_threads: Exp[NonNegInt] = 1
+    save_every_steps: Exp[PosInt] = 10  # resumable checkpoint interval (optimizer steps)
+    cache_mb: Exp[NonNegInt] = 1024  # processor outputs kept in memory for later epochs, MB; 0 = encode every time
+    # training processes (GPUs); > 1 starts `accelerate launch` (or torchrun) from the stage
+    processes: Server[PosInt] = 1
+    # accelerate config for processes > 1 (configs/accelerate/*.yaml); "" = torchrun DDP
+    accelerate_config: Server[str] = ""
+    format_eval_samples: Exp[NonNegInt] = 12  # held-out eval samples for the before/after format rate
+    max_new_tokens: Exp[PosInt] = 256  # generation length for the format rate (template traces: ~175 tokens)
+    out_dir: ExpPath[str] = "models/sft"
+    checkpoint_dir: ExpPath[str] = "models/checkpoints/sft"  # persists across runs (resume after a kill)
 
 
 @dataclass(frozen=True)
 class EvaluateParams:
-    model_path: str = "models/grpo/merged"  # Qwen2.5-VL folder to evaluate; "" = model.path
-    split: Literal["valid", "train"] = "valid"  # ReVOS split the eval pool comes from (published: valid)
-    n_frames: PosInt = 6  # frames shown, sampled uniformly over the video (Veason-R1: 8 at inference)
-    frame_size: NonNegInt = 0  # square side of the frames shown, pixels; 0 = keyframes.train_size (paper: 560)
-    batch_size: PosInt = 32  # prompts per generate() call (one video's, in near-equal batches)
-    max_new_tokens: PosInt = 256  # (paper: 1024)
-    mode: Literal["veason", "rcot", "htfs"] = "veason"  # rcot: RCoT-Seg agentic selection; htfs: VideoSeg-R1 sampler
-    max_rounds: PosInt = 5  # RCoT-Seg λ: keyframe selections before the last one is kept
-    htfs_k: PosInt = 4  # VideoSeg-R1 HTFS: interval predictions averaged per round (K)
-    htfs_delta: Annotated[float, Gt(0), Le(1)] = 0.25  # HTFS: narrow while the key segment > δ · T frames
-    htfs_m: PosInt = 4  # HTFS: position predictions averaged inside the key segment (M)
-    keyframe_size: NonNegInt = 0  # side of the chosen frame shown alone (RCoT-Seg AKS / KTG: 840); 0 = frame_size
-    mask_threshold: float = 0.0  # SAM2 mask logit threshold (SAM2's own: 0)
-    segmenter: Literal["sam2", "box"] = "sam2"  # box: the keyframe boxes filled on every frame (box-only lower bound)
-    limit: NonNegInt = 0  # evaluate the first `limit` expressions of the eval pool; 0 = all
-    bound_th: PosFloat = 0.008  # DAVIS boundary tolerance, fraction of the diagonal (published: 0.008)
-    report_examples: NonNegInt = 2  # best and worst expressions pictured in the report
+    model_path: ExpPath[str] = "models/grpo/merged"  # Qwen2.5-VL folder to evaluate; "" = model.path
+    split: Exp[Literal["valid", "train"]] = "valid"  # ReVOS split the eval pool comes from (published: valid)
+    n_frames: Exp[PosInt] = 6  # frames shown, sampled uniformly over the video (Veason-R1: 8 at inference)
+    frame_size: Exp[NonNegInt] = 0  # square side of the frames shown, pixels; 0 = keyframes.train_size (paper: 560)
+    batch_size: Exp[PosInt] = 32  # prompts per generate() call (one video's, in near-equal batches)
+    max_new_tokens: Exp[PosInt] = 256  # (paper: 1024)
+    # rcot: RCoT-Seg agentic selection; htfs: VideoSeg-R1 sampler
+    mode: Exp[Literal["veason", "rcot", "htfs"]] = "veason"
+    max_rounds: Exp[PosInt] = 5  # RCoT-Seg λ: keyframe selections before the last one is kept
+    htfs_k: Exp[PosInt] = 4  # VideoSeg-R1 HTFS: interval predictions averaged per round (K)
+    htfs_delta: Exp[Annotated[float, Gt(0), Le(1)]] = 0.25  # HTFS: narrow while the key segment > δ · T frames
+    htfs_m: Exp[PosInt] = 4  # HTFS: position predictions averaged inside the key segment (M)
+    keyframe_size: Exp[NonNegInt] = 0  # side of the chosen frame shown alone (RCoT-Seg AKS / KTG: 840); 0 = frame_size
+    mask_threshold: Exp[float] = 0.0  # SAM2 mask logit threshold (SAM2's own: 0)
+    # box: the keyframe boxes filled on every frame (box-only lower bound)
+    segmenter: Exp[Literal["sam2", "box"]] = "sam2"
+    limit: Exp[NonNegInt] = 0  # evaluate the first `limit` expressions of the eval pool; 0 = all
+    bound_th: Exp[PosFloat] = 0.008  # DAVIS boundary tolerance, fraction of the diagonal (published: 0.008)
+    report_examples: Exp[NonNegInt] = 2  # best and worst expressions pictured in the report
 
     def _rules(self) -> Iterator[tuple[str, str]]:
         if self.bound_th >= 1 and self.bound_th != int(self.bound_th):
@@ -289,13 +316,15 @@ BENCHMARK_NAMES = ("revos", "mevis", "reasonvos", "refytvos", "refdavis")
 
 @dataclass(frozen=True)
 class BenchmarksParams:
-    names: NonEmptyNames = BENCHMARK_NAMES  # one `bench@<name>` DVC stage each (docs/benchmarks.md)
-    models: dict[str, str] = field(default_factory=lambda: {  # table rows: label → Qwen2.5-VL folder
+    names: Exp[NonEmptyNames] = BENCHMARK_NAMES  # one `bench@<name>` DVC stage each (docs/benchmarks.md)
+    models: ExpPath[dict[str, str]] = field(default_factory=lambda: {  # table rows: label → Qwen2.5-VL folder
         "base": "models/tiny/qwen25vl", "sft": "models/sft/merged", "grpo": "models/grpo/merged"})
-    roots: dict[str, str] = field(default_factory=dict)  # name → published root; missing = synthetic from data.root
-    splits: dict[str, str] = field(default_factory=dict)  # name → split of a given root; missing = evaluation split
-    videos: NonNegInt = 1  # first videos per benchmark; 0 = all
-    expressions: NonNegInt = 2  # first expressions of those (Ref-DAVIS17: whole objects, 4 each); 0 = all
+    # name → published root; missing = synthetic from data.root
+    roots: ExpPath[dict[str, str]] = field(default_factory=dict)
+    # name → split of a given root; missing = evaluation split
+    splits: Exp[dict[str, str]] = field(default_factory=dict)
+    videos: Exp[NonNegInt] = 1  # first videos per benchmark; 0 = all
+    expressions: Exp[NonNegInt] = 2  # first expressions of those (Ref-DAVIS17: whole objects, 4 each); 0 = all
 
     def _rules(self) -> Iterator[tuple[str, str]]:
         for name in (*self.names, *self.roots, *self.splits):
@@ -307,30 +336,32 @@ class BenchmarksParams:
 
 @dataclass(frozen=True)
 class RewardWeights:
-    format: NonNegFloat = 1.0  # weight of each reward component (Veason-R1 / RCoT-Seg / VideoSeg-R1: all 1)
-    keyframe: NonNegFloat = 1.0
-    spatial: NonNegFloat = 1.0
-    consistency: NonNegFloat = 1.0
-    rcot_match: NonNegFloat = 1.0
-    aks_option: NonNegFloat = 2.0  # RCoT-Seg λ_a = 2 (λ_f = the format weight = 1)
-    negative_point: NonNegFloat = 1.0
-    non_repeat: NonNegFloat = 1.0
+    format: Exp[NonNegFloat] = 1.0  # weight of each reward component (Veason-R1 / RCoT-Seg / VideoSeg-R1: all 1)
+    keyframe: Exp[NonNegFloat] = 1.0
+    spatial: Exp[NonNegFloat] = 1.0
+    consistency: Exp[NonNegFloat] = 1.0
+    rcot_match: Exp[NonNegFloat] = 1.0
+    aks_option: Exp[NonNegFloat] = 2.0  # RCoT-Seg λ_a = 2 (λ_f = the format weight = 1)
+    negative_point: Exp[NonNegFloat] = 1.0
+    non_repeat: Exp[NonNegFloat] = 1.0
 
 
 @dataclass(frozen=True)
 class RewardParams:
-    components: NonEmptyNames = ("format", "keyframe", "spatial", "consistency")  # Veason-R1's four
+    components: Exp[NonEmptyNames] = ("format", "keyframe", "spatial", "consistency")  # Veason-R1's four
     weights: RewardWeights = field(default_factory=RewardWeights)
-    failure_score: NonPosFloat = 0.0  # base total of an unparseable completion (≤ 0), plus its format credit
-    iou_threshold: Fraction = 0.5  # RCoT-Seg / VisionReasoner: a match counts when IoU > 0.5
-    box_l1_threshold: PosFloat = 10.0  # mean box-corner L1 in pixels at threshold_size (VisionReasoner: 10)
-    point_l1_threshold: PosFloat = 30.0  # point distance in pixels at threshold_size (VisionReasoner: 30)
-    threshold_size: PosInt = 840  # image side the pixel thresholds are stated at (RCoT-Seg: 840)
-    negative_point_tau: PosFloat = 40.0  # VideoSeg-R1 τ_neg: negative points count within this many px of the target
-    length_penalty: bool = False  # VideoSeg-R1 soft length penalty (multiplies the total)
-    length_beta: NonNegFloat = 0.002  # penalty per token over the difficulty budget
-    length_tokenizer: str = ""  # tokenizer folder counting reasoning tokens in both engines; "" = whitespace words
-    mask_threshold: float = 0.0  # SAM2 mask logit threshold for the consistency reward
+    failure_score: Exp[NonPosFloat] = 0.0  # base total of an unparseable completion (≤ 0), plus its format credit
+    iou_threshold: Exp[Fraction] = 0.5  # RCoT-Seg / VisionReasoner: a match counts when IoU > 0.5
+    box_l1_threshold: Exp[PosFloat] = 10.0  # mean box-corner L1 in pixels at threshold_size (VisionReasoner: 10)
+    point_l1_threshold: Exp[PosFloat] = 30.0  # point distance in pixels at threshold_size (VisionReasoner: 30)
+    threshold_size: Exp[PosInt] = 840  # image side the pixel thresholds are stated at (RCoT-Seg: 840)
+    # VideoSeg-R1 τ_neg: negative points count within this many px of the target
+    negative_point_tau: Exp[PosFloat] = 40.0
+    length_penalty: Exp[bool] = False  # VideoSeg-R1 soft length penalty (multiplies the total)
+    length_beta: Exp[NonNegFloat] = 0.002  # penalty per token over the difficulty budget
+    # tokenizer folder counting reasoning tokens in both engines; "" = whitespace words
+    length_tokenizer: ExpPath[str] = ""
+    mask_threshold: Exp[float] = 0.0  # SAM2 mask logit threshold for the consistency reward
 
     def _rules(self) -> Iterator[tuple[str, str]]:
         known = [f.name for f in fields(RewardWeights)]
@@ -343,50 +374,55 @@ class RewardParams:
 
 @dataclass(frozen=True)
 class GrpoVerlParams:
-    n_gpus_per_node: PosInt = 8
-    nnodes: PosInt = 1
-    rollout_name: Literal["vllm", "sglang"] = "vllm"  # verl's rollout server
-    gpu_memory_utilization: Annotated[float, Gt(0), Le(1)] = 0.6  # of the rollout server
-    micro_batch_size_per_gpu: PosInt = 1  # actor / ref / rollout log-prob micro batch
-    max_prompt_length: PosInt = 4096  # tokens (6 frames at 560² ≈ 2.4K image tokens)
-    sam2_service: str = "vrsflow-sam2"  # named Ray actor serving the consistency reward; "" = SAM2 in-process
-    sam2_gpus: NonNegFloat = 1.0  # GPUs reserved for the SAM2 actor
-    out_dir: str = "data/grpo/verl"  # generated config, parquet copies and launch script
+    n_gpus_per_node: Server[PosInt] = 8
+    nnodes: Server[PosInt] = 1
+    rollout_name: Server[Literal["vllm", "sglang"]] = "vllm"  # verl's rollout server
+    gpu_memory_utilization: Server[Annotated[float, Gt(0), Le(1)]] = 0.6  # of the rollout server
+    micro_batch_size_per_gpu: Exp[PosInt] = 1  # actor / ref / rollout log-prob micro batch
+    max_prompt_length: Exp[PosInt] = 4096  # tokens (6 frames at 560² ≈ 2.4K image tokens)
+    sam2_service: Server[str] = "vrsflow-sam2"  # named Ray actor serving the consistency reward; "" = SAM2 in-process
+    sam2_gpus: Server[NonNegFloat] = 1.0  # GPUs reserved for the SAM2 actor
+    out_dir: ExpPath[str] = "data/grpo/verl"  # generated config, parquet copies and launch script
 
 
 @dataclass(frozen=True)
 class GrpoParams:
-    engine: Literal["trl", "verl"] = "trl"  # trl: one machine (CPU default); verl: GPU cluster
-    seed: Seed = 0
-    model_path: str = "models/sft/merged"  # the SFT merged model GRPO starts from
-    shards_dir: str = "data/shards/grpo"  # GRPO WebDataset shards (shard stage)
-    verl_parquet: str = "data/shards/exports/verl/grpo.parquet"  # verl export of the same pool
-    out_dir: str = "models/grpo"  # adapter/ and merged/
-    checkpoint_dir: str = "models/checkpoints/grpo"  # resumable trainer checkpoints (persist)
-    batch_size: PosInt = 2  # prompts per step (paper: 16)
-    num_generations: Annotated[int, Ge(2)] = 8  # rollouts per prompt (paper: 8)
-    max_steps: NonNegInt = 96  # rollout rounds (one generation each); 0 = epochs over the pool (paper: 1 epoch of 10K)
-    epochs: PosInt = 1
-    ppo_epochs: PosInt = 1  # optimizer passes per round's rollouts: verl ppo_epochs, TRL num_iterations (paper: 1)
-    learning_rate: PosFloat = 1e-3  # (paper: 1e-6 on the pretrained model; the tiny model needs more)
-    weight_decay: NonNegFloat = 0.01  # (VideoSeg-R1: 0.01)
-    kl_coef: NonNegFloat = 5e-3  # KL loss coefficient, low_var_kl (paper: 5e-3)
-    kl_type: Literal["low_var_kl"] = "low_var_kl"  # verl kl_loss_type; TRL's k3 estimator is the same
-    max_response_length: PosInt = 256  # tokens (paper: 1024); the template traces are ~175 tokens
-    temperature: PosFloat = 1.0  # (paper: 1.0)
-    top_p: Annotated[float, Gt(0), Le(1)] = 1.0
-    grad_clip: PosFloat = 1.0  # (paper: 1.0)
-    clip_ratio: PosFloat = 0.2  # PPO clip epsilon (verl / TRL default)
-    lora_r: NonNegInt = 8  # 0 = full fine-tuning
-    lora_alpha: PosInt = 16
-    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-    train_vision: bool = False  # also train the vision tower and merger (Veason-R1: language model only)
-    gradient_checkpointing: bool = False  # recompute activations in backward: less memory, slower (TRL's default: on)
-    save_every_steps: PosInt = 4  # trl checkpoint interval (resume after a kill)
-    cpu_threads: NonNegInt = 1  # trl: torch threads on CPU (results depend on it, so it is a param); 0 = torch default
-    processes: PosInt = 1  # trl: training processes (cores / GPUs); > 1 starts accelerate launch / torchrun itself
-    accelerate_config: str = ""  # trl, processes > 1: configs/accelerate/*.yaml; "" = torchrun DDP
-    window: NonNegInt = 0  # steps averaged for the first / last mean reward; 0 = one pass over the pool (same prompts)
+    engine: Server[Literal["trl", "verl"]] = "trl"  # trl: one machine (CPU default); verl: GPU cluster
+    seed: Exp[Seed] = 0
+    model_path: ExpPath[str] = "models/sft/merged"  # the SFT merged model GRPO starts from
+    shards_dir: ExpPath[str] = "data/shards/grpo"  # GRPO WebDataset shards (shard stage)
+    verl_parquet: ExpPath[str] = "data/shards/exports/verl/grpo.parquet"  # verl export of the same pool
+    out_dir: ExpPath[str] = "models/grpo"  # adapter/ and merged/
+    checkpoint_dir: ExpPath[str] = "models/checkpoints/grpo"  # resumable trainer checkpoints (persist)
+    batch_size: Exp[PosInt] = 2  # prompts per step (paper: 16)
+    num_generations: Exp[Annotated[int, Ge(2)]] = 8  # rollouts per prompt (paper: 8)
+    # rollout rounds (one generation each); 0 = epochs over the pool (paper: 1 epoch of 10K)
+    max_steps: Exp[NonNegInt] = 96
+    epochs: Exp[PosInt] = 1
+    ppo_epochs: Exp[PosInt] = 1  # optimizer passes per round's rollouts: verl ppo_epochs, TRL num_iterations (paper: 1)
+    learning_rate: Exp[PosFloat] = 1e-3  # (paper: 1e-6 on the pretrained model; the tiny model needs more)
+    weight_decay: Exp[NonNegFloat] = 0.01  # (VideoSeg-R1: 0.01)
+    kl_coef: Exp[NonNegFloat] = 5e-3  # KL loss coefficient, low_var_kl (paper: 5e-3)
+    kl_type: Exp[Literal["low_var_kl"]] = "low_var_kl"  # verl kl_loss_type; TRL's k3 estimator is the same
+    max_response_length: Exp[PosInt] = 256  # tokens (paper: 1024); the template traces are ~175 tokens
+    temperature: Exp[PosFloat] = 1.0  # (paper: 1.0)
+    top_p: Exp[Annotated[float, Gt(0), Le(1)]] = 1.0
+    grad_clip: Exp[PosFloat] = 1.0  # (paper: 1.0)
+    clip_ratio: Exp[PosFloat] = 0.2  # PPO clip epsilon (verl / TRL default)
+    lora_r: Exp[NonNegInt] = 8  # 0 = full fine-tuning
+    lora_alpha: Exp[PosInt] = 16
+    target_modules: Exp[tuple[str, ...]] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    train_vision: Exp[bool] = False  # also train the vision tower and merger (Veason-R1: language model only)
+    # recompute activations in backward: less memory, slower (TRL's default: on)
+    gradient_checkpointing: Exp[bool] = False
+    save_every_steps: Exp[PosInt] = 4  # trl checkpoint interval (resume after a kill)
+    # trl: torch threads on CPU (results depend on it, so it is a param); 0 = torch default
+    cpu_threads: Exp[NonNegInt] = 1
+    # trl: training processes (cores / GPUs); > 1 starts accelerate launch / torchrun itself
+    processes: Server[PosInt] = 1
+    accelerate_config: Server[str] = ""  # trl, processes > 1: configs/accelerate/*.yaml; "" = torchrun DDP
+    # steps averaged for the first / last mean reward; 0 = one pass over the pool (same prompts)
+    window: Exp[NonNegInt] = 0
     verl: GrpoVerlParams = field(default_factory=GrpoVerlParams)
 
 
@@ -397,7 +433,7 @@ class GrpoParams:
 class Params:
     """All of params.yaml. Blocks for later stages are added as their stages arrive."""
 
-    seed: Seed = 0  # global seed; every stage derives its own (seed, stage, sample id) seeds from it
+    seed: Exp[Seed] = 0  # global seed; every stage derives its own (seed, stage, sample id) seeds from it
     data: DataParams = field(default_factory=DataParams)
     synth: SynthParams = field(default_factory=SynthParams)
     ingest: IngestParams = field(default_factory=IngestParams)

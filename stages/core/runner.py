@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 from stages.core.progress import track
+from stages.core.typed_config import Exp, Server
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -22,9 +23,9 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class RunnerParams:
-    kind: Literal["serial", "threads", "dask"] = "threads"  # where per-sample work runs
-    workers: int = 2  # threads (kind: threads) or local Dask workers when no address is given
-    dask_address: str = ""  # tcp://scheduler:8786 of an existing Dask cluster; "" = a local one
+    kind: Server[Literal["serial", "threads", "dask"]] = "threads"  # where per-sample work runs
+    workers: Server[int] = 2  # threads (kind: threads) or local Dask workers when no address is given
+    dask_address: Server[str] = ""  # tcp://scheduler:8786 of an existing Dask cluster; "" = a local one
 
 
 def map_ordered(fn: Callable[[T], R], items: Iterable[T], runner: RunnerParams, desc: str = "") -> list[R]:

@@ -10,6 +10,14 @@ vocabulary pydantic reads. Lists are stored as tuples so params stay hashable an
 
 A dataclass may define `_rules(self)`, yielding `(field, problem)` pairs for rules that span
 fields (`min_frames` ≤ `max_frames`); the field is named relative to the class.
+
+Served-run policy markers: every leaf field of a params class says, in its annotation, whether a run
+started from the Prefect UI may change it — `Exp[T]` (an experiment choice), `ExpPath[T]` (an experiment
+choice that is a path: it must stay inside the project or a root the server allows), or `Server[T]` (the
+server's business, fixed at serve time from the checked-in params: env-var names, endpoints, folders outside
+the project, settings that start processes or open ports). `served_side` reads the marker and `unmarked`
+lists the fields that have none (a test keeps that list empty). `EnvName` is a constraint: the value names
+an environment variable from a declared set (a prefix), checked wherever params are built.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 import types
 import typing
 from collections.abc import Iterator, Mapping
@@ -29,6 +38,70 @@ T = TypeVar("T")
 
 class ParamsError(ValueError):
     """A params value is unknown, missing, of the wrong type or out of range; the message names the key."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Served:
+    """A field's side in the served-run policy (flows/serve_request.py enforces it)."""
+
+    side: Literal["experiment", "server"]
+    path: bool = False  # an experiment path: inside the project or a root `vrsflow serve --allow-root` names
+
+
+EXPERIMENT = Served("experiment")
+EXPERIMENT_PATH = Served("experiment", path=True)
+SERVER = Served("server")
+Exp = Annotated[T, EXPERIMENT]  # a UI run may change it: sizes, seeds, rates, weights, task choices, …
+ExpPath = Annotated[T, EXPERIMENT_PATH]  # a UI run may change it within the project / allowed roots (paths)
+Server = Annotated[T, SERVER]  # fixed at serve time: env-var names, endpoints, outside folders, processes, ports
+HOW_TO_MARK = ("wrap its type in stages/core/params.py in Exp[...] (a UI run may change it: sizes, seeds, rates, "
+               "choices), ExpPath[...] (a path a UI run may change inside the project) or Server[...] (fixed at "
+               "serve time: env-var names — use SecretEnv —, endpoints, folders outside the project, settings "
+               "that start processes or open ports); see docs/ui.md, threat model")
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvName:
+    """Constraint: the value is the NAME of an environment variable starting with one of `prefixes`.
+
+    Params name the variables that hold secrets, never the secrets; only a declared set of names may be
+    read, so no run (params.yaml, `-S`, a served run) can send the serving process's other variables
+    (PREFECT_API_AUTH_STRING, AWS_SECRET_ACCESS_KEY, …) anywhere.
+    """
+
+    prefixes: tuple[str, ...]
+
+    def problem(self, value: str) -> str | None:
+        """Why `value` is refused, or None."""
+        if re.fullmatch(r"[A-Z][A-Z0-9_]*", value) and value.startswith(self.prefixes):
+            return None
+        declared = " or ".join(f"{p}*" for p in self.prefixes)
+        return (f"must name an environment variable {declared} (upper case), got {value!r}: export the secret "
+                f"under such a name (e.g. {self.prefixes[0]}TEACHER_API_KEY=$OTHER_VAR) and name that")
+
+
+def served_side(tp: Any) -> Served | None:
+    """The served-run marker of a field's annotation (the outermost one), or None when it has none."""
+    if get_origin(tp) is not Annotated:
+        return None
+    marks = [m for m in get_args(tp)[1:] if isinstance(m, Served)]
+    return marks[-1] if marks else None
+
+
+def leaf_fields(cls: type, where: str = "") -> Iterator[tuple[str, Any]]:
+    """(dotted key, annotation) of every value field below dataclass `cls` (blocks are walked, not listed)."""
+    hints = get_type_hints(cls, include_extras=True)
+    for f in dataclasses.fields(cls):
+        key = _join(where, f.name)
+        if is_block(hints[f.name]):
+            yield from leaf_fields(_strip(hints[f.name]), key)
+        else:
+            yield key, hints[f.name]
+
+
+def unmarked(cls: type) -> list[str]:
+    """The value fields below `cls` on neither side of the served-run policy."""
+    return [key for key, tp in leaf_fields(cls) if served_side(tp) is None]
 
 
 def build(cls: type[T], mapping: Any, where: str = "") -> T:
@@ -177,6 +250,8 @@ def _check_constraints(metadata: tuple, value: Any, key: str) -> None:
                 raise ParamsError(f"{key}: must be < {_number(c.lt)}, got {_number(value)}")
             if isinstance(c, at.Le) and not value <= c.le:
                 raise ParamsError(f"{key}: must be ≤ {_number(c.le)}, got {_number(value)}")
+            if isinstance(c, EnvName) and (problem := c.problem(value)):
+                raise ParamsError(f"{key}: {problem}")
             if isinstance(c, at.MinLen) and len(value) < c.min_length:
                 what = "non-empty" if c.min_length == 1 else f"at least {c.min_length} long"
                 raise ParamsError(f"{key}: must be {what}")
