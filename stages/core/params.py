@@ -58,10 +58,45 @@ SECRET_ENV_PREFIXES = ("VRSFLOW_",)
 SecretEnv = Annotated[str, SERVER, EnvName(SECRET_ENV_PREFIXES)]
 
 
+SOURCE_LAYOUTS = ("revos", "mevis", "refytvos", "refdavis")  # training-source layouts (stages/ingest/sources.py)
+
+
+@dataclass(frozen=True)
+class SourceParams:
+    """One training source: a dataset root in its published layout (docs/sampling.md, "Training sources")."""
+
+    name: Exp[str] = ""  # prefix of its video keys and ids (`<name>/<video>`): letters, digits, - and _
+    layout: Exp[Literal["revos", "mevis", "refytvos", "refdavis"]] = "revos"
+    root: ExpPath[str] = ""  # the dataset folder as published
+    split: Exp[str] = "train"  # the published split read (its masks must be public)
+    share: Exp[NonNegFloat] = 1.0  # relative share of the SFT and GRPO pools (normalised over the sources)
+
+    def _rules(self) -> Iterator[tuple[str, str]]:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", self.name):
+            yield "name", f"must be letters, digits, '-' or '_' (it prefixes video keys), got {self.name!r}"
+        if not self.root:
+            yield "root", "must name the source's dataset folder"
+        splits = {"revos": ("train", "valid"), "mevis": ("train", "valid_u"), "refytvos": ("train",),
+                  "refdavis": ("train", "valid")}[self.layout]
+        if self.split not in splits:
+            yield "split", f"{self.layout} has no public-mask split {self.split!r} (one of {', '.join(splits)})"
+
+
 @dataclass(frozen=True)
 class DataParams:
     root: ExpPath[str] = "data/raw/synth"  # ReVOS-layout root that ingest reads (the synthetic one by default)
     index_dir: ExpPath[str] = "data/index"
+    # training sources; () = data.root alone (both splits). Given: the sources are the training split, data.root
+    # gives only the evaluation (valid) split
+    sources: ExpPath[tuple[SourceParams, ...]] = ()
+    frames_dir: ExpPath[str] = "data/frames"  # with sources: links to every source's frames (rebuilt from params)
+
+    def _rules(self) -> Iterator[tuple[str, str]]:
+        names = [s.name for s in self.sources]
+        for name in sorted({n for n in names if names.count(n) > 1}):
+            yield "sources", f"source name {name!r} used twice"
+        if self.sources and not sum(s.share for s in self.sources) > 0:
+            yield "sources", "at least one source needs a share > 0"
 
 
 @dataclass(frozen=True)
@@ -171,10 +206,49 @@ class TeacherParams:
     price_in_per_m: Exp[NonNegFloat] = 0.0  # USD per 1M prompt tokens, for the cost estimate
     price_out_per_m: Exp[NonNegFloat] = 0.0  # USD per 1M completion tokens
     image_size: Exp[PosInt] = 448  # longest side of frames sent to the teacher, pixels
+    # provider fields merged into every request body (the OpenAI client's extra_body); JSON only (docs/teachers.md)
+    extra_body: Exp[dict[str, Any]] = field(default_factory=dict)
+    thinking: Exp[Literal["default", "enabled", "disabled", "auto"]] = "default"  # default: send no switch
+    # how `thinking` is sent: ark = {"thinking": {"type": …}}; chat_template = chat_template_kwargs.enable_thinking
+    thinking_switch: Server[Literal["ark", "chat_template"]] = "ark"
 
     def _rules(self) -> Iterator[tuple[str, str]]:
         if self.backoff_base_s > self.backoff_max_s:
             yield "backoff_base_s", f"must be ≤ backoff_max_s ({self.backoff_max_s:g}), got {self.backoff_base_s:g}"
+        yield from _extra_body_rules(self.extra_body, self.thinking, self.thinking_switch)
+
+
+# request-body keys the teacher client writes itself (extra_body may not override them); the keys each
+# `teacher.thinking_switch` writes (stages/teacher/client.py `provider_fields` sends them)
+TEACHER_BODY_KEYS = ("model", "messages", "temperature", "max_tokens", "response_format", "stream", "n")
+THINKING_SWITCH_KEYS = {"ark": "thinking", "chat_template": "chat_template_kwargs"}
+
+
+def _extra_body_rules(extra_body: Mapping[str, Any], thinking: str, switch: str) -> Iterator[tuple[str, str]]:
+    import json
+
+    try:
+        json.dumps(_plain(extra_body), allow_nan=False)
+    except (TypeError, ValueError) as err:
+        yield "extra_body", f"must be JSON (mappings, lists, strings, finite numbers, true/false, null): {err}"
+        return
+    clash = sorted(set(extra_body) & set(TEACHER_BODY_KEYS))
+    if clash:
+        yield "extra_body", f"sets {clash}, which the client writes itself: set teacher.<key> instead"
+    if thinking != "default" and THINKING_SWITCH_KEYS[switch] in extra_body:
+        yield "thinking", (f"is {thinking!r} but extra_body already sets {THINKING_SWITCH_KEYS[switch]!r}: "
+                           f"use one of the two")
+    if thinking == "auto" and switch == "chat_template":
+        yield "thinking", "'auto' has no chat_template switch (enable_thinking is true/false): use enabled or disabled"
+
+
+def _plain(value: Any) -> Any:
+    """Mappings (the read-only ones params hold) and tuples as dicts and lists, for JSON."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
 
 
 @dataclass(frozen=True)
@@ -381,8 +455,22 @@ class GrpoVerlParams:
     micro_batch_size_per_gpu: Exp[PosInt] = 1  # actor / ref / rollout log-prob micro batch
     max_prompt_length: Exp[PosInt] = 4096  # tokens (6 frames at 560² ≈ 2.4K image tokens)
     sam2_service: Server[str] = "vrsflow-sam2"  # named Ray actor serving the consistency reward; "" = SAM2 in-process
-    sam2_gpus: Server[NonNegFloat] = 1.0  # GPUs reserved for the SAM2 actor
+    # where the SAM2 actor runs: colocated = on GPU 0 of a node verl also uses, declared to Ray as 0 GPUs, its
+    # memory capped at sam2_memory_fraction; reserved = on sam2_gpus GPUs Ray keeps out of verl's pool
+    sam2_placement: Server[Literal["colocated", "reserved"]] = "colocated"
+    sam2_gpus: Server[NonNegFloat] = 1.0  # reserved placement: GPUs Ray holds for the SAM2 actor
+    sam2_memory_fraction: Server[Annotated[float, Gt(0), Le(1)]] = 0.1  # colocated: SAM2's share of its GPU
+    # actor/ref attention in verl's model config: sdpa needs nothing extra; flash_attention_2 needs the
+    # flash-attn package built for the cluster's torch/CUDA (docs/grpo_verl.md)
+    attn_implementation: Server[Literal["sdpa", "flash_attention_2", "eager"]] = "sdpa"
     out_dir: ExpPath[str] = "data/grpo/verl"  # generated config, parquet copies and launch script
+
+    def _rules(self) -> Iterator[tuple[str, str]]:
+        if self.sam2_placement == "colocated" and self.gpu_memory_utilization + self.sam2_memory_fraction > 0.95:
+            yield "sam2_memory_fraction", (f"colocated SAM2 ({self.sam2_memory_fraction}) + vLLM's "
+                                           f"gpu_memory_utilization ({self.gpu_memory_utilization}) must be ≤ 0.95")
+        if self.sam2_placement == "reserved" and self.sam2_gpus <= 0:
+            yield "sam2_gpus", "must be > 0 with sam2_placement: reserved"
 
 
 @dataclass(frozen=True)
