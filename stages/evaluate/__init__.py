@@ -19,7 +19,8 @@ import logging
 import math
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -47,8 +48,9 @@ from stages.teacher.prompts import QUESTION_VERSION
 
 log = logging.getLogger(__name__)
 
-__all__ = ["box_masks", "evaluate", "evaluate_video", "model_policy", "predict_masks", "segmenter", "select_points",
-           "select_prompt", "target_areas", "target_boxes", "write_prediction"]
+__all__ = ["VideoAnswers", "answer_video", "box_masks", "evaluate", "evaluate_video", "model_policy", "predict_masks",
+           "segment_answers", "segmenter", "select_points", "select_prompt", "target_areas", "target_boxes",
+           "write_mask", "write_prediction"]
 
 
 def evaluate(params: EvaluateParams, model: ModelParams, sam2: Sam2Params, train_size: int, data_root: Path,
@@ -132,7 +134,10 @@ def _load_video(root: Path, video: str, frames: list[str]) -> list[np.ndarray]:
 
 
 Policy = Callable[[list[Query]], list[Reply]]  # queries → replies (the model, or a scripted policy)
+# (frames, prompts) → one (T, H, W) mask per prompt; a segmenter with `streams = True` also takes `sink=`, a
+# callable (prompt, t, mask) receiving each frame's mask as it is made (nothing held: `segment_answers`)
 Segmenter = Callable[[list[np.ndarray], list[tuple[int, list[list[float]]]]], list[np.ndarray]]
+MaskSink = Callable[[int, int, np.ndarray], None]
 
 
 def model_policy(params: EvaluateParams, model_path: str | Path, dtype: str) -> Policy:
@@ -162,10 +167,16 @@ def segmenter(params: EvaluateParams, sam2: Sam2Params) -> Segmenter:
     from stages.segment import load_video_predictor
 
     predictor = load_video_predictor(sam2.checkpoint, sam2.config)
-    return lambda frames, prompts: predict_masks(predictor, frames, prompts, params.mask_threshold)
+
+    def segment(frames, prompts, sink: MaskSink | None = None, spill_dir: Path | None = None):
+        return predict_masks(predictor, frames, prompts, params.mask_threshold, sink=sink, spill_dir=spill_dir)
+
+    segment.streams = True
+    return segment
 
 
-def box_masks(frames: list[np.ndarray], prompts: list[tuple[int, list[list[float]]]]) -> list[np.ndarray]:
+def box_masks(frames: list[np.ndarray], prompts: list[tuple[int, list[list[float]]]],
+              sink: MaskSink | None = None, spill_dir: Path | None = None) -> list[np.ndarray] | None:
     """Per prompt, the union of its boxes (video pixels, exclusive edges, rounded to whole pixels) on every frame."""
     height, width = frames[0].shape[:2]
     out = []
@@ -175,7 +186,69 @@ def box_masks(frames: list[np.ndarray], prompts: list[tuple[int, list[list[float
         for x1, y1, x2, y2 in boxes:
             mask[math.floor(y1 + 0.5):math.floor(y2 + 0.5), math.floor(x1 + 0.5):math.floor(x2 + 0.5)] = True
         out.append(np.broadcast_to(mask, (len(frames), height, width)))
-    return out
+    if sink is None:
+        return out
+    for t in range(len(frames)):
+        for i, masks in enumerate(out):
+            sink(i, t, masks[t])
+    return None
+
+
+box_masks.streams = True
+
+
+@dataclass
+class VideoAnswers:
+    """What the model answered for a video's queries, and the SAM2 prompts made from it (`answer_video`)."""
+
+    shown_idx: list[int]  # frame positions shown to the model (its timestamps)
+    shown: list[Image.Image]  # those frames at the shown size
+    replies: list[Reply]
+    picks: list[tuple[str, int, list[list[float]]]]  # per query: (status, keyframe index, boxes in video pixels)
+    points: list[list[list[tuple[float, float, int]]]]  # per query: SAM2 point prompts per kept box
+    seconds: float = 0.0  # the policy's time
+
+    @property
+    def prompts(self) -> list[tuple]:
+        """SAM2 prompts, one per query: (keyframe, boxes[, point prompts per box])."""
+        return [(key, boxes, pts) if pts else (key, boxes) for (_, key, boxes), pts in zip(
+            self.picks, self.points, strict=True)]
+
+
+def answer_video(params: EvaluateParams, size: int, policy: Policy, frames: Sequence[np.ndarray],
+                 queries: list[tuple[str, str]]) -> VideoAnswers:
+    """The model's side of one video: N frames sampled uniformly and shown at `size`, every (key, text) query
+    answered together, the answers turned into SAM2 prompts in video pixels. `frames` may read each frame
+    when indexed (`vrsflow segment` on a long video): only the frames shown and chosen are read here.
+    """
+    height, width = frames[0].shape[:2]
+    shown_idx = uniform_frames(len(frames), params.n_frames)
+    shown = [Image.fromarray(frames[t]).resize((size, size), Image.Resampling.BICUBIC) for t in shown_idx]
+    key_side = params.keyframe_size or size  # RCoT-Seg AKS / KTG and VideoSeg-R1: the chosen frame alone, this side
+
+    def frame_at(t: int) -> Image.Image:
+        return Image.fromarray(frames[t]).resize((key_side, key_side), Image.Resampling.BICUBIC)
+
+    started = time.perf_counter()
+    replies = policy([Query(key, text, list(shown_idx), shown, frame_at=frame_at) for key, text in queries])
+    seconds = time.perf_counter() - started
+    # an answer given on the chosen frame alone (RCoT-Seg KTG, VideoSeg-R1) is in that frame's pixels
+    picks = [select_prompt(reply, shown_idx, reply.answer_size or size, width, height) for reply in replies]
+    # VideoSeg-R1 answers also carry positive / negative points: they prompt SAM2 with the boxes
+    points = [select_points(reply, reply.answer_size or size, width, height) for reply in replies]
+    return VideoAnswers(list(shown_idx), shown, replies, picks, points, seconds)
+
+
+def segment_answers(segment: Segmenter, frames: Sequence[np.ndarray], answers: VideoAnswers, sink: MaskSink,
+                    spill_dir: Path | None = None) -> None:
+    """Each query's mask of every frame to `sink(query, t, mask)`: as SAM2 makes them (a streaming segmenter:
+    nothing is held), or from the arrays another segmenter returns."""
+    if getattr(segment, "streams", False):
+        segment(frames, answers.prompts, sink=sink, spill_dir=spill_dir)
+        return
+    for i, masks in enumerate(segment(frames, answers.prompts)):
+        for t, mask in enumerate(masks):
+            sink(i, t, mask)
 
 
 def evaluate_video(params: EvaluateParams, size: int, policy: Policy, segment: Segmenter, root: Path,
@@ -186,25 +259,12 @@ def evaluate_video(params: EvaluateParams, size: int, policy: Policy, segment: S
     """
     names = list(gt.videos[video]["frames"])
     frames = _load_video(root, video, names)
-    height, width = frames[0].shape[:2]
-    shown_idx = uniform_frames(len(frames), params.n_frames)
-    shown = [Image.fromarray(frames[t]).resize((size, size), Image.Resampling.BICUBIC) for t in shown_idx]
-    key_side = params.keyframe_size or size  # RCoT-Seg AKS / KTG and VideoSeg-R1: the chosen frame alone, this side
-
-    def frame_at(t: int) -> Image.Image:
-        return Image.fromarray(frames[t]).resize((key_side, key_side), Image.Resampling.BICUBIC)
-
-    queries = [Query(row["sample_id"], row["text"], list(shown_idx), shown, frame_at=frame_at) for row in rows]
-    replies = policy(queries)
-    # an answer given on the chosen frame alone (RCoT-Seg KTG, VideoSeg-R1) is in that frame's pixels
-    picks = [select_prompt(reply, shown_idx, reply.answer_size or size, width, height) for reply in replies]
-    # VideoSeg-R1 answers also carry positive / negative points: they prompt SAM2 with the boxes
-    points = [select_points(reply, reply.answer_size or size, width, height) for reply in replies]
-    masks = segment(frames, [(key, boxes, pts) if pts else (key, boxes) for (_, key, boxes), pts in zip(
-        picks, points, strict=True)])
+    answers = answer_video(params, size, policy, frames, [(row["sample_id"], row["text"]) for row in rows])
+    shown_idx, replies, picks = answers.shown_idx, answers.replies, answers.picks
+    folders = [pred_dir / video / str(row["exp_id"]) for row in rows]
+    segment_answers(segment, frames, answers, lambda i, t, mask: write_mask(folders[i], names[t], mask))
     out = []
-    for row, reply, (status, key, boxes), union in zip(rows, replies, picks, masks, strict=True):
-        write_prediction(pred_dir / video / str(row["exp_id"]), names, union)
+    for row, reply, (status, key, boxes) in zip(rows, replies, picks, strict=True):
         entry = gt.videos[video]["expressions"][str(row["exp_id"])]
         annos = [str(a) for a in entry.get("anno_id", [])]
         ratio, iou = _keyframe_quality(gt, annos, shown_idx, key if status != "parse_failure" else None, boxes)
@@ -274,7 +334,8 @@ def select_points(reply: Reply, size: int, width: int, height: int) -> list[list
 
 
 def predict_masks(predictor, frames: list[np.ndarray], prompts: list[tuple[int, list[list[float]]]],
-                  threshold: float = 0.0, share_prompts: bool = True) -> list[np.ndarray]:
+                  threshold: float = 0.0, share_prompts: bool = True, sink: MaskSink | None = None,
+                  spill_dir: Path | None = None) -> list[np.ndarray] | None:
     """Union mask (T, H, W bool) per prompt (keyframe index, boxes in video pixels[, point prompts per box]),
     SAM2-tracked both ways.
 
@@ -282,9 +343,10 @@ def predict_masks(predictor, frames: list[np.ndarray], prompts: list[tuple[int, 
     keyframe with the same points (expressions of one video answered alike) is tracked once: SAM2 tracks
     the objects of a batch independently, so its masks are those it would get on its own. A prompt
     without boxes gives an empty mask. `share_prompts=False` tracks every box of every prompt (a benchmark's
-    ablation).
+    ablation). With `sink`, each prompt's mask of each frame goes to `sink(prompt, t, mask)` as SAM2 tracks it
+    and nothing is returned or held (`spill_dir`: where SAM2's shared encoding is kept; see `propagate_groups`).
     """
-    from stages.segment import BoxGroup, propagate_groups
+    from stages.segment import propagate_groups
 
     height, width = frames[0].shape[:2]
     objects: dict[int, dict[tuple, int]] = {}  # keyframe → distinct (box, points) → position in its group
@@ -296,13 +358,12 @@ def predict_masks(predictor, frames: list[np.ndarray], prompts: list[tuple[int, 
         members.append([(key, distinct.setdefault((tuple(map(float, box)), tuple(tuple(map(float, p)) for p in pts),
                                                    None if share_prompts else len(distinct)), len(distinct)))
                         for box, pts in zip(boxes, points, strict=True)])
+    if sink is not None:
+        return _stream_masks(predictor, frames, prompts, objects, members, threshold, sink, spill_dir)
     if not any(members):
         return [np.zeros((len(frames), height, width), dtype=bool) for _ in prompts]
     keys = sorted(objects)
-    groups = [BoxGroup(key, [list(box) for box, _, _ in objects[key]],
-                       [[(x, y, int(label)) for x, y, label in pts] for _, pts, _ in objects[key]]
-                       if any(p for _, p, _ in objects[key])
-                       else ()) for key in keys]
+    groups = _groups(objects, keys)
     with _shared_self_attention(predictor):
         tracked = dict(zip(keys, propagate_groups(predictor, frames, groups, threshold), strict=True))
     out = []
@@ -312,6 +373,44 @@ def predict_masks(predictor, frames: list[np.ndarray], prompts: list[tuple[int, 
             union |= tracked[key][i]
         out.append(union)
     return out
+
+
+def _groups(objects: dict[int, dict[tuple, int]], keys: list[int]) -> list:
+    from stages.segment import BoxGroup
+
+    return [BoxGroup(key, [list(box) for box, _, _ in objects[key]],
+                     [[(x, y, int(label)) for x, y, label in pts] for _, pts, _ in objects[key]]
+                     if any(p for _, p, _ in objects[key])
+                     else ()) for key in keys]
+
+
+def _stream_masks(predictor, frames, prompts, objects: dict[int, dict[tuple, int]],
+                  members: list[list[tuple[int, int]]], threshold: float, sink: MaskSink,
+                  spill_dir: Path | None) -> None:
+    """`predict_masks` with a sink: each prompt's union mask of frame t, made as SAM2 tracks frame t of the
+    prompt's keyframe group (a prompt's boxes all share its keyframe), given to `sink` at once."""
+    from stages.segment import propagate_groups
+
+    height, width = frames[0].shape[:2]
+    empty = np.zeros((height, width), dtype=bool)
+    for i, boxes in enumerate(members):
+        if not boxes:
+            for t in range(len(frames)):
+                sink(i, t, empty)
+    keys = sorted(objects)
+    by_key: dict[int, list[tuple[int, list[int]]]] = {}
+    for i, boxes in enumerate(members):
+        if boxes:
+            by_key.setdefault(boxes[0][0], []).append((i, [pos for _, pos in boxes]))
+
+    def group_sink(g: int, t: int, masks: np.ndarray) -> None:
+        for i, rows in by_key[keys[g]]:
+            sink(i, t, masks[rows].any(axis=0))
+
+    if keys:
+        with _shared_self_attention(predictor):
+            propagate_groups(predictor, frames, _groups(objects, keys), threshold, sink=group_sink,
+                             spill_dir=spill_dir)
 
 
 @contextlib.contextmanager
@@ -344,9 +443,14 @@ def _shared_self_attention(predictor) -> Iterator[None]:
 
 def write_prediction(folder: Path, names: list[str], masks: np.ndarray) -> None:
     """One 0/255 grayscale PNG per frame, `<folder>/<frame>.png` (VISA's layout)."""
-    folder.mkdir(parents=True, exist_ok=True)
     for name, mask in zip(names, masks, strict=True):
-        Image.fromarray(mask.astype(np.uint8) * 255, mode="L").save(folder / f"{name}.png")
+        write_mask(folder, name, mask)
+
+
+def write_mask(folder: Path, name: str, mask: np.ndarray) -> None:
+    """One frame's mask as a 0/255 grayscale PNG, `<folder>/<name>.png` (VISA's layout)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(mask.astype(np.uint8) * 255, mode="L").save(folder / f"{name}.png")
 
 
 def box_iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
