@@ -9,13 +9,14 @@ from prefect import flow
 from flows.common import run_stage
 from stages.core.params import load_params
 from stages.difficulty import score_difficulty
+from stages.ingest.sources import frames_root
 
 
 @flow(name="dvc-difficulty")
 def difficulty_flow(params_path: str = "params.yaml") -> dict:
     """Score every sample into data/difficulty and write metrics/difficulty.json."""
     params = load_params(params_path)
-    report = run_stage("difficulty", score_difficulty, params.difficulty, params.teacher, Path(params.data.root),
+    report = run_stage("difficulty", score_difficulty, params.difficulty, params.teacher, frames_root(params.data),
                        Path(params.data.index_dir), Path("data/keyframes"), Path("data/difficulty"))
     report.write_metrics(Path("metrics/difficulty.json"))
     return report.metrics

@@ -1,4 +1,4 @@
-"""Flow `dvc-ingest`: validate and index a ReVOS-layout root."""
+"""Flow `dvc-ingest`: validate and index a ReVOS-layout root, or several training sources (data.sources)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,14 @@ from prefect import flow
 
 from flows.common import run_stage
 from stages.core.params import load_params
-from stages.ingest import ingest
+from stages.ingest.sources import ingest_data
 
 
 @flow(name="dvc-ingest")
 def ingest_flow(params_path: str = "params.yaml") -> dict:
-    """Index `data.root` into `data.index_dir` and write metrics/ingest.json."""
+    """Index `data.root` (and `data.sources`) into `data.index_dir` and write metrics/ingest.json."""
     params = load_params(params_path)
-    report = run_stage("ingest", ingest, params.ingest, Path(params.data.root), Path(params.data.index_dir),
-                       params.runner)
+    report = run_stage("ingest", ingest_data, params.ingest, params.data, params.runner)
     report.write_metrics(Path("metrics/ingest.json"))
     return report.metrics
 

@@ -8,6 +8,7 @@ from prefect import flow
 
 from flows.common import run_stage
 from stages.core.params import load_params
+from stages.ingest.sources import frames_root
 from stages.shard import write_shards
 
 
@@ -15,7 +16,7 @@ from stages.shard import write_shards
 def shard_flow(params_path: str = "params.yaml") -> dict:
     """Write data/shards and metrics/shard.json."""
     params = load_params(params_path)
-    report = run_stage("shard", write_shards, params.shard, Path(params.data.root), Path("data/keyframes"),
+    report = run_stage("shard", write_shards, params.shard, frames_root(params.data), Path("data/keyframes"),
                        Path("data/filter"), Path("data/difficulty"), Path("data/shards"), params.runner)
     report.write_metrics(Path("metrics/shard.json"))
     return report.metrics

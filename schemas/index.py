@@ -8,6 +8,8 @@ absent object is NaN in all four coordinates and its area is 0.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import pandas as pd
 import pandera.pandas as pa
 from pandera.typing import Series
@@ -33,6 +35,8 @@ class VideosSchema(pa.DataFrameModel):
     width: Series[int] = pa.Field(gt=0)
     n_frames: Series[int] = pa.Field(gt=0)
     frames: Series[object] = pa.Field(description="sorted 5-digit frame names, without extension")
+    # with data.sources: the training source ("root" = data.root's valid split); absent with data.root alone
+    source: Optional[Series[str]] = pa.Field(str_length={"min_value": 1})  # noqa: UP045 (pandera needs Optional)
 
     @pa.check("frames", name="frames_are_sorted_unique_strings")
     def _frames_sorted(cls, frames: Series[object]) -> Series[bool]:
@@ -60,6 +64,10 @@ class ExpressionsSchema(pa.DataFrameModel):
     obj_ids: Series[object]
     anno_ids: Series[object]
     n_instances: Series[int] = pa.Field(ge=0)
+    source: Optional[Series[str]] = pa.Field(str_length={"min_value": 1})  # noqa: UP045 (as in VideosSchema)
+    # where `type` comes from: "annotation" (ReVOS type_id) or "layout" (the dataset defines every expression
+    # as referring: MeViS, Ref-YouTube-VOS, Ref-DAVIS17); absent with data.root alone (annotation)
+    type_source: Optional[Series[str]] = pa.Field(isin=["annotation", "layout"])  # noqa: UP045
 
     @pa.check("obj_ids", "anno_ids", name="integer_lists")
     def _int_lists(cls, series: Series[object]) -> Series[bool]:
@@ -114,6 +122,26 @@ class QuarantineSchema(pa.DataFrameModel):
     item: Series[str] = pa.Field(description="video key, '<video>#<exp_id>', '<video>/<frame>' or anno id")
     file: Series[str] = pa.Field(description="the file the problem was found in")
     reason: Series[str] = pa.Field(str_length={"min_value": 1})
+    source: Optional[Series[str]] = pa.Field(str_length={"min_value": 1})  # noqa: UP045 (with data.sources)
+
+    class Config:
+        strict = True
+        coerce = True
+
+
+class SourcesSchema(pa.DataFrameModel):
+    """With data.sources: one row per source of the index (`sources.parquet`; "root" = data.root's valid split)."""
+
+    source: Series[str] = pa.Field(unique=True, str_length={"min_value": 1})
+    layout: Series[str] = pa.Field(isin=["revos", "mevis", "refytvos", "refdavis"])
+    root: Series[str]
+    split: Series[str] = pa.Field(isin=SPLITS, description="the index split its rows are in")
+    published_split: Series[str] = pa.Field(description="the split folder / file read, as published")
+    share: Series[float] = pa.Field(ge=0, description="asked share of the SFT and GRPO pools (unnormalised)")
+    type_source: Series[str] = pa.Field(isin=["annotation", "layout"])
+    videos: Series[int] = pa.Field(ge=0)
+    expressions: Series[int] = pa.Field(ge=0)
+    quarantined: Series[int] = pa.Field(ge=0)
 
     class Config:
         strict = True

@@ -47,6 +47,20 @@ class DistributionSchema(pa.DataFrameModel):
         coerce = True
 
 
+class MixtureSchema(pa.DataFrameModel):
+    """With data.sources: per pool and source, the asked share and the achieved count (`mixture.parquet`)."""
+
+    pool: Series[str] = pa.Field(isin=POOLS)
+    source: Series[str]
+    share: Series[float] = pa.Field(ge=0, le=1, description="asked share, normalised over the pool's sources")
+    count: Series[int] = pa.Field(ge=0)
+    fraction: Series[float] = pa.Field(ge=0, le=1, description="achieved share of the pool")
+
+    class Config:
+        strict = True
+        coerce = True
+
+
 class KeyframesSchema(SampleSchema):
     """Per sample: keyframe, sampled frames and geometry at train resolution (`data/keyframes/<pool>.parquet`).
 

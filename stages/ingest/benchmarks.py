@@ -14,7 +14,7 @@ Layouts (split names as published):
 | mevis | valid_u, train (masks); valid (server) | `<video>` | `<split>/mask_dict.json` RLE, union of anno_ids |
 | reasonvos | valid (the only set) | `<source>_<video>_<obj_id>` | 0/255 PNGs in `Annotations/<video key>/` |
 | refytvos | train (masks); valid (server) | `<video>` | palette PNGs `<split>/Annotations/<video>/`, pixel = obj_id |
-| refdavis | valid | `<video>` | palette PNGs `valid/Annotations/<video>/`, 4 expressions per object |
+| refdavis | valid, train | `<video>` | palette PNGs `<split>/Annotations/<video>/`, 4 expressions per object |
 
 Bad input: a missing or malformed file raises `BenchmarkFormatError` (a `RevosFormatError`) naming it; a bad
 item (an expression naming an unknown object, a missing annotation folder, an unreadable PNG) goes to the
@@ -45,7 +45,7 @@ from stages.ingest.checks import Problems
 
 BENCHMARKS = ("revos", "mevis", "reasonvos", "refytvos", "refdavis")
 SPLITS = {"revos": ("valid", "train"), "mevis": ("valid_u", "valid", "train"), "reasonvos": ("valid",),
-          "refytvos": ("valid", "train"), "refdavis": ("valid",)}
+          "refytvos": ("valid", "train"), "refdavis": ("valid", "train")}
 SERVER_SPLITS = {("mevis", "valid"), ("refytvos", "valid")}  # no public masks: scored by the benchmark's server
 DEFAULT_SPLIT = {"revos": "valid", "mevis": "valid_u", "reasonvos": "valid", "refytvos": "valid", "refdavis": "valid"}
 VOID = 255  # DAVIS palette index of void pixels
@@ -155,7 +155,7 @@ def _rle_track(masks: dict, annos: list[int], n: int) -> list[np.ndarray | None]
 
 
 def _palette_dir(root: Path, name: str, split: str) -> Path:
-    return root / split / "Annotations" if name == "refytvos" else root / "valid" / "Annotations"
+    return root / split / "Annotations"
 
 
 def meta_file(name: str, root: Path, split: str) -> Path:
@@ -164,7 +164,7 @@ def meta_file(name: str, root: Path, split: str) -> Path:
     return {"revos": revos.meta_path(root, split), "mevis": root / split / "meta_expressions.json",
             "reasonvos": root / "meta_expressions.json",
             "refytvos": root / "meta_expressions" / split / "meta_expressions.json",
-            "refdavis": root / "meta_expressions" / "valid" / "meta_expressions.json"}[name]
+            "refdavis": root / "meta_expressions" / split / "meta_expressions.json"}[name]
 
 
 def read_benchmark(name: str, root: Path, split: str = "", problems: Problems | None = None) -> Benchmark:
@@ -272,7 +272,7 @@ def _read_reasonvos(name: str, root: Path, split: str, problems: Problems) -> Be
 def _read_palette(name: str, root: Path, split: str, problems: Problems) -> Benchmark:
     path = meta_file(name, root, split)
     meta = _videos_of(path)
-    base = root / split if name == "refytvos" else root / "valid"
+    base = root / split
     has_masks = (name, split) not in SERVER_SPLITS
     videos = {}
     for key, entry in sorted(meta.items()):
@@ -302,12 +302,13 @@ def _encode(mask: np.ndarray) -> dict:
     return {"size": [int(x) for x in rle["size"]], "counts": rle["counts"].decode("ascii")}
 
 
-def to_revos(bench: Benchmark, out: Path) -> Path:
+def to_revos(bench: Benchmark, out: Path, link_frames: bool = False) -> Path:
     """Write `bench` as a ReVOS-layout root at `out` (rewritten whole); returns `out`.
 
     Split "train" of the benchmark goes to `meta_expressions_train_.json`, any other to `valid`; the other
     meta file is written empty. anno_ids are numbered 1, 2, … per distinct (video, target); a frame without
-    annotation (or a server split) gets a null RLE. Frames are copied.
+    annotation (or a server split) gets a null RLE. Frames are copied, or with `link_frames` each video's
+    folder is a symbolic link to the published one (training sources: nothing copied).
     """
     out = Path(out)
     shutil.rmtree(out, ignore_errors=True)
@@ -320,12 +321,17 @@ def to_revos(bench: Benchmark, out: Path) -> Path:
         if not v.expressions:
             continue
         dst = out / "JPEGImages" / key
-        dst.mkdir(parents=True)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if link_frames:
+            dst.symlink_to(v.frame_dir.resolve(), target_is_directory=True)
+        else:
+            dst.mkdir()
         for f in v.frames:
             src = v.frame_dir / f"{f}.jpg"
             if not src.is_file():
                 raise BenchmarkFormatError(f"{src}: frame {f} of video {key} missing")
-            shutil.copyfile(src, dst / f"{f}.jpg")
+            if not link_frames:
+                shutil.copyfile(src, dst / f"{f}.jpg")
         with Image.open(dst / f"{v.frames[0]}.jpg") as img:
             width, height = img.size
         targets: dict[str, int] = {}

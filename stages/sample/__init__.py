@@ -13,6 +13,12 @@ Sizes are exact: quotas by largest remainder over the *source* proportions of th
 remainder over the strata that still have spare candidates, in proportion to their source sizes,
 until the pool is full; a pool is smaller than asked only when the candidates run out
 (`<pool>.shortfall` metric + a warning). Full rules: `stages.sample.stratify`, docs/sampling.md.
+
+Several training sources (ingest's `sources.parquet`, from `data.sources`): SFT and GRPO first get exact
+per-source quotas — the pool size apportioned by largest remainder over the sources' shares, with the same
+top-up rule when a source runs out — then each source's quota is drawn with the strata above, weighted by
+that source's own proportions. A source with share 0 stays out of the training pools. The achieved mixture
+is `mixture.parquet`, `mixture.png` and the `<pool>.source.<name>` metrics.
 """
 
 from __future__ import annotations
@@ -27,8 +33,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from schemas.index import ExpressionsSchema, TracksSchema, VideosSchema  # noqa: E402
-from schemas.sample import DistributionSchema, SampleSchema  # noqa: E402
+from schemas.index import ExpressionsSchema, SourcesSchema, TracksSchema, VideosSchema  # noqa: E402
+from schemas.sample import DistributionSchema, MixtureSchema, SampleSchema  # noqa: E402
 from stages.core.ids import sample_id  # noqa: E402
 from stages.core.io import derive_seed, read_table, write_table  # noqa: E402
 from stages.core.lineage import write_lineage  # noqa: E402
@@ -66,16 +72,16 @@ def sample_pools(params: SampleParams, seed: int, index_dir: Path, out_dir: Path
 
     sft_tasks = check_tasks(params.sft_tasks, "sample.sft_tasks")
     grpo_tasks = check_tasks(params.grpo_tasks, "sample.grpo_tasks")
+    shares = _shares(index_dir)  # None: data.root alone
     train = candidates[candidates["split"] == "train"]
     if not params.include_no_target_train:
         train = train[train["type"] != "no_target"]
-    source_train = instance_weights(train["stratum"].value_counts().to_dict(), params.single_multi_ratio)
 
     # the first k *usable* expressions of each video (after excluding no-target ones)
     first_k = train[train.groupby("video").cumcount() < params.sft_first_k] if params.sft_first_k > 0 else train
-    sft = _stratified(first_k, params.sft_size, source_train, seed, "sft")
+    sft = _mixed(first_k, params.sft_size, train, shares, params.single_multi_ratio, seed, "sft")
     rest = train[~train["expression_id"].isin(sft["expression_id"])] if params.disjoint else train
-    grpo = _stratified(rest, params.grpo_size, source_train, seed, "grpo")
+    grpo = _mixed(rest, params.grpo_size, train, shares, params.single_multi_ratio, seed, "grpo")
 
     valid = candidates[candidates["split"] == "valid"]
     if not params.include_no_target_eval:
@@ -89,6 +95,7 @@ def sample_pools(params: SampleParams, seed: int, index_dir: Path, out_dir: Path
                                                          params.grpo_task_weights, seed, "eval"))}
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, pool in pools.items():
+        # the source stays in the index (videos / expressions `source`): a sample's video key names it
         table = pool.assign(pool=name, sample_id=pool["expression_id"].map(sample_id))[COLUMNS]
         write_table(table.sort_values("sample_id"), SampleSchema, out_dir / f"{name}.parquet")
     distribution = _distribution(candidates, pools)
@@ -100,13 +107,83 @@ def sample_pools(params: SampleParams, seed: int, index_dir: Path, out_dir: Path
     metrics: dict[str, float | int] = {f"{name}.total": n for name, n in counts.items()}
     for row in distribution.itertuples(index=False):
         metrics[f"{row.group}.{row.stratum}"] = int(row.count)
+    tables = {"sampling distribution": distribution}
+    markdown = image_markdown(out_dir / "distribution.png", "sampling distribution")
+    if shares is not None:
+        mixture = _mixture(pools, shares)
+        write_table(mixture, MixtureSchema, out_dir / "mixture.parquet")
+        _plot_mixture(mixture, out_dir / "mixture.png")
+        for row in mixture.itertuples(index=False):
+            metrics[f"{row.pool}.source.{row.source}"] = int(row.count)
+        tables["training mixture (asked share vs achieved)"] = mixture
+        markdown += "\n\n" + image_markdown(out_dir / "mixture.png", "training mixture")
     asked = {"sft": params.sft_size, "grpo": params.grpo_size, "eval": params.eval_size}
     for name, n in counts.items():
         if asked[name] > n:
             log.warning("pool %s: asked for %d, only %d candidates", name, asked[name], n)
             metrics[f"{name}.shortfall"] = asked[name] - n
-    return StageReport("sample", metrics=dict(sorted(metrics.items())), tables={"sampling distribution": distribution},
-                       markdown=image_markdown(out_dir / "distribution.png", "sampling distribution"))
+    return StageReport("sample", metrics=dict(sorted(metrics.items())), tables=tables, markdown=markdown)
+
+
+def _shares(index_dir: Path) -> dict[str, float] | None:
+    """Training source → asked share (ingest's sources.parquet), or None when the index has one source."""
+    path = index_dir / "sources.parquet"
+    if not path.is_file():
+        return None
+    sources = read_table(path, SourcesSchema)
+    train = sources[sources["split"] == "train"]
+    return {str(s): float(w) for s, w in zip(train["source"], train["share"], strict=True)}
+
+
+def _mixed(candidates: pd.DataFrame, size: int, train: pd.DataFrame, shares: dict[str, float] | None,
+           single_multi_ratio: float, seed: int, pool: str) -> pd.DataFrame:
+    """A training pool of `size` (0 = all): exact per-source quotas over `shares`, then each source's strata
+    weighted by that source's own training proportions (`train`); without sources, the strata alone."""
+    if shares is None:
+        weights = instance_weights(train["stratum"].value_counts().to_dict(), single_multi_ratio)
+        return _stratified(candidates, size, weights, seed, pool)
+    candidates = candidates[candidates["source"].isin([s for s, w in shares.items() if w > 0])]
+    if size <= 0 or size >= len(candidates):
+        return candidates
+    quotas = allocate(size, {s: w for s, w in shares.items() if w > 0},
+                      candidates["source"].value_counts().to_dict())
+    parts = []
+    for source, quota in sorted(quotas.items()):
+        if quota <= 0:
+            continue
+        own = train[train["source"] == source]
+        weights = instance_weights(own["stratum"].value_counts().to_dict(), single_multi_ratio)
+        parts.append(_stratified(candidates[candidates["source"] == source], quota, weights, seed, pool))
+    return pd.concat(parts) if parts else candidates.iloc[:0]
+
+
+def _mixture(pools: dict[str, pd.DataFrame], shares: dict[str, float]) -> pd.DataFrame:
+    """Per pool and source: the asked share (normalised over the sources with a share; eval: data.root) and the
+    achieved count and fraction."""
+    rows = []
+    for name, pool in pools.items():
+        asked = {"root": 1.0} if name == "eval" else {s: w for s, w in shares.items() if w > 0}
+        total_share = sum(asked.values()) or 1.0
+        achieved = pool["source"].value_counts().to_dict()
+        for source in sorted(set(asked) | set(achieved)):
+            count = int(achieved.get(source, 0))
+            rows.append({"pool": name, "source": source, "share": asked.get(source, 0.0) / total_share,
+                         "count": count, "fraction": count / max(len(pool), 1)})
+    return pd.DataFrame(rows, columns=["pool", "source", "share", "count", "fraction"])
+
+
+def _plot_mixture(mixture: pd.DataFrame, path: Path) -> None:
+    train = mixture[mixture["pool"] != "eval"]
+    pivot = train.pivot_table(index="source", columns="pool", values="fraction", fill_value=0.0)
+    asked = train.groupby("source")["share"].max()
+    pivot["asked share"] = asked
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    pivot[[c for c in ("asked share", "sft", "grpo") if c in pivot.columns]].plot.bar(ax=ax)
+    ax.set_ylabel("fraction of pool")
+    ax.set_title("Training mixture: asked share and achieved fraction per source")
+    fig.tight_layout()
+    fig.savefig(path, dpi=80, metadata={"Software": None})  # stable bytes
+    plt.close(fig)
 
 
 def instance_weights(source: dict[str, int], single_multi_ratio: float) -> dict[str, float]:

@@ -16,10 +16,11 @@ tested offline on the same scenes:
   (`{"videos": {video: {"expressions": {exp_id: {"exp", "obj_id": "k"}}, "frames"}}}`), `<split>/meta.json`, and
   for `train` the palette PNGs `<split>/Annotations/<video>/<frame>.png` (pixel = object id). Single-object
   expressions only (the benchmark has no others).
-- `refdavis` (as ReferFormer's conversion leaves it): `valid/JPEGImages/<video>/<frame>.jpg`,
-  `valid/Annotations/<video>/<frame>.png` (palette, every frame), `meta_expressions/valid/meta_expressions.json`
-  with four expressions per object in the order annotator-1 first-frame, annotator-1 full-video, annotator-2
-  first-frame, annotator-2 full-video (exp_id = 4·(object − 1) + annotator), `valid/meta.json`. Frames renumbered.
+- `refdavis` (as ReferFormer's conversion leaves it), per split (`train`, `valid`):
+  `<split>/JPEGImages/<video>/<frame>.jpg`, `<split>/Annotations/<video>/<frame>.png` (palette, every frame),
+  `meta_expressions/<split>/meta_expressions.json` with four expressions per object in the order annotator-1
+  first-frame, annotator-1 full-video, annotator-2 first-frame, annotator-2 full-video
+  (exp_id = 4·(object − 1) + annotator), `<split>/meta.json`. Frames renumbered.
 
 No-target expressions (type 2) exist only in ReVOS and are dropped by every other layout.
 """
@@ -76,7 +77,7 @@ def write_layout(layout: str, revos_root: Path, out: Path, split: str = "valid",
     """Re-write `split` of the ReVOS-layout root `revos_root` in `layout` under `out` (created); returns `out`.
 
     `split` names the benchmark's split folder (mevis: train | valid_u | valid; refytvos: train | valid;
-    reasonvos and refdavis have one). `with_masks=False` writes the split without ground truth (the server
+    refdavis: train | valid; reasonvos has one). `with_masks=False` writes the split without ground truth (the server
     splits: MeViS valid, Ref-YouTube-VOS valid).
     """
     if layout not in LAYOUTS or layout == "revos":
@@ -184,7 +185,7 @@ def _refdavis(root: Path, meta: dict, masks: dict, out: Path, split: str, with_m
         if not objects:
             continue
         name, entry = _flat(video), meta[video]
-        frames = _copy_frames(root, video, entry["frames"], out / "valid" / "JPEGImages" / name, renumber=True)
+        frames = _copy_frames(root, video, entry["frames"], out / split / "JPEGImages" / name, renumber=True)
         expressions: dict[str, dict] = {}
         for k, anno in enumerate(objects, start=1):
             texts = [e["exp"] for _, e in exps if e["anno_id"] == [anno]]
@@ -193,12 +194,12 @@ def _refdavis(root: Path, meta: dict, masks: dict, out: Path, split: str, with_m
         videos[name] = {"expressions": expressions, "frames": frames}
         objects_meta[name] = {"objects": {str(k): {"category": "object"} for k in range(1, len(objects) + 1)}}
         if with_masks:
-            folder = out / "valid" / "Annotations" / name
+            folder = out / split / "Annotations" / name
             folder.mkdir(parents=True, exist_ok=True)
             for t, frame in enumerate(frames):
                 _save_palette(_labels(entry, masks, objects, t), folder / f"{frame}.png")
-    (out / "meta_expressions" / "valid").mkdir(parents=True, exist_ok=True)
-    (out / "valid").mkdir(parents=True, exist_ok=True)
-    (out / "meta_expressions" / "valid" / "meta_expressions.json").write_text(
+    (out / "meta_expressions" / split).mkdir(parents=True, exist_ok=True)
+    (out / split).mkdir(parents=True, exist_ok=True)
+    (out / "meta_expressions" / split / "meta_expressions.json").write_text(
         json.dumps({"videos": videos}, indent=1, sort_keys=True))
-    (out / "valid" / "meta.json").write_text(json.dumps({"videos": objects_meta}, indent=1, sort_keys=True))
+    (out / split / "meta.json").write_text(json.dumps({"videos": objects_meta}, indent=1, sort_keys=True))

@@ -185,7 +185,7 @@ LAYOUT_SPLITS = {  # (split, with masks) written per layout: the published split
     "mevis": (("train", True), ("valid_u", True), ("valid", False)),
     "reasonvos": (("valid", True),),
     "refytvos": (("train", True), ("valid", False)),
-    "refdavis": (("valid", True),),
+    "refdavis": (("train", True), ("valid", True)),
 }
 
 

@@ -231,7 +231,9 @@ def test_cli_benchmark_and_a_folder_matching_nothing(layouts: dict[str, Path], t
 # --- synth.layout, the table ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("layout", "split", "n_files"), [("mevis", "valid_u", 3), ("refdavis", "valid", 2)])
+@pytest.mark.parametrize(("layout", "split", "n_files"), [
+    ("mevis", "valid_u", 3), ("refdavis", "valid", 3),  # the train split of every layout too (issue 26)
+    ("mevis", "train", 3), ("refytvos", "train", 3), ("refdavis", "train", 3)])
 def test_synth_writes_a_benchmark_layout_its_reader_reads(layout: str, split: str, n_files: int,
                                                           tmp_path: Path) -> None:
     from stages.core.params import SynthParams, SynthScale
