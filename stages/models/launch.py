@@ -6,32 +6,42 @@ result), starts `accelerate launch` with the configured accelerate config — or
 CPU the processes use gloo; each keeps the thread count its params give it, so N processes use N cores
 (the embedded default runs GRPO in 2 processes on 2 cores: generation and the forward/backward passes of a
 round split between them).
+
+Whatever ends the stage, nothing it started goes on: the launcher and each worker die with their parent
+(`stages.core.lifeline`: the launcher is started through it, the workers run the module through it), and the
+job folder is named after the stage's pid so that a later stage removes it when the stage was killed
+(`remove_leftover_job_folders`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from stages.core import lifeline
+
 log = logging.getLogger(__name__)
 
 RESULT_KEY = "result"  # the job member naming the file the main process writes its result to
+JOB_PREFIX = "vrsflow-job-"  # job folders: vrsflow-job-<stage>-<pid of the stage>-<random>
 
 
 def launch_command(processes: int, accelerate_config: str, module: str, job: Path) -> list[str]:
     """`accelerate launch --config_file CONFIG --num_processes N -m MODULE --job JOB`, or torchrun (DDP) when
-    `accelerate_config` is ""."""
+    `accelerate_config` is ""; each worker runs MODULE through `stages.core.lifeline` (dies with the launcher)."""
     if accelerate_config:
         head = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", accelerate_config,
                 "--num_processes", str(processes)]
     else:
         head = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
-    return [*head, "-m", module, "--job", str(job)]
+    return [*head, "-m", "stages.core.lifeline", module, "--job", str(job)]
 
 
 def run_launched(stage: str, processes: int, accelerate_config: str, module: str, job: dict[str, Any]) -> dict:
@@ -43,7 +53,8 @@ def run_launched(stage: str, processes: int, accelerate_config: str, module: str
     """
     if accelerate_config and not Path(accelerate_config).is_file():
         raise ValueError(f"{stage}.accelerate_config: {accelerate_config} is not a file")
-    with tempfile.TemporaryDirectory(prefix=f"vrsflow-{stage}-") as tmp:
+    remove_leftover_job_folders()
+    with tempfile.TemporaryDirectory(prefix=f"{JOB_PREFIX}{stage}-{os.getpid()}-") as tmp:
         job_path, result_path = Path(tmp) / "job.json", Path(tmp) / "result.json"
         job_path.write_text(json.dumps({**job, RESULT_KEY: str(result_path)}))
         command = launch_command(processes, accelerate_config, module, job_path)
@@ -56,8 +67,9 @@ def _run_to_end(command: list[str], grace_s: float = 15.0) -> None:
     """Run the launcher; if this process is stopped (SIGTERM turned into an exception by the flow engine,
     Ctrl-C), stop the launcher with SIGTERM, which it passes on to its workers, so that none is left training
     (and writing checkpoints) after the stage has ended. `subprocess.run` would SIGKILL the launcher and
-    orphan the workers."""
-    proc = subprocess.Popen(command)
+    orphan the workers. The launcher is started through `stages.core.lifeline` from the thread that waits for
+    it, so that a SIGKILL of this process ends it (and it, its workers) too."""
+    proc = lifeline.popen(command)
     try:
         code = proc.wait()
     except BaseException:
@@ -70,3 +82,25 @@ def _run_to_end(command: list[str], grace_s: float = 15.0) -> None:
         raise
     if code:
         raise subprocess.CalledProcessError(code, command)
+
+
+def remove_leftover_job_folders(folder: Path | None = None) -> list[Path]:
+    """Remove the job folders of stages that were killed before they could (their pid is gone); return them."""
+    removed = []
+    for path in Path(folder or tempfile.gettempdir()).glob(f"{JOB_PREFIX}*"):
+        parts = path.name[len(JOB_PREFIX):].split("-")  # <stage>-<pid>-<random>
+        pid = int(parts[-2]) if len(parts) >= 3 and parts[-2].isdigit() else 0
+        if pid and not _alive(pid) and path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process (a reused pid): not ours to judge
+        return True
+    return True

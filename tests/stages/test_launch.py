@@ -32,11 +32,12 @@ def _alive(pid: int) -> bool:
 def test_launch_command_names_the_launcher_and_module(tmp_path: Path) -> None:
     job = tmp_path / "job.json"
     assert launch_command(3, "", "stages.grpo.trl_engine", job)[1:] == [
-        "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "3", "-m", "stages.grpo.trl_engine",
-        "--job", str(job)]
+        "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "3", "-m", "stages.core.lifeline",
+        "stages.grpo.trl_engine", "--job", str(job)]
     accel = launch_command(2, "configs/accelerate/ddp.yaml", "stages.sft", job)
     assert accel[1:7] == ["-m", "accelerate.commands.launch", "--config_file", "configs/accelerate/ddp.yaml",
-                          "--num_processes", "2"] and accel[-4:] == ["-m", "stages.sft", "--job", str(job)]
+                          "--num_processes", "2"]
+    assert accel[-5:] == ["-m", "stages.core.lifeline", "stages.sft", "--job", str(job)]
 
 
 def test_run_launched_returns_the_main_process_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -49,6 +50,58 @@ def test_run_launched_returns_the_main_process_result(tmp_path: Path, monkeypatc
 def test_missing_accelerate_config_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"grpo.accelerate_config: .*nope.yaml is not a file"):
         run_launched("grpo", 2, str(tmp_path / "nope.yaml"), "tests.launch_worker", {})
+
+
+def _start_sleeping_stage(tmp_path: Path, extra: str = "") -> tuple[subprocess.Popen, list[int]]:
+    """A stage process (its own process group) running 2 sleeping workers under torchrun; (it, worker pids)."""
+    stage = textwrap.dedent(f"""
+        {extra}
+        from stages.models.launch import run_launched
+        run_launched("grpo", 2, "", "tests.launch_worker", {{"pids": {str(tmp_path)!r}, "sleep": 120}})
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", stage], cwd=REPO, process_group=0,
+                            env={**env_with_venv(), "PYTHONPATH": str(REPO)})
+    deadline = time.monotonic() + 120
+    while (len([p for p in tmp_path.glob("*.pid") if p.read_text()]) < 2 and time.monotonic() < deadline
+           and proc.poll() is None):
+        time.sleep(0.2)
+    pids = [int(p.read_text()) for p in tmp_path.glob("*.pid")]
+    assert len(pids) == 2 and all(_alive(p) for p in pids)
+    time.sleep(1.0)  # the workers are in their sleep (past the group set-up)
+    return proc, pids
+
+
+def _gone_within(pids: list[int], seconds: float) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return [p for p in pids if _alive(p)]
+
+
+@pytest.mark.slow  # torchrun and two workers importing torch: ~15 s on a quiet machine, a minute when loaded
+def test_sigkill_of_the_stage_process_group_ends_launcher_and_workers(tmp_path: Path) -> None:
+    """`kill -9` of the stage's process group reaches the stage and its launcher, not torchrun's workers
+    (each in a session of its own): they end through their parent-death signal (stages.core.lifeline)."""
+    import psutil
+
+    proc, pids = _start_sleeping_stage(tmp_path)
+    try:
+        launcher = [c.pid for c in psutil.Process(proc.pid).children()]
+        assert len(launcher) == 1 and all(psutil.Process(p).ppid() == launcher[0] for p in pids)
+        assert all(os.getsid(p) != os.getsid(proc.pid) for p in pids)  # beyond a kill of the stage's session
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        assert not _gone_within([*launcher, *pids], 10), "processes of the stage outlived its SIGKILL"
+        # its job folder is left behind; the next stage removes it (it names the dead stage's pid)
+        from stages.models.launch import remove_leftover_job_folders
+
+        assert [p for p in remove_leftover_job_folders() if f"-{proc.pid}-" in p.name]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in pids:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_sigterm_to_the_stage_stops_every_worker(tmp_path: Path) -> None:

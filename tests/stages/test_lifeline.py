@@ -1,0 +1,96 @@
+"""`stages.core.lifeline`: a child started through it ends when its parent is SIGKILLed, and one whose parent
+died before the parent-death signal was set exits at once instead of running on unwatched."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from stages.core import lifeline
+from tests.pipeline_repo import env_with_venv
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")  # a zombie (exited, not reaped yet) counts as gone
+    return not (stat.is_file() and stat.read_text().split(") ")[-1].startswith("Z"))
+
+
+def _wait_for(path: Path, seconds: float = 30) -> int:
+    deadline = time.monotonic() + seconds
+    while not (path.is_file() and path.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return int(path.read_text())
+
+
+def test_child_dies_within_seconds_of_its_sigkilled_parent(tmp_path: Path) -> None:
+    """The parent starts a sleeping child through `lifeline.popen` (a thread of its own waits for it, as the
+    stage's launcher call does) and is SIGKILLed; the child is re-parented, so only the kernel's parent-death
+    signal can end it."""
+    child_pid = tmp_path / "child.pid"
+    parent = textwrap.dedent(f"""
+        import sys, threading
+        from stages.core import lifeline
+        code = "import os, time; open({str(child_pid)!r}, 'w').write(str(os.getpid())); time.sleep(300)"
+        proc = lifeline.popen([sys.executable, "-c", code])
+        proc.wait()
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", parent], cwd=REPO, env={**env_with_venv(), "PYTHONPATH": str(REPO)})
+    child = _wait_for(child_pid)
+    try:
+        assert _alive(child)
+        status = Path(f"/proc/{child}/status").read_text()
+        assert f"PPid:\t{proc.pid}\n" in status  # exec'd in place of the wrapper: the child is the program itself
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 5
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(child), "the child outlived its SIGKILLed parent"
+    finally:
+        if _alive(child):
+            os.kill(child, signal.SIGKILL)
+
+
+def test_a_child_whose_parent_is_already_gone_exits_at_once(tmp_path: Path) -> None:
+    """The race: the parent died between starting the child and the child setting its signal. The child then
+    sees a parent other than the one named in its environment and exits (128 + SIGKILL) without running."""
+    marker = tmp_path / "ran"
+    env = {**env_with_venv(), "PYTHONPATH": str(REPO), lifeline.PARENT_ENV: "1"}  # pid 1 is never our parent
+    done = subprocess.run(lifeline.command([sys.executable, "-c", f"open({str(marker)!r}, 'w')"]), cwd=REPO,
+                          env=env, timeout=60)
+    assert done.returncode == 128 + signal.SIGKILL and not marker.exists()
+    env[lifeline.PARENT_ENV] = str(os.getpid())  # the true parent: the program runs
+    done = subprocess.run(lifeline.command([sys.executable, "-c", f"open({str(marker)!r}, 'w')"]), cwd=REPO,
+                          env=env, timeout=60)
+    assert done.returncode == 0 and marker.exists()
+
+
+def test_module_mode_runs_the_module_as_main(tmp_path: Path) -> None:
+    """What torchrun's workers run: `python -m stages.core.lifeline MODULE ARGS` = `python -m MODULE ARGS`,
+    with the parent-death signal set (SIGKILL = 9, read back from /proc)."""
+    package = tmp_path / "probe_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "probe.py").write_text(textwrap.dedent("""
+        import os, signal, sys, ctypes
+        libc = ctypes.CDLL(None)
+        value = ctypes.c_int()
+        libc.prctl(2, ctypes.byref(value), 0, 0, 0)  # PR_GET_PDEATHSIG
+        print(__name__, sys.argv[1:], value.value, os.environ["VRSFLOW_LIFELINE_PARENT"] == str(os.getpid()))
+    """))
+    env = {**env_with_venv(), "PYTHONPATH": f"{REPO}{os.pathsep}{tmp_path}"}
+    out = subprocess.run(lifeline.module_command("probe_pkg.probe", ["--job", "x"]), cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[0] == f"__main__ ['--job', 'x'] {int(signal.SIGKILL)} True"
