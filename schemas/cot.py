@@ -27,7 +27,9 @@ class GenerationsSchema(pa.DataFrameModel):
     text: Series[str]
     finish_reason: Series[str]
     prompt_tokens: Series[int] = pa.Field(ge=0)
-    completion_tokens: Series[int] = pa.Field(ge=0)
+    completion_tokens: Series[int] = pa.Field(ge=0, description="every output token, reasoning included")
+    reasoning_tokens: Series[int] = pa.Field(ge=0, description="hidden reasoning tokens (usage "
+                                             "completion_tokens_details.reasoning_tokens; 0 when not reported)")
     latency_s: Series[float] = pa.Field(ge=0)
     attempts: Series[int] = pa.Field(ge=0)
     error: Series[str]

@@ -4,7 +4,16 @@ Each request is identified by a key (sha256 of its `messages`). `faults` is a li
 first attempts of every key, in order: "429" (with Retry-After), "500", "timeout" (sleeps past the
 client's timeout), "garbage" (200 with a body that is not JSON), "empty" (an empty completion),
 "truncated" (finish_reason "length"). The server records, per key, every attempt's arrival time and
-outcome, the largest number of requests in flight, and the Authorization headers it saw.
+outcome, the largest number of requests in flight, the Authorization headers it saw and every request body.
+
+With `reasoning` set it answers like a thinking model: it "writes" that reasoning first (one token per word),
+returns it in `reasoning_field` (`reasoning_content` as Ark and vLLM's reasoning parsers; `reasoning` as newer
+vLLM) beside the content, and reports `usage.completion_tokens_details.reasoning_tokens` (unless
+`report_reasoning_tokens` is off). The request's `max_tokens` is spent as the provider spends it: `budget="total"`
+(vLLM, OpenAI: reasoning and answer share it, so a long reasoning leaves the content empty or cut, with
+`finish_reason` "length") or `budget="answer"` (Volcengine Ark: max_tokens bounds the answer only). The thinking
+switches turn the reasoning off: Ark's `{"thinking": {"type": "disabled"}}` and the chat-template
+`{"chat_template_kwargs": {"enable_thinking": false}}`.
 
 It is an asyncio server (HTTP/1.1 with keep-alive, as real endpoints) on its own event loop in a
 background thread: waiting requests cost no thread each, so at 32+ requests in flight the injected
@@ -28,9 +37,14 @@ class FakeOpenAI:
     """Start with `with FakeOpenAI(...) as server:`; `server.base_url` ends in /v1."""
 
     def __init__(self, latency: float = 0.0, faults: list[str] | None = None, retry_after: float = 0.0,
-                 hang: float = 2.0, reply: str | None = None) -> None:
+                 hang: float = 2.0, reply: str | None = None, reasoning: str | None = None,
+                 reasoning_field: str = "reasoning_content", budget: str = "total",
+                 report_reasoning_tokens: bool = True) -> None:
         self.latency, self.faults, self.retry_after, self.hang = latency, list(faults or []), retry_after, hang
         self.reply = reply
+        self.reasoning, self.reasoning_field, self.budget = reasoning, reasoning_field, budget
+        self.report_reasoning_tokens = report_reasoning_tokens
+        self.bodies: list[dict] = []
         self.attempts: dict[str, list[tuple[float, str]]] = defaultdict(list)
         self.auth_headers: set[str] = set()
         self.in_flight = 0
@@ -98,6 +112,7 @@ class FakeOpenAI:
     async def _request(self, body: dict, headers: dict[str, str], writer: asyncio.StreamWriter) -> None:
         key = hashlib.sha256(json.dumps(body["messages"], sort_keys=True).encode()).hexdigest()
         with self._lock:
+            self.bodies.append(body)
             self.auth_headers.add(headers.get("authorization", ""))
             attempt = len(self.attempts[key])
             fault = self.faults[attempt] if attempt < len(self.faults) else "ok"
@@ -121,7 +136,7 @@ class FakeOpenAI:
             elif fault == "truncated":
                 self._write(writer, 200, _completion("Step 1: The video shows", finish_reason="length"))
             else:
-                self._write(writer, 200, _completion(self.answer(body["messages"])))
+                self._write(writer, 200, self.thinking_completion(body))
         finally:
             with self._lock:
                 self.in_flight -= 1
@@ -134,6 +149,36 @@ class FakeOpenAI:
         head = [f"HTTP/1.1 {code} {REASONS.get(code, 'Status')}", "Content-Type: application/json",
                 f"Content-Length: {len(data)}", *(f"{k}: {v}" for k, v in (headers or {}).items())]
         writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + data)
+
+
+    def thinks(self, body: dict) -> bool:
+        """Whether this request gets reasoning (a thinking model, no switch turned it off)."""
+        if self.reasoning is None:
+            return False
+        if (body.get("thinking") or {}).get("type") == "disabled":
+            return False
+        return (body.get("chat_template_kwargs") or {}).get("enable_thinking", True) is not False
+
+    def thinking_completion(self, body: dict) -> dict:
+        """The reply to a request: reasoning first (when it thinks), then the answer, within `max_tokens`."""
+        answer = self.answer(body["messages"]).split(" ")
+        if not self.thinks(body):
+            return _completion(" ".join(answer))
+        thought = str(self.reasoning).split(" ")
+        limit = int(body.get("max_tokens") or 1 << 30)
+        thought = thought[:limit] if self.budget == "total" else thought
+        room = limit - len(thought) if self.budget == "total" else limit
+        said = answer[:max(room, 0)]
+        finish = "length" if len(said) < len(answer) else "stop"
+        payload = _completion(" ".join(said), finish_reason=finish)
+        payload["choices"][0]["message"][self.reasoning_field] = " ".join(thought)
+        if not said:
+            payload["choices"][0]["message"]["content"] = None  # vLLM: nothing after the reasoning
+        payload["usage"]["completion_tokens"] = len(thought) + len(said)
+        payload["usage"]["total_tokens"] = 100 + len(thought) + len(said)
+        if self.report_reasoning_tokens:
+            payload["usage"]["completion_tokens_details"] = {"reasoning_tokens": len(thought)}
+        return payload
 
 
 def _completion(text: str, finish_reason: str = "stop") -> dict:

@@ -3,8 +3,10 @@
 Per sample (and trace index) one of the set's three templates is drawn with a seed derived from the
 sample id, and recorded. The request carries the sampled frames (resized for the teacher, targets
 marked with red rectangles) with their timestamps, the expression and the chosen keyframe timestamp.
-Every answer is cached by a key hashing everything that determines it, so reruns and resumed runs send
-nothing twice; a failed request is recorded with its error and the stage goes on.
+Every answer is cached by a key hashing everything that determines it (provider fields too: `cache_key`), so
+reruns and resumed runs send nothing twice; a failed request is recorded with its error and the stage goes on.
+A thinking teacher's hidden reasoning stays in the cache (the trace is the reply's content); its tokens are
+counted in the table, the metrics and the cost estimate.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from stages.core.progress import ProgressReporter
 from stages.core.report import StageReport, summary_line
 from stages.tasks import Task, get_task, timestamp_tag
 from stages.teacher.cache import ResponseCache, request_key
-from stages.teacher.client import ChatRequest, ChatResult, TeacherClient
+from stages.teacher.client import REASONING_BUDGET_EXHAUSTED, ChatRequest, ChatResult, TeacherClient, cache_key
 from stages.teacher.prompts import cot_template_ids, render_cot_prompt
 from stages.teacher.template_teacher import TEACHER_NAME, template_writer
 
@@ -65,7 +67,8 @@ def generate_cot(teacher: TeacherParams, params: CotParams, seed: int, data_root
                 template_id = template_ids[int(rng.integers(len(template_ids)))]
                 request = build_request(sample, template_id, trace_index, teacher, Path(data_root), task)
                 requests.append(request)
-                rows.append({"request_key": request.key, "sample_id": sample["sample_id"], "pool": sample["pool"],
+                rows.append({"request_key": cache_key(request.key, teacher), "sample_id": sample["sample_id"],
+                             "pool": sample["pool"],
                              "trace_index": trace_index, "task": task.name, "template_set": task.template_set,
                              "template_id": template_id, "teacher": teacher_name, "backend": teacher.backend,
                              "keyframe_timestamp": int(sample["keyframe_timestamp"])})
@@ -193,18 +196,25 @@ def _lists(value: Any) -> Any:
 
 def _result_columns(result: ChatResult) -> dict:
     return {"text": result.text, "finish_reason": result.finish_reason, "prompt_tokens": result.prompt_tokens,
-            "completion_tokens": result.completion_tokens, "latency_s": result.latency_s,
-            "attempts": result.attempts, "error": result.error}
+            "completion_tokens": result.completion_tokens, "reasoning_tokens": result.reasoning_tokens,
+            "latency_s": result.latency_s, "attempts": result.attempts, "error": result.error}
 
 
 def _report(table: pd.DataFrame, results: list[ChatResult], sent: int, teacher: TeacherParams) -> StageReport:
+    """Counts, tokens and the cost estimate. `completion_tokens` is every billed output token, the hidden
+    reasoning included (OpenAI's and Ark's usage count it there; `reasoning_tokens` is its share), so the cost is
+    prompt × price_in + completion × price_out, and `estimated_reasoning_cost_usd` the reasoning's part of it."""
     prompt_tokens = int(table["prompt_tokens"].sum())
     completion_tokens = int(table["completion_tokens"].sum())
+    reasoning_tokens = int(table["reasoning_tokens"].sum())
     cost = prompt_tokens / 1e6 * teacher.price_in_per_m + completion_tokens / 1e6 * teacher.price_out_per_m
     metrics = {"requests": len(table), "errors": int((table["error"] != "").sum()),
                "from_cache": sum(r.from_cache for r in results), "sent": sent,
                "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-               "estimated_cost_usd": round(cost, 4)}
+               "reasoning_tokens": reasoning_tokens, "answer_tokens": max(completion_tokens - reasoning_tokens, 0),
+               "reasoning_budget_exhausted": int(table["error"].str.startswith(REASONING_BUDGET_EXHAUSTED).sum()),
+               "estimated_cost_usd": round(cost, 4),
+               "estimated_reasoning_cost_usd": round(reasoning_tokens / 1e6 * teacher.price_out_per_m, 4)}
     templates = table.groupby("template_id").size().rename("requests").reset_index()
     errors = table[table["error"] != ""].groupby("error").size().rename("requests").reset_index()
     log.info(summary_line("cot", metrics))  # one short line; all values in the metrics file

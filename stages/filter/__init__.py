@@ -1,7 +1,10 @@
 """`filter` stage: keep only good reasoning traces, with a reason for every rejection.
 
 Each trace is judged by the rules its task declares (`stages.tasks`, `Task.rules`), in order; the first
-failing rule is the recorded reason (`stages.filter.rules`). An accepted trace becomes the training
+failing rule is the recorded reason (`stages.filter.rules`). A request that failed is rejected first: a thinking
+teacher whose reasoning spent the whole budget (empty content at `finish_reason` length) under its own reason,
+`reasoning_budget_exhausted`, any other failure as `request_error`. Only the reply's content is ever judged or
+trained on; the hidden reasoning stays in the teacher's cache. An accepted trace becomes the training
 response `<think>trace</think><answer>{json}</answer>`, the JSON being the task's ground-truth answer at
 the task's view (Veason-R1: keyframe + boxes at train size; KTG: boxes + points on the keyframe at the
 keyframe size; AKS: the option; VDG: the description), integer pixels, objects absent there left out.
@@ -24,6 +27,7 @@ from stages.core.report import StageReport, summary_line
 from stages.filter import rules
 from stages.tasks import answer_text, get_task, integer_payload
 from stages.tasks.views import task_ground_truth
+from stages.teacher.client import REASONING_BUDGET_EXHAUSTED
 
 log = logging.getLogger(__name__)
 
@@ -54,11 +58,15 @@ def response_for(task_name: str, trace: str, sample: dict) -> str:
 def judge(row: dict, sample: dict, accepted_texts: list[str], params: FilterParams) -> str | None:
     """The first rule of the trace's task (`Task.rules`) that the trace fails, or None when it passes all.
 
-    Order: request error, then the task's rules — length, refusal, three steps, the task's own (keyframe
+    Order: request error (`reasoning_budget_exhausted` when the teacher's reasoning spent the budget, else
+    `request_error`), then the task's rules — length, refusal, three steps, the task's own (keyframe
     named and no other, AKS option, step-3 location vs the ground-truth box), no markings, near-duplicate of
     an accepted trace.
     """
     text = row["text"]
+    if row["error"].startswith(REASONING_BUDGET_EXHAUSTED):
+        return (f"reasoning_budget_exhausted: {int(row.get('reasoning_tokens', 0))} reasoning tokens, "
+                f"finish_reason={row.get('finish_reason', 'length')}, no content")
     if row["error"]:
         return f"request_error: {row['error'][:80]}"
     checks = {

@@ -6,6 +6,13 @@
 - `template` backend: writes the answer from the annotations carried by the request (offline default);
   it goes through the same cache and records, and is labelled as such.
 
+Thinking models (Seed1.5-VL on Ark, vLLM with a reasoning parser): provider fields (`teacher.extra_body`, the
+named `teacher.thinking` switch) go into every request body; the reply's hidden reasoning (`reasoning_content`,
+or `reasoning` in newer vLLM) and its token count (`usage.completion_tokens_details.reasoning_tokens`) are kept
+beside the content in the cache and the result, never in `text`. A reply cut at `finish_reason` length with empty
+content after reasoning is its own outcome (`REASONING_BUDGET_EXHAUSTED`), recorded and cached (it was paid
+for), not retried: the same request would spend the same budget. docs/teachers.md has the provider details.
+
 Engineering: bounded concurrency (asyncio semaphore), a requests-per-minute limit, a per-request
 timeout, retries with exponential backoff and full jitter on 429, 5xx, timeouts, connection errors and
 malformed bodies (honouring Retry-After), and the persistent response cache. A request that still
@@ -27,10 +34,16 @@ from typing import Any
 import openai
 from openai.types.chat import ChatCompletion
 
-from stages.core.params import TeacherParams
-from stages.teacher.cache import ResponseCache
+from stages.core.params import THINKING_SWITCH_KEYS, TeacherParams
+from stages.teacher.cache import ResponseCache, request_key
 
 log = logging.getLogger(__name__)
+
+# the error of each named outcome starts with its text (the filter reads the prefix: stages/filter)
+EMPTY_RESPONSE = "empty response"
+TRUNCATED_RESPONSE = "truncated response (finish_reason=length)"
+REASONING_BUDGET_EXHAUSTED = "reasoning exhausted the budget"
+REASONING_FIELDS = ("reasoning_content", "reasoning")  # Ark, vLLM ≤ 0.10 / vLLM ≥ 0.11 (docs/teachers.md)
 
 
 @dataclass(frozen=True)
@@ -52,7 +65,9 @@ class ChatResult:
     text: str = ""
     finish_reason: str = ""
     prompt_tokens: int = 0
-    completion_tokens: int = 0
+    completion_tokens: int = 0  # every output token billed, reasoning included (OpenAI and Ark usage)
+    reasoning: str = ""  # the hidden reasoning (never part of `text`)
+    reasoning_tokens: int = 0  # usage.completion_tokens_details.reasoning_tokens (0 when not reported)
     latency_s: float = 0.0
     attempts: int = 0
     error: str = ""
@@ -121,14 +136,15 @@ class TeacherClient:
         limiter = RateLimiter(self.params.rpm)
 
         async def one(request: ChatRequest) -> ChatResult:
-            cached = self.cache.get(request.key)
+            key = cache_key(request.key, self.params)
+            cached = self.cache.get(key)
             if cached is not None:
                 result = ChatResult(**cached, from_cache=True)
             else:
                 async with semaphore:
                     result = await self._with_retries(request, limiter)
                 if result.finish_reason:  # an answer arrived (even empty or truncated): paid for, keep it
-                    self.cache.put(request.key, result.record())
+                    self.cache.put(key, result.record())
             if on_done is not None:
                 on_done(result)
             return result
@@ -180,6 +196,7 @@ class TeacherClient:
                                   "temperature": self.params.temperature, "max_tokens": self.params.max_tokens}
         if request.response_format is not None:
             kwargs["response_format"] = request.response_format
+        kwargs = {**provider_fields(self.params), **kwargs}  # params refuse extra_body keys the client writes
         try:
             # the SDK's documented low-level `post` (same transport, errors and ChatCompletion parsing as
             # `chat.completions.create`) skips its typed-params walk over every message part: ~1 ms CPU per
@@ -200,6 +217,51 @@ class TeacherClient:
         return _parse(request.key, response)
 
 
+def provider_fields(params: TeacherParams) -> dict[str, Any]:
+    """The provider fields of every request body: `teacher.extra_body` plus the named thinking switch.
+
+    `ark` writes Volcengine Ark's `{"thinking": {"type": "enabled" | "disabled" | "auto"}}`; `chat_template`
+    writes `{"chat_template_kwargs": {"enable_thinking": true | false}}` (vLLM / SGLang chat templates such as
+    Qwen3's). `thinking: default` writes nothing (the provider's default). Plain JSON values (params hold
+    read-only mappings and tuples).
+    """
+    fields = _plain(params.extra_body)
+    if params.thinking != "default":
+        key = THINKING_SWITCH_KEYS[params.thinking_switch]
+        fields[key] = ({"type": params.thinking} if params.thinking_switch == "ark"
+                       else {"enable_thinking": params.thinking == "enabled"})
+    return fields
+
+
+def cache_key(key: str, params: TeacherParams) -> str:
+    """The response-cache key of a request whose caller-side key is `key`: the same key when no provider field is
+    sent (caches written before provider fields existed stay valid), else a hash of the key and the fields — so
+    the key changes with every field that changes the reply (extra_body, the thinking switch) and no other. The
+    template backend sends nothing, so its key never changes."""
+    fields = provider_fields(params) if params.backend != "template" else {}
+    return request_key({"request": key, "provider_fields": fields}) if fields else key
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _reasoning_text(message: Any) -> str:
+    """The hidden reasoning of a reply message: `reasoning_content` (Ark, vLLM reasoning parsers) or `reasoning`
+    (vLLM's newer name); both are extra fields on the SDK's message model."""
+    if message is None:
+        return ""
+    for name in REASONING_FIELDS:
+        value = getattr(message, name, None)
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
 def _parse(key: str, response: Any) -> ChatResult:
     choices = getattr(response, "choices", None)
     if not choices:
@@ -207,13 +269,20 @@ def _parse(key: str, response: Any) -> ChatResult:
     choice = choices[0]
     text = (choice.message.content if choice.message is not None else None) or ""
     usage = getattr(response, "usage", None)
+    details = getattr(usage, "completion_tokens_details", None)
     result = ChatResult(key=key, text=text, finish_reason=choice.finish_reason or "",
                         prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
-                        completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0))
-    if not text.strip():
-        result.error = "empty response"
+                        completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+                        reasoning=_reasoning_text(choice.message),
+                        reasoning_tokens=int(getattr(details, "reasoning_tokens", 0) or 0))
+    thought = result.reasoning or result.reasoning_tokens
+    if not text.strip() and result.finish_reason == "length" and thought:
+        result.error = (f"{REASONING_BUDGET_EXHAUSTED}: finish_reason=length with empty content after "
+                        f"{result.reasoning_tokens} reasoning tokens ({len(result.reasoning)} characters)")
+    elif not text.strip():
+        result.error = EMPTY_RESPONSE
     elif result.finish_reason == "length":
-        result.error = "truncated response (finish_reason=length)"
+        result.error = TRUNCATED_RESPONSE + (f" after {result.reasoning_tokens} reasoning tokens" if thought else "")
     return result
 
 
