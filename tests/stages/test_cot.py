@@ -203,3 +203,42 @@ def test_template_traces_pass_the_filter(data: Path, tmp_path: Path, task: str) 
             assert answer["bbox_2d_list"] == [[int(round(v * 1.5)) for v in b] for b in key_boxes]
             points = [p for p in sample["ktg_points"] if p is not None]
             assert answer["point_2d_list"] == [[int(round(v * 1.5)) for v in p] for p in points]
+
+
+def test_thinking_teacher_counted_and_budget_exhaustion_filtered(data: Path, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A thinking teacher (reasoning first, `reasoning_content`, reasoning tokens in usage): its reasoning tokens
+    reach the table, the metrics and the cost; a reply whose reasoning spent max_tokens is rejected by the filter
+    under its own reason; switching thinking off is a new request (new cache key), answered without reasoning."""
+    from stages.core.params import FilterParams
+    from stages.filter import filter_traces
+
+    monkeypatch.setenv("VRSFLOW_TEST_KEY", SECRET)
+    thought = " ".join(["ponder"] * 50)
+    cot = CotParams(cache_dir=str(tmp_path / "cache"))
+    with FakeOpenAI(reasoning=thought) as server:
+        big = generate_cot(openai_params(server, max_tokens=500), cot, 0, data / "root", data / "keyframes",
+                           tmp_path / "big")
+        small = generate_cot(openai_params(server, max_tokens=40), cot, 0, data / "root", data / "keyframes",
+                             tmp_path / "small")
+        off = generate_cot(openai_params(server, max_tokens=40, thinking="disabled"), cot, 0, data / "root",
+                           data / "keyframes", tmp_path / "off")
+    n = big.metrics["requests"]
+    table = pd.read_parquet(tmp_path / "big" / "generations.parquet")
+    assert (table["reasoning_tokens"] == 50).all() and (table["error"] == "").all()
+    assert not table["text"].str.contains("ponder").any()  # the reasoning is not the trace
+    assert big.metrics["reasoning_tokens"] == 50 * n
+    assert big.metrics["answer_tokens"] == big.metrics["completion_tokens"] - 50 * n > 0
+    assert big.metrics["estimated_cost_usd"] == pytest.approx((100 * n + big.metrics["completion_tokens"] * 2) / 1e6,
+                                                              abs=1e-4)
+    assert big.metrics["estimated_reasoning_cost_usd"] == pytest.approx(50 * n * 2 / 1e6, abs=1e-4)
+    assert small.metrics["reasoning_budget_exhausted"] == n and small.metrics["reasoning_tokens"] == 40 * n
+    assert off.metrics["sent"] == n and off.metrics["reasoning_tokens"] == 0  # a new key: sent again, no thinking
+    assert [b.get("thinking") for b in server.bodies[-n:]] == [{"type": "disabled"}] * n
+    keys = [set(pd.read_parquet(tmp_path / run / "generations.parquet")["request_key"]) for run in ("small", "off")]
+    assert not keys[0] & keys[1]
+    report = filter_traces(FilterParams(), tmp_path / "small", data / "keyframes", tmp_path / "filter")
+    rejected = pd.read_parquet(tmp_path / "filter" / "rejected.parquet")
+    assert report.metrics["rejected.reasoning_budget_exhausted"] == n == len(rejected)
+    assert rejected["reason"].str.fullmatch(r"reasoning_budget_exhausted: 40 reasoning tokens, "
+                                            r"finish_reason=length, no content").all()
