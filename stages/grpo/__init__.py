@@ -88,6 +88,8 @@ def _run_verl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, curve_pa
 
     from stages.grpo.curves import curve_from_verl
     from stages.grpo.verl_engine import cuda_available, finished_run, merge_checkpoint, prepare_job, write_models
+    from stages.models.trainable import lora_targets
+    from stages.segment import config_identity
 
     job = prepare_job(grpo, reward, sam2, params_path)
     job_dir = Path(grpo.verl.out_dir)
@@ -96,14 +98,17 @@ def _run_verl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, curve_pa
         if not cuda_available():
             raise RuntimeError(f"engine verl needs GPUs and a vLLM/SGLang rollout server; the validated job is in "
                                f"{job_dir} — run {job['launch']} on the cluster, then this stage again to bring "
-                               f"the checkpoint back (docs/grpo_verl.md)")
+                               f"the checkpoint back (docs/grpo_verl.md; `python -m stages.grpo.verl_engine "
+                               f"prepare` writes the job and exits 0)")
         subprocess.run(["bash", job["launch"]], check=True)
         record = finished_run(job_dir)
         if record is None:
             raise RuntimeError(f"{job['launch']} ended without marking the job finished in {job_dir}")
     out_dir = Path(grpo.out_dir)
     with tempfile.TemporaryDirectory(prefix="verl-merge-") as tmp:
-        written = write_models(merge_checkpoint(job_dir / record["actor"], Path(tmp) / "hf"), out_dir)
+        written = write_models(merge_checkpoint(job_dir / record["actor"], Path(tmp) / "hf"), out_dir,
+                               base_model=grpo.model_path,
+                               target_rule=lora_targets(grpo.target_modules, grpo.train_vision))
     rows = curve_from_verl(job_dir)
     write_curve(rows, curve_path)
     pool_size = pq.ParquetFile(grpo.verl_parquet).metadata.num_rows  # footer only
@@ -113,7 +118,9 @@ def _run_verl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, curve_pa
                   inputs={"parquet": Path(grpo.verl_parquet), "model": Path(grpo.model_path)},
                   counts={"samples": pool_size, "steps": int(record["step"])},
                   code_modules=["stages.grpo", "stages.rewards", "stages.segment", "schemas.answer"],
-                  extra={"engine": "verl", "verl_checkpoint": record["actor"], "lora_adapter": written["adapter"]})
+                  extra={"engine": "verl", "verl_checkpoint": record["actor"], "lora_adapter": written["adapter"],
+                         **({"sam2_config": config_identity(sam2.config)} if "consistency" in reward.components
+                            else {})})
     write_model_card(out_dir, "vrsflow GRPO checkpoint (Qwen2.5-VL, verifiable reward, verl)",
                      metrics={"grpo": summary})
     log.info("grpo (verl): step %d checkpoint merged into %s", record["step"], out_dir)

@@ -17,36 +17,52 @@ import json
 import os
 import shlex
 import shutil
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from stages.core.params import GrpoParams, RewardParams, Sam2Params
+from stages.models.trainable import lora_targets
 from stages.rewards import check_params
 
 VLLM_MAX_LORA_RANK = 512  # verl vllm_rollout/utils.py fallback when vLLM is absent
 VERL_ENTRY = Path(__file__).resolve().parents[1] / "rewards" / "verl_entry.py"
+TRAINER = "python -m verl.trainer.main_ppo"
 TRACKER = "latest_checkpointed_iteration.txt"  # verl's trainer writes the last saved step here
 FINISHED = "finished.json"  # written by `finish` at the end of launch.sh
 CLUSTER_VENV = ".venv-cluster"  # scripts/setup_cluster.sh's default; launch.sh activates it when present
+FREEZE_VISION_LIB = "stages.grpo.verl_freeze_vision"  # verl external_lib: full fine-tuning, vision frozen
+JOB = "job.json"  # the job's SAM2 service and GPU layout, read by check-resources / finish
 
 
 def verl_overrides(grpo: GrpoParams, reward: RewardParams, model_path: str, train_parquet: str, val_parquet: str,
-                   out_dir: str, params_path: str) -> list[str]:
+                   out_dir: str, params_path: str, sam2_name: str | None = None) -> list[str]:
     """verl Hydra overrides (`key=value`) for Veason-R1's GRPO recipe, from params.
 
     Paper values that live in params: batch 16 (`grpo.batch_size`), 8 rollouts (`num_generations`), lr 1e-6,
     KL loss low_var_kl 5e-3, max response 1024, temperature 1.0, grad clip 1.0.
+    `sam2_name`: the job's SAM2 service actor (`sam2_service.service_name`); default `grpo.verl.sam2_service`.
+    The attention of actor and reference is `grpo.verl.attn_implementation` (verl's own default,
+    flash_attention_2, needs the flash-attn package). The LoRA target rule is the one SFT and the TRL engine use
+    (`stages.models.trainable.lora_targets`: no `visual.` module unless `grpo.train_vision`); full fine-tuning
+    with `train_vision: false` freezes the vision tower through `stages.grpo.verl_freeze_vision`.
     """
     v = grpo.verl
     mbs = v.micro_batch_size_per_gpu
-    lora = []
+    model = [f"+actor_rollout_ref.model.override_config.attn_implementation={v.attn_implementation}"]
     if grpo.lora_r > 0:
-        lora = [f"actor_rollout_ref.model.lora_rank={grpo.lora_r}",
-                f"actor_rollout_ref.model.lora_alpha={grpo.lora_alpha}",
-                f"actor_rollout_ref.model.target_modules=[{','.join(grpo.target_modules)}]"]
-    reward_kwargs = {"params_path": params_path, "sam2_service": v.sam2_service if "consistency" in reward.components
-                     else "", "log_dir": str(Path(out_dir) / "reward_log")}
+        targets = lora_targets(grpo.target_modules, grpo.train_vision)
+        rule = f"[{','.join(targets)}]" if isinstance(targets, list) else _hydra_quote(targets)
+        model += [f"actor_rollout_ref.model.lora_rank={grpo.lora_r}",
+                  f"actor_rollout_ref.model.lora_alpha={grpo.lora_alpha}",
+                  f"actor_rollout_ref.model.target_modules={rule}"]
+    elif not grpo.train_vision:
+        model += [f"actor_rollout_ref.model.external_lib={FREEZE_VISION_LIB}",
+                  "actor_rollout_ref.actor.fsdp_config.use_orig_params=true"]
+    service = (sam2_name or v.sam2_service) if "consistency" in reward.components else ""
+    reward_kwargs = {"params_path": params_path, "sam2_service": service,
+                     "log_dir": str(Path(out_dir) / "reward_log")}
     return [
         "algorithm.adv_estimator=grpo",
         "algorithm.use_kl_in_reward=false",
@@ -62,7 +78,7 @@ def verl_overrides(grpo: GrpoParams, reward: RewardParams, model_path: str, trai
         "data.filter_overlong_prompts_workers=0",
         f"data.seed={grpo.seed}",
         f"actor_rollout_ref.model.path={model_path}",
-        *lora,
+        *model,
         f"actor_rollout_ref.actor.optim.lr={grpo.learning_rate}",
         f"actor_rollout_ref.actor.optim.weight_decay={grpo.weight_decay}",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={grpo.batch_size}",
@@ -102,6 +118,13 @@ def verl_overrides(grpo: GrpoParams, reward: RewardParams, model_path: str, trai
         f"trainer.save_freq={grpo.save_every_steps if grpo.save_every_steps > 0 else 10**9}",
         "trainer.resume_mode=auto",
     ]
+
+
+def _hydra_quote(text: str) -> str:
+    # a Hydra quoted string: only a quote (and backslashes right before one) needs escaping in hydra's grammar
+    if "'" in text or text.endswith("\\"):
+        raise ValueError(f"{text!r}: a quote or a trailing backslash cannot pass through a Hydra override")
+    return f"'{text}'"
 
 
 def _hydra_dict(values: dict[str, str]) -> str:
@@ -174,21 +197,85 @@ def prepare_job(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, params
     train = data / "train.parquet"
     shutil.copyfile(src, train)
     params_path = str(Path(params_path).resolve())
+    job = job_record(grpo, reward, sam2, str(train))
     overrides = verl_overrides(grpo, reward, str(Path(grpo.model_path).resolve()), str(train), str(train),
-                               str(out), params_path)
+                               str(out), params_path, sam2_name=job["sam2_service"] or None)
     config = compose_config(overrides)
     validate(config)
     (out / "config.yaml").write_text(OmegaConf.to_yaml(config, resolve=False))
     (out / "overrides.txt").write_text("\n".join(overrides) + "\n")
+    (out / JOB).write_text(json.dumps(job, sort_keys=True, indent=1) + "\n")
     launch = out / "launch.sh"
-    launch.write_text(launch_script(grpo, reward, sam2, overrides, str(train)))
+    launch.write_text(launch_script(grpo, reward, sam2, overrides, str(train), job))
     launch.chmod(0o755)
-    return {"config": str(out / "config.yaml"), "launch": str(launch), "n_overrides": len(overrides)}
+    return {"config": str(out / "config.yaml"), "launch": str(launch), "n_overrides": len(overrides),
+            "sam2_service": job["sam2_service"]}
+
+
+def job_record(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, parquet: str) -> dict[str, Any]:
+    """The job's GPU layout and SAM2 service: verl's `n_gpus_per_node × nnodes`, the SAM2 placement, and the
+    service name ending with the fingerprint of its checkpoint, config and parquet ("" = no service)."""
+    from stages.rewards.sam2_service import fingerprint, service_name
+
+    v = grpo.verl
+    record: dict[str, Any] = {"n_gpus_per_node": v.n_gpus_per_node, "nnodes": v.nnodes,
+                              "sam2_placement": v.sam2_placement, "sam2_service": "", "sam2_fingerprint": "",
+                              "sam2_gpus": 0.0, "sam2_memory_fraction": 0.0}
+    if "consistency" in reward.components and v.sam2_service:
+        files_hash = fingerprint(str(Path(sam2.checkpoint).resolve()), _sam2_config(sam2.config), [parquet])
+        record.update(sam2_service=service_name(v.sam2_service, files_hash), sam2_fingerprint=files_hash,
+                      sam2_gpus=v.sam2_gpus if v.sam2_placement == "reserved" else 0.0,
+                      sam2_memory_fraction=v.sam2_memory_fraction if v.sam2_placement == "colocated" else 0.0)
+    return record
+
+
+def resource_problem(job: dict[str, Any], free_gpus: dict[str, float], service_running: bool = False) -> str | None:
+    """Whether verl's pool (`n_gpus_per_node` GPUs on each of `nnodes` placement groups, each packed on one
+    node, as verl's RayResourcePool asks) fits beside the SAM2 service in the GPUs Ray has free per node.
+    Returns None, or one line saying what does not fit. A running service already holds its GPUs."""
+    n, nnodes = int(job["n_gpus_per_node"]), int(job["nnodes"])
+    sam2 = 0.0 if service_running else float(job.get("sam2_gpus", 0.0))
+    free = sorted(free_gpus.values(), reverse=True)
+    layout = f"verl needs {nnodes} × {n} GPUs"
+    if sam2 > 0:
+        layout += f" and the SAM2 service reserves {sam2:g} (grpo.verl.sam2_placement: reserved)"
+    have = f"Ray has {sum(free):g} free on {len(free)} node(s) {[round(g, 2) for g in free]}"
+
+    def groups(capacity: list[float]) -> int:  # placement groups of n GPUs that fit, each on one node
+        return sum(int(c // n) for c in capacity)
+
+    options = [free] if sam2 == 0 else [free[:i] + [free[i] - sam2] + free[i + 1:]
+                                        for i in range(len(free)) if free[i] >= sam2]
+    if any(groups(c) >= nnodes for c in options):
+        return None
+    hint = ("set grpo.verl.sam2_placement: colocated, lower grpo.verl.n_gpus_per_node, or add a node" if sam2 > 0
+            else "lower grpo.verl.n_gpus_per_node / nnodes or start Ray on more GPU nodes")
+    return f"launch.sh: {layout}; {have} — {hint}"
+
+
+def check_resources(job_dir: Path) -> str | None:
+    """`resource_problem` for the job in `job_dir` on the Ray cluster this process connects to (address auto)."""
+    import ray
+
+    from stages.rewards.sam2_service import NAMESPACE
+
+    job = json.loads((Path(job_dir) / JOB).read_text())
+    ray.init(address="auto", namespace=NAMESPACE, ignore_reinit_error=True, logging_level="ERROR")
+    free = {node: info.get("GPU", 0.0) for node, info in ray._private.state.available_resources_per_node().items()}
+    running = False
+    if job["sam2_service"]:
+        try:
+            ray.get_actor(job["sam2_service"], namespace=NAMESPACE)
+            running = True
+        except ValueError:
+            running = False
+    return resource_problem(job, free, running)
 
 
 def launch_script(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, overrides: list[str],
-                  parquet: str) -> str:
-    """A bash script: Ray head (if none), the SAM2 service, verl's trainer, our per-step curves, `finish`."""
+                  parquet: str, job: dict[str, Any]) -> str:
+    """A bash script: Ray head (if none), the GPU arithmetic, the SAM2 service, verl's trainer, our per-step
+    curves, `finish` (which also stops the job's SAM2 service)."""
     project = Path(__file__).resolve().parents[2]
     v = grpo.verl
     out = Path(v.out_dir).resolve()
@@ -204,13 +291,16 @@ def launch_script(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, over
              "fi",
              f"export PYTHONPATH={shlex.quote(str(project))}${{PYTHONPATH:+:$PYTHONPATH}}",
              f"export VERL_FILE_LOGGER_PATH={shlex.quote(str(out / 'verl_log.jsonl'))}",
-             "ray status >/dev/null 2>&1 || ray start --head"]
-    if "consistency" in reward.components and v.sam2_service:
+             "ray status >/dev/null 2>&1 || ray start --head",
+             " ".join(shlex.quote(x) for x in ["python", "-m", "stages.grpo.verl_engine", "check-resources",
+                                               "--job-dir", str(out)])]
+    if job["sam2_service"]:
         lines.append(" ".join(shlex.quote(x) for x in [
-            "python", "-m", "stages.rewards.sam2_service", "--name", v.sam2_service,
+            "python", "-m", "stages.rewards.sam2_service", "--name", job["sam2_service"],
             "--checkpoint", str(Path(sam2.checkpoint).resolve()), "--config", _sam2_config(sam2.config),
-            "--parquet", parquet, "--num-gpus", str(v.sam2_gpus), "--group-size", str(grpo.num_generations)]))
-    lines.append("python -m verl.trainer.main_ppo \\\n  " + " \\\n  ".join(shlex.quote(o) for o in overrides))
+            "--parquet", parquet, "--num-gpus", f"{job['sam2_gpus']:g}",
+            "--memory-fraction", f"{job['sam2_memory_fraction']:g}", "--group-size", str(grpo.num_generations)]))
+    lines.append(f"{TRAINER} \\\n  " + " \\\n  ".join(shlex.quote(o) for o in overrides))
     lines.append(" ".join(shlex.quote(x) for x in [
         "python", "-m", "stages.grpo.curves", "--verl-dir", str(out), "--out", str(out / "grpo_curve.csv")]))
     lines.append(" ".join(shlex.quote(x) for x in ["python", "-m", "stages.grpo.verl_engine", "finish",
@@ -219,8 +309,10 @@ def launch_script(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, over
 
 
 def _sam2_config(config: str) -> str:
-    # a vrsflow config file (tiny SAM2) by absolute path; a sam2 package config name ("configs/…") as is
-    return str(Path(config).resolve()) if Path(config).is_file() else config
+    # a project file (a full SAM2 config or a vrsflow one) by absolute path; a sam2 package config name as is
+    from stages.segment import config_form
+
+    return config if config_form(config) == "package" else str(Path(config).resolve())
 
 
 def _overrides_hash(job_dir: Path) -> str:
@@ -245,12 +337,31 @@ def latest_checkpoint(job_dir: Path) -> tuple[int, Path]:
 
 
 def finish(job_dir: Path) -> dict[str, Any]:
-    """Mark the job in `job_dir` finished: its final checkpoint and a hash of the overrides it ran with."""
+    """Mark the job in `job_dir` finished: its final checkpoint and a hash of the overrides it ran with; then
+    stop the job's SAM2 service (when a Ray cluster is reachable)."""
     job_dir = Path(job_dir)
     step, actor = latest_checkpoint(job_dir)
     record = {"step": step, "actor": str(actor.relative_to(job_dir)), "overrides_sha256": _overrides_hash(job_dir)}
     (job_dir / FINISHED).write_text(json.dumps(record, sort_keys=True, indent=1) + "\n")
+    stop_job_service(job_dir)
     return record
+
+
+def stop_job_service(job_dir: Path) -> bool:
+    """Stop the SAM2 service named in the job's job.json on the Ray cluster at `address=auto`; True if it ran."""
+    path = Path(job_dir) / JOB
+    name = json.loads(path.read_text())["sam2_service"] if path.is_file() else ""
+    if not name:
+        return False
+    import ray
+
+    from stages.rewards.sam2_service import NAMESPACE, stop_service
+
+    try:
+        ray.init(address="auto", namespace=NAMESPACE, ignore_reinit_error=True, logging_level="ERROR")
+    except ConnectionError:  # no Ray cluster: nothing runs
+        return False
+    return stop_service(name)
 
 
 def finished_run(job_dir: Path) -> dict[str, Any] | None:
@@ -281,14 +392,18 @@ def merge_checkpoint(actor_dir: Path, target_dir: Path) -> Path:
     return target_dir
 
 
-def write_models(hf_dir: Path, out_dir: Path) -> dict[str, bool]:
+def write_models(hf_dir: Path, out_dir: Path, base_model: str | None = None,
+                 target_rule: list[str] | str | None = None) -> dict[str, bool]:
     """`out_dir/merged` (+ `out_dir/adapter` for LoRA) from a verl-merged folder, as the TRL engine writes them.
 
     verl's merger keeps LoRA apart (`lora_adapter/`, base weights without it); the adapter is folded into the
-    base here with peft, so `merged/` is always the trained model that evaluate loads.
+    base here with peft, so `merged/` is always the trained model that evaluate loads. The base is loaded in
+    the checkpoint's own dtype (bf16 from verl: a 7B model needs ~16 GB of RAM here, not ~30 GB in fp32).
+    The published adapter is made loadable by PEFT's `AutoPeftModel` from any directory (`publish_adapter`):
+    `base_model` is what it applies to (grpo.model_path), `target_rule` the LoRA target rule it trained with.
     """
     import torch
-    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
 
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
     for name in ("merged", "adapter"):
@@ -299,15 +414,36 @@ def write_models(hf_dir: Path, out_dir: Path) -> dict[str, bool]:
     if adapter.is_dir():
         from peft import PeftModel
 
-        base = AutoModelForImageTextToText.from_pretrained(hf_dir, dtype=torch.float32, local_files_only=True)
-        dtype = base.config.dtype if isinstance(base.config.dtype, torch.dtype) else torch.bfloat16
+        dtype = getattr(AutoConfig.from_pretrained(hf_dir, local_files_only=True), "dtype", None)
+        dtype = dtype if isinstance(dtype, torch.dtype) else getattr(torch, str(dtype), torch.bfloat16)
+        base = AutoModelForImageTextToText.from_pretrained(hf_dir, dtype=dtype, local_files_only=True)
         model = PeftModel.from_pretrained(base, adapter).merge_and_unload()
-        model.to(dtype).save_pretrained(out_dir / "merged")
+        model.save_pretrained(out_dir / "merged")
         shutil.copytree(adapter, out_dir / "adapter")
+        publish_adapter(out_dir / "adapter", base_model or str(hf_dir), type(base), target_rule)
     else:
         shutil.copytree(hf_dir, out_dir / "merged")
     processor.save_pretrained(out_dir / "merged")
     return {"adapter": adapter.is_dir()}
+
+
+def publish_adapter(adapter_dir: Path, base_model: str, model_class: type,
+                    target_rule: list[str] | str | None = None) -> dict[str, Any]:
+    """Rewrite `adapter_config.json` so that `peft.AutoPeftModel.from_pretrained(adapter_dir)` works from any
+    working directory: `base_model_name_or_path` absolute when it is a local folder (kept as is when it is a
+    hub id such as `Qwen/Qwen2.5-VL-3B-Instruct`), no task type (transformers has no causal-LM auto class for
+    Qwen2.5-VL, so `AutoPeftModelForCausalLM` cannot build it) and PEFT's `auto_mapping` naming the class.
+    """
+    path = Path(adapter_dir) / "adapter_config.json"
+    config = json.loads(path.read_text())
+    local = Path(base_model).expanduser()
+    config["base_model_name_or_path"] = str(local.resolve()) if local.exists() else base_model
+    config["task_type"] = None
+    config["auto_mapping"] = {"base_model_class": model_class.__name__, "parent_library": model_class.__module__}
+    if target_rule is not None:
+        config["target_modules"] = target_rule
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    return config
 
 
 def cuda_available() -> bool:
@@ -317,17 +453,48 @@ def cuda_available() -> bool:
     return torch.cuda.is_available() and os.environ.get("CUDA_VISIBLE_DEVICES", "x") != ""
 
 
+PREPARED = "verl job ready (no GPU needed for this step)"
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    """`python -m stages.grpo.verl_engine finish --job-dir DIR` (last line of launch.sh)."""
+    """Job helpers, one line of output each; exit 0 on success, 1 with `error: …` otherwise.
+
+        python -m stages.grpo.verl_engine prepare [--params params.yaml]   write the validated job (no GPU)
+        python -m stages.grpo.verl_engine check-resources --job-dir DIR    launch.sh: do the GPUs fit?
+        python -m stages.grpo.verl_engine finish --job-dir DIR             launch.sh's last line
+        python -m stages.grpo.verl_engine stop-service --job-dir DIR       stop the job's SAM2 service
+    """
     parser = argparse.ArgumentParser(description="vrsflow verl job helpers")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("finish", help="mark a finished verl run (after main_ppo)").add_argument("--job-dir", required=True)
+    sub.add_parser("prepare", help="write the validated job (config, overrides, launch.sh, parquet) and exit 0"
+                   ).add_argument("--params", default="params.yaml")
+    for name, text in (("check-resources", "check verl's and SAM2's GPUs against the Ray cluster"),
+                       ("finish", "mark a finished verl run (after main_ppo) and stop its SAM2 service"),
+                       ("stop-service", "stop the job's SAM2 service")):
+        sub.add_parser(name, help=text).add_argument("--job-dir", required=True)
     args = parser.parse_args(argv)
     try:
-        record = finish(Path(args.job_dir))
-    except FileNotFoundError as err:
-        raise SystemExit(f"finish: {err}") from None
-    print(f"verl job finished at step {record['step']}: {args.job_dir}")
+        if args.command == "prepare":
+            from stages.core.params import load_params
+
+            params = load_params(args.params)
+            if params.grpo.engine != "verl":
+                raise ValueError(f"{args.params}: grpo.engine is {params.grpo.engine!r}; prepare is for 'verl'")
+            job = prepare_job(params.grpo, params.reward, params.sam2, args.params)
+            print(f"{PREPARED}: run bash {job['launch']} on the head GPU node, then `dvc repro grpo` here")
+        elif args.command == "check-resources":
+            problem = check_resources(Path(args.job_dir))
+            if problem:
+                sys.exit(problem)
+            print("launch.sh: the GPU layout fits the Ray cluster")
+        elif args.command == "stop-service":
+            stopped = stop_job_service(Path(args.job_dir))
+            print(f"SAM2 service of {args.job_dir}: {'stopped' if stopped else 'not running'}")
+        else:
+            record = finish(Path(args.job_dir))
+            print(f"verl job finished at step {record['step']}: {args.job_dir}")
+    except (FileNotFoundError, ValueError, RuntimeError) as err:
+        sys.exit(f"error: {args.command}: {err}")
 
 
 if __name__ == "__main__":

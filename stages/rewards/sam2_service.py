@@ -9,17 +9,25 @@ encoded once and rollouts with the same keyframe are tracked as objects of one S
 Frames come from the verl parquet (`images` bytes, `extra_info.sample_id`), so requests carry only
 (sample id, keyframe position, boxes). `GroupBatcher` is the engine-free batching core (asyncio);
 `Sam2Server` wraps it with a predictor and a frame source; `start_service` launches it on Ray.
+
+One service per job: `fingerprint` hashes the checkpoint, the config (`stages.segment.config_identity`) and
+the parquet files; the job's service name ends with it (`service_name`), the actor reports it, and
+`start_service` refuses (one line) an actor of that name serving other files. `stop_service` ends it
+(`python -m stages.grpo.verl_engine finish` does, at the end of launch.sh).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import io
 import logging
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
@@ -112,13 +120,51 @@ class ParquetFrames:
         return tuple(np.asarray(Image.open(io.BytesIO(b)).convert("RGB")) for b in self.rows[sample_id])
 
 
+def _file_sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fingerprint(checkpoint: str, config: str, parquet: Sequence[str]) -> str:
+    """sha256 over the SAM2 checkpoint, the config sam2 reads and the parquet files the frames come from.
+
+    Raises:
+        FileNotFoundError: a missing file or an unresolvable config, in one line.
+    """
+    from stages.segment import config_identity
+
+    for path in [checkpoint, *parquet]:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"SAM2 service: {path} not found")
+    identity = config_identity(config)
+    parts = [_file_sha256(checkpoint), identity["form"], identity["sha256"], *(_file_sha256(p) for p in parquet)]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def service_name(prefix: str, files_hash: str) -> str:
+    """The job's actor name: `<grpo.verl.sam2_service>-<first 12 hex digits of the fingerprint>`."""
+    return f"{prefix}-{files_hash[:12]}"
+
+
 class Sam2Server:
-    """The actor body: a SAM2 predictor, a frame source and a GroupBatcher."""
+    """The actor body: a SAM2 predictor, a frame source and a GroupBatcher.
+
+    `memory_fraction` > 0 (colocated placement) caps this process's share of its GPU's memory.
+    """
 
     def __init__(self, checkpoint: str, config: str, parquet: Sequence[str], group_size: int = 8,
-                 max_wait_s: float = 0.05, threshold: float = 0.0) -> None:
+                 max_wait_s: float = 0.05, threshold: float = 0.0, files_hash: str = "",
+                 memory_fraction: float = 0.0) -> None:
+        import torch
+
         from stages.segment import load_video_predictor
 
+        if memory_fraction > 0 and torch.cuda.is_available():
+            torch.cuda.set_per_process_memory_fraction(memory_fraction, 0)
+        self.files_hash = files_hash
         self.predictor = load_video_predictor(checkpoint, config)
         self.frames = ParquetFrames(parquet)
         self.threshold = threshold
@@ -139,6 +185,10 @@ class Sam2Server:
         """See GroupBatcher.masks."""
         return await self.batcher.masks(sample_id, position, boxes, prompts)
 
+    def fingerprint(self) -> str:
+        """The fingerprint of the files this actor serves (see `fingerprint`)."""
+        return self.files_hash
+
     def stats(self) -> dict[str, float]:
         """Batches served and the mean number of requests answered per SAM2 call."""
         n = len(self.batcher.batches)
@@ -146,14 +196,37 @@ class Sam2Server:
 
 
 def start_service(name: str, checkpoint: str, config: str, parquet: Sequence[str], num_gpus: float = 1.0,
-                  group_size: int = 8, max_wait_s: float = 0.05):
-    """Start (or find) the named, detached SAM2 actor on the current Ray cluster; returns its handle."""
+                  group_size: int = 8, max_wait_s: float = 0.05, memory_fraction: float = 0.0):
+    """Start (or find) the named, detached SAM2 actor on the current Ray cluster; returns its handle.
+
+    Raises:
+        RuntimeError: an actor of that name already serves other files (other fingerprint), in one line.
+    """
     import ray
 
-    ray.init(address="auto", namespace=NAMESPACE, ignore_reinit_error=True)
+    files_hash = fingerprint(checkpoint, config, parquet)
+    ray.init(address="auto", namespace=NAMESPACE, ignore_reinit_error=True, logging_level="ERROR")
     actor_cls = ray.remote(num_gpus=num_gpus, max_concurrency=1024)(Sam2Server)
-    return actor_cls.options(name=name, namespace=NAMESPACE, lifetime="detached", get_if_exists=True).remote(
-        checkpoint, config, list(parquet), group_size, max_wait_s)
+    handle = actor_cls.options(name=name, namespace=NAMESPACE, lifetime="detached", get_if_exists=True).remote(
+        checkpoint, config, list(parquet), group_size, max_wait_s, 0.0, files_hash, memory_fraction)
+    running = ray.get(handle.fingerprint.remote())
+    if running != files_hash:
+        raise RuntimeError(f"SAM2 service {name} already runs for other files (fingerprint {running[:12]}, these "
+                           f"are {files_hash[:12]}): stop it (python -m stages.rewards.sam2_service --stop --name "
+                           f"{name}) or use another name")
+    return handle
+
+
+def stop_service(name: str) -> bool:
+    """Kill the named SAM2 actor if it runs on the Ray cluster this process is connected to; True if it did."""
+    import ray
+
+    try:
+        actor = ray.get_actor(name, namespace=NAMESPACE)
+    except ValueError:
+        return False
+    ray.kill(actor, no_restart=True)
+    return True
 
 
 def ray_masks_for(name: str, sample_id: str):
@@ -170,20 +243,34 @@ def ray_masks_for(name: str, sample_id: str):
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """`python -m stages.rewards.sam2_service --name … --checkpoint … --config … --parquet …` (launch.sh)."""
+    """`python -m stages.rewards.sam2_service --name … --checkpoint … --config … --parquet …` (launch.sh);
+    `--stop --name …` ends that actor."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--name", required=True)
-    parser.add_argument("--checkpoint", required=True)
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--parquet", nargs="+", required=True)
-    parser.add_argument("--num-gpus", type=float, default=1.0)
+    parser.add_argument("--stop", action="store_true", help="stop the named service and exit")
+    parser.add_argument("--checkpoint")
+    parser.add_argument("--config")
+    parser.add_argument("--parquet", nargs="+")
+    parser.add_argument("--num-gpus", type=float, default=1.0, help="GPUs declared to Ray (0 = colocated)")
+    parser.add_argument("--memory-fraction", type=float, default=0.0, help="cap on the GPU's memory (colocated)")
     parser.add_argument("--group-size", type=int, default=8)
     args = parser.parse_args(argv)
     import ray
 
-    handle = start_service(args.name, args.checkpoint, args.config, args.parquet, args.num_gpus, args.group_size)
-    ray.get(handle.stats.remote())  # waits until the actor (and its predictor) is up
-    logging.getLogger(__name__).info("SAM2 service %s is up", args.name)
+    if args.stop:
+        ray.init(address="auto", namespace=NAMESPACE, ignore_reinit_error=True, logging_level="ERROR")
+        print(f"SAM2 service {args.name}: {'stopped' if stop_service(args.name) else 'not running'}")
+        return
+    missing = [f"--{k}" for k in ("checkpoint", "config", "parquet") if not getattr(args, k)]
+    if missing:
+        parser.error(f"{', '.join(missing)} required")
+    try:
+        handle = start_service(args.name, args.checkpoint, args.config, args.parquet, args.num_gpus,
+                               args.group_size, memory_fraction=args.memory_fraction)
+        ray.get(handle.stats.remote())  # waits until the actor (and its predictor) is up
+    except (FileNotFoundError, RuntimeError) as err:
+        sys.exit(f"error: {err}")
+    print(f"SAM2 service {args.name} is up")
 
 
 if __name__ == "__main__":

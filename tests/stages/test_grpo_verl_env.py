@@ -56,11 +56,14 @@ def _pins(text: str) -> dict[str, str]:
     return pins
 
 
-def test_cluster_requirements_resolve_with_verl_vllm(tmp_path: Path):
+@pytest.mark.parametrize("python", ["3.11", "3.12"])
+def test_cluster_requirements_resolve_with_verl_vllm(tmp_path: Path, python: str):
+    """The one lock resolves for both supported interpreters (with setuptools 81, 3.12 was ResolutionImpossible:
+    vLLM 0.24 needs setuptools<81 above 3.11). uv needs no 3.12 interpreter for `--python-version 3.12`."""
     _require_index()
     out = tmp_path / "resolved.txt"
     result = subprocess.run(
-        [str(BIN / "uv"), "pip", "compile", "--python-version", "3.11", "--python-platform", "x86_64-manylinux_2_28",
+        [str(BIN / "uv"), "pip", "compile", "--python-version", python, "--python-platform", "x86_64-manylinux_2_28",
          "--index-url", _index_url(), "--no-header", "--no-annotate", "--quiet", str(REQUIREMENTS),
          "-c", str(CONSTRAINTS), "-o", str(out)],
         capture_output=True, text=True, timeout=120, cwd=PROJECT)
@@ -132,6 +135,39 @@ def test_setup_cluster_script_lints():
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     lint = subprocess.run([str(BIN / "shellcheck"), str(script)], capture_output=True, text=True)
     assert lint.returncode == 0, lint.stdout
+
+
+def _fake_python(folder: Path, version: str) -> Path:
+    """An 'interpreter' that answers the version query as Python `version` would (nothing else runs)."""
+    path = folder / f"python{version}"
+    path.write_text(f"#!/bin/sh\necho {version}\n")
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.parametrize("version", ["3.10", "3.13"])
+def test_setup_cluster_refuses_an_unsupported_python_in_one_line(tmp_path: Path, version: str):
+    venv = tmp_path / "venv"
+    result = subprocess.run(["bash", str(PROJECT / "scripts" / "setup_cluster.sh")], capture_output=True, text=True,
+                            env={**os.environ, "PYTHON": str(_fake_python(tmp_path, version)), "VENV": str(venv)},
+                            timeout=60)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and f"Python {version}" in result.stderr and "3.11 and 3.12" in result.stderr
+    assert not venv.exists()  # refused before anything is created
+
+
+def test_setup_cluster_accepts_this_python_and_reports_cuda_in_one_line():
+    result = subprocess.run(["bash", str(PROJECT / "scripts" / "setup_cluster.sh"), "--check-python"],
+                            env={**os.environ, "PYTHON": sys.executable}, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and "is supported" in result.stdout, result.stderr
+    # the script's last line (run here in the project environment: a CPU machine, no NVIDIA driver)
+    import torch
+
+    line = subprocess.run([sys.executable, "-m", "stages.grpo.cuda_report"], cwd=PROJECT, capture_output=True,
+                          text=True, timeout=120, check=True).stdout
+    assert line.count("\n") == 1 and line.startswith(f"cluster environment ready: torch {torch.__version__}, ")
+    assert f"cuda_available={torch.cuda.is_available()}" in line and f"CUDA {torch.version.cuda}" in line
+    assert "driver " in line and line.rstrip().endswith("GPU(s)")
 
 
 @pytest.mark.slow
