@@ -1,13 +1,15 @@
 """The `vrsflow` command line.
 
     vrsflow stage NAME [--params params.yaml]   run one stage's Prefect flow (what dvc.yaml calls)
-    vrsflow check [--params params.yaml] [-S k=v]  validate params (and overrides) without running anything
+    vrsflow check [--params params.yaml] [-S k=v] [--served]  validate params (and overrides) without running anything
     vrsflow repro [DVC_ARGS…]                   `dvc repro` with one Prefect API for all its stages
     vrsflow lineage PATH                        print the chain from an output back to the raw data
     vrsflow serve [--project DIR]               serve the pipeline deployment for Prefect UI runs
     vrsflow remote [--params params.yaml]       set the DVC remote from params / environment
     vrsflow profile NAME                        print `-S key=value` overrides of profiles/NAME.yaml
     vrsflow evaluate --pred DIR --data ROOT     score VISA-layout predictions against a ReVOS root
+    vrsflow segment --video PATH --query TEXT   a trained checkpoint on any video: masks, overlay, answer.json
+    vrsflow demo                                a small web page for the same (127.0.0.1 unless told)
 """
 
 from __future__ import annotations
@@ -115,7 +117,13 @@ def _check(args: argparse.Namespace) -> int:
             raise UsageError(f"-S {item!r}: expected key=value")
         overrides[key] = value
     try:
-        apply_overrides(read_params_file(args.params), overrides)
+        if args.served:  # as a run started from the UI: plus the served-run policy (flows/serve_request.py)
+            from flows.serve_request import ServedPolicy, check_overrides
+
+            check_overrides(Path(args.params), overrides, ServedPolicy(tuple(str(Path(r).resolve())
+                                                                               for r in args.allow_root)))
+        else:
+            apply_overrides(read_params_file(args.params), overrides)
     except ValueError as err:  # ParamsError: name the file once
         message = str(err)
         raise type(err)(message if message.startswith(f"{args.params}:") else f"{args.params}: {message}") from err
@@ -157,7 +165,7 @@ def _serve(args: argparse.Namespace) -> int:
     from flows.serve_auth import ServeRefused
 
     try:
-        serve(project_dir=args.project, name=args.name)
+        serve(project_dir=args.project, name=args.name, allowed_roots=tuple(args.allow_root))
     except (ServeRefused, FileNotFoundError) as err:
         raise UsageError(str(err)) from err
     return 0
@@ -188,7 +196,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     try:
         summary, table = evaluate_folder(args.benchmark, Path(args.pred), Path(args.data), args.split,
-                                         Path(args.submission) if args.submission else None)
+                                         Path(args.submission) if args.submission else None, args.missing)
     except (FileNotFoundError, ValueError) as err:
         sys.stderr.write(f"{err}\n")
         return 1
@@ -199,6 +207,16 @@ def _evaluate(args: argparse.Namespace) -> int:
         table.to_csv(args.table, index=False)
     sys.stdout.write(json.dumps(summary, indent=1, sort_keys=True) + "\n")
     return 0
+
+
+def _segment(args: argparse.Namespace) -> int:
+    from stages.segment_video.command import run_demo, run_segment
+    from stages.segment_video.source import InputError
+
+    try:
+        return (run_demo if args.command == "demo" else run_segment)(args)
+    except (InputError, FileNotFoundError) as err:
+        raise UsageError(str(err)) from err
 
 
 def _profile(args: argparse.Namespace) -> int:
@@ -265,6 +283,10 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("-S", "--set-param", action="append", default=[], metavar="KEY=VALUE",
                        help="an override as `dvc exp run -S` takes it, e.g. -S sample.grpo_size=32 (repeatable)")
     check.add_argument("--stamp", default="", help="write a fixed stamp file when valid (the dvc.yaml check stage)")
+    check.add_argument("--served", action="store_true", help="check -S overrides as a run started from the UI: "
+                       "server-side params refused, paths inside the project (docs/ui.md, threat model)")
+    check.add_argument("--allow-root", action="append", default=[], metavar="DIR",
+                       help="with --served: a folder outside the project that paths may name (as vrsflow serve's)")
     check.set_defaults(func=_check)
 
     repro = sub.add_parser("repro", help="`dvc repro` with one Prefect API for all its stages",
@@ -282,6 +304,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="serve the pipeline deployment (start runs from the Prefect UI)")
     serve.add_argument("--project", default=".", help="the vrsflow checkout runs execute in")
     serve.add_argument("--name", default="vrsflow", help="deployment name")
+    serve.add_argument("--allow-root", action="append", default=[], metavar="DIR",
+                       help="a folder outside the project that a run's path params (data.root, model.path, …) may "
+                            "name (repeatable; default: none, paths stay inside the project; docs/ui.md)")
     serve.set_defaults(func=_serve)
 
     remote = sub.add_parser("remote", help="configure the DVC remote from params.yaml / environment")
@@ -304,9 +329,23 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--split", default="", help="benchmark split (default: its evaluation split, e.g. "
                                                       "valid, mevis valid_u)")
     evaluate.add_argument("--submission", default="", help="server splits: where the zip goes (default <pred>.zip)")
+    evaluate.add_argument("--missing", default="authors", choices=["authors", "zero", "skip"],
+                          help="mevis / reasonvos: an expression whose prediction video folder is missing scores 0 "
+                               "(zero) or is left out (skip); authors = the dataset authors' script (mevis: zero, "
+                               "reasonvos: skip); docs/benchmarks.md")
     evaluate.add_argument("--out", default="", help="write the metrics JSON here too")
     evaluate.add_argument("--table", default="", help="write the per-expression scores as CSV here")
     evaluate.set_defaults(func=_evaluate)
+
+    from stages.segment_video.command import add_arguments
+
+    segment = sub.add_parser("segment", help="a trained checkpoint on any video and query: masks/, overlay.mp4, "
+                                             "answer.json (the evaluate stage's inference)")
+    add_arguments(segment)
+    segment.set_defaults(func=_segment)
+    demo = sub.add_parser("demo", help="serve a small web page: upload a video, ask, see the masked video")
+    add_arguments(demo, demo=True)
+    demo.set_defaults(func=_segment)
     return parser
 
 

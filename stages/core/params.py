@@ -399,6 +399,9 @@ class BenchmarksParams:
     splits: Exp[dict[str, str]] = field(default_factory=dict)
     videos: Exp[NonNegInt] = 1  # first videos per benchmark; 0 = all
     expressions: Exp[NonNegInt] = 2  # first expressions of those (Ref-DAVIS17: whole objects, 4 each); 0 = all
+    # mevis / reasonvos: an expression whose prediction video folder is missing scores 0 (zero) or is left out
+    # (skip); authors = the dataset authors' script (mevis: zero, reasonvos: skip)
+    missing: Exp[Literal["authors", "zero", "skip"]] = "authors"
 
     def _rules(self) -> Iterator[tuple[str, str]]:
         for name in (*self.names, *self.roots, *self.splits):

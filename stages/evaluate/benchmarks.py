@@ -7,11 +7,15 @@ like the official scripts (`cv2.imread(path, cv2.IMREAD_GRAYSCALE)`); any non-ze
 - revos: VISA's evaluator (`scorer.score_predictions`): all frames, a missing prediction scores 0.
 - mevis (valid_u): every frame of `meta_expressions.json`; ground truth = the anno_ids' RLE masks summed;
   per expression mean J and mean F over frames; J = mean over expressions, F likewise, J&F = (J + F) / 2. An
-  expression whose video folder is missing is skipped (not counted), as the official loop `continue`s; a
-  missing or mis-sized frame crashes that worker in the official script, so its expression is also left out
-  — here it is skipped with a warning and counted.
+  expression whose prediction *video* folder is missing scores J = F = 0 and counts (`missing="authors"` =
+  "zero": the dataset authors' `henghuiding/MeViS` `tools/eval_mevis.py`); `missing="skip"` leaves it out
+  instead, as the copy of that script in VideoLISA's `evaluation/mevis_val_u/` does (`continue`). A missing
+  expression folder or frame, or a mis-sized frame, crashes that worker in both scripts, so the expression is
+  left out — here it is skipped with a warning and counted.
 - reasonvos: the frames are the ground-truth PNGs of `Annotations/<video key>/` (sorted; a frame without a
-  PNG is not scored); otherwise as mevis.
+  PNG is not scored); otherwise as mevis, except that its authors' script (VideoLISA
+  `evaluation/reason_vos/eval_reason_vos.py`) skips an expression without a prediction folder: "authors" =
+  "skip" there; "zero" scores it 0 as for MeViS.
 - refdavis: per annotator a (0–3), the expressions 4·k + a of each video are merged into one label map per
   frame (value / 100, below 0.5 → 0, background 0.1, argmax; ties go to the lower object), then DAVIS-2017
   unsupervised evaluation against the palette ground truth (void 255 ignored): objects = max label of the
@@ -46,6 +50,8 @@ log = logging.getLogger(__name__)
 ANNOTATORS = 4
 MAX_PROPOSALS = 20  # DAVIS unsupervised: most objects one prediction frame may hold
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # fixed member timestamps: the archive's bytes depend on the masks only
+MISSING_RULES = ("authors", "zero", "skip")  # what an expression whose prediction video folder is missing scores
+AUTHORS_MISSING = {"mevis": "zero", "reasonvos": "skip"}  # the dataset authors' own scripts (module docstring)
 
 
 class PredictionsError(ValueError):
@@ -59,19 +65,25 @@ def read_prediction(path: Path) -> np.ndarray | None:
 
 def score_benchmark(name: str, pred_dir: Path, root: Path, split: str = "", bound_th: float = M.BOUND_TH,
                     bench: Benchmark | None = None, expressions: set[tuple[str, str]] | None = None,
-                    ground_truth: GroundTruth | None = None) -> tuple[dict[str, float], pd.DataFrame]:
+                    ground_truth: GroundTruth | None = None,
+                    missing: str = "authors") -> tuple[dict[str, float], pd.DataFrame]:
     """Score a predictions folder with benchmark `name`'s protocol; returns (summary, per-expression table).
 
     Summary: `J`, `F`, `JF` in percent (unrounded), `n_expressions`, `n_scored`, `n_skipped` (and for ReVOS its
     usual keys; for refdavis `JF_anno<a>` per annotator). `expressions` restricts scoring to (video, exp_id)
     pairs (the evaluated subset). `ground_truth`: ReVOS only, the ground truth of those expressions already
     loaded (`scorer.load_ground_truth`), so that the root's mask_dict.json is not parsed a second time.
+    `missing` (mevis, reasonvos): "zero" scores an expression whose prediction video folder is missing 0,
+    "skip" leaves it out, "authors" is the dataset authors' rule (mevis: zero, reasonvos: skip); ReVOS always
+    scores a missing prediction 0 (VISA), Ref-DAVIS17 needs every prediction. The summary records the rule.
 
     Raises:
         PredictionsError: `pred_dir` missing, or no expression has a prediction folder.
         BenchmarkFormatError: bad ground truth. ValueError: a server split (no masks): use make_submission.
     """
     pred_dir = Path(pred_dir)
+    if missing not in MISSING_RULES:
+        raise ValueError(f"missing-prediction rule {missing!r}: expected one of {', '.join(MISSING_RULES)}")
     if not pred_dir.is_dir():
         raise PredictionsError(f"predictions folder {pred_dir} does not exist")
     if name == "revos":
@@ -88,7 +100,8 @@ def score_benchmark(name: str, pred_dir: Path, root: Path, split: str = "", boun
     if name == "refdavis":
         return _score_refdavis(bench, pred_dir, bound_th, expressions)
     rows = [_score_expression(bench, pred_dir, v, e, bound_th) for v, e in pairs]
-    return _summary(pd.DataFrame(rows))
+    rule = AUTHORS_MISSING.get(name, "skip") if missing == "authors" else missing
+    return _summary(pd.DataFrame(rows), rule)
 
 
 def _score_revos(pred_dir: Path, root: Path, split: str, bound_th: float, expressions: set[tuple[str, str]] | None,
@@ -109,8 +122,10 @@ def _score_expression(bench: Benchmark, pred_dir: Path, video: str, exp_id: str,
     v = bench.videos[video]
     row = {"video": video, "exp_id": exp_id, "status": "ok", "n_frames": 0, "J": np.nan, "F": np.nan}
     folder = pred_dir / video / exp_id
-    if not folder.is_dir():
+    if not (pred_dir / video).is_dir():
         return {**row, "status": "missing_video"}
+    if not folder.is_dir():
+        return {**row, "status": "missing_expression"}
     track = bench.track(video, exp_id)
     gts, preds = [], []
     for frame, gt in zip(v.frames, track, strict=True):
@@ -130,17 +145,24 @@ def _score_expression(bench: Benchmark, pred_dir: Path, video: str, exp_id: str,
             "F": float(M.f_measure(gt_stack, pred_stack, bound_th).mean())}
 
 
-def _summary(table: pd.DataFrame) -> tuple[dict[str, float], pd.DataFrame]:
+def _summary(table: pd.DataFrame, missing: str = "skip") -> tuple[dict[str, float], pd.DataFrame]:
+    """J, F, J&F over the scored expressions; with `missing="zero"` a missing prediction video scores 0."""
+    zeroed = (table["status"] == "missing_video") if missing == "zero" else pd.Series(False, index=table.index)
+    table.loc[zeroed, ["J", "F"]] = 0.0
     table["JF"] = (table["J"] + table["F"]) / 2
-    ok = table[table["status"] == "ok"]
-    skipped = table[table["status"] != "ok"]
+    counted = (table["status"] == "ok") | zeroed
+    ok = table[counted]
+    skipped = table[~counted]
     if len(skipped):
         log.warning("%d of %d expressions skipped, as the official script skips them (%s), e.g. %s/%s",
                     len(skipped), len(table), skipped["status"].value_counts().to_dict(),
                     skipped["video"].iloc[0], skipped["exp_id"].iloc[0])
+    if zeroed.any():
+        log.warning("%d of %d expressions have no prediction video folder: scored 0 (missing rule 'zero')",
+                    int(zeroed.sum()), len(table))
     j, f = float(ok["J"].mean()) * 100, float(ok["F"].mean()) * 100
     summary = {"J": j, "F": f, "JF": (j + f) / 2, "n_expressions": len(table), "n_scored": len(ok),
-               "n_skipped": len(skipped)}
+               "n_skipped": len(skipped), "n_zeroed": int(zeroed.sum()), "missing_zero": float(missing == "zero")}
     return summary, table
 
 
@@ -273,13 +295,14 @@ def make_submission(name: str, pred_dir: Path, root: Path, out_zip: Path, split:
             "pngs": n}
 
 
-def evaluate_folder(name: str, pred_dir: Path, root: Path, split: str = "", submission: Path | None = None
-                    ) -> tuple[dict[str, float], pd.DataFrame | None]:
-    """`vrsflow evaluate --benchmark NAME`: score with the benchmark's protocol, or, for a server split, write
-    the submission archive (`submission`, default `<pred_dir>.zip`) and return its counts."""
+def evaluate_folder(name: str, pred_dir: Path, root: Path, split: str = "", submission: Path | None = None,
+                    missing: str = "authors") -> tuple[dict[str, float], pd.DataFrame | None]:
+    """`vrsflow evaluate --benchmark NAME`: score with the benchmark's protocol (`missing`: see
+    `score_benchmark`), or, for a server split, write the submission archive (`submission`, default
+    `<pred_dir>.zip`) and return its counts."""
     bench = None if name == "revos" else read_benchmark(name, root, split)
     if bench is not None and not bench.has_masks:
         out = Path(submission) if submission else Path(pred_dir).with_suffix(".zip")
         counts = make_submission(name, pred_dir, root, out, split)
         return {**counts, "submission": str(out)}, None
-    return score_benchmark(name, pred_dir, root, split, bench=bench)
+    return score_benchmark(name, pred_dir, root, split, bench=bench, missing=missing)

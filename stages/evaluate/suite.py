@@ -55,8 +55,8 @@ def _revos_videos(root: Path, split: str) -> dict[str, list[str]]:
 
 
 def evaluate_benchmark(params: EvaluateParams, name: str, root: Path, split: str, out_dir: Path, size: int,
-                       policy: Policy, segment: Segmenter, videos: int = 0, expressions: int = 0
-                       ) -> tuple[dict[str, float], pd.DataFrame]:
+                       policy: Policy, segment: Segmenter, videos: int = 0, expressions: int = 0,
+                       missing: str = "authors") -> tuple[dict[str, float], pd.DataFrame]:
     """Infer and score the first `videos` videos (sorted keys; 0 = all) of a benchmark split, and of those the
     first `expressions` expressions (0 = all; Ref-DAVIS17: whole objects, i.e. multiples of 4 per video, and only
     the kept objects are scored).
@@ -98,7 +98,8 @@ def evaluate_benchmark(params: EvaluateParams, name: str, root: Path, split: str
                                                          expressions=pairs))
     else:
         summary, table = score_benchmark(name, pred_dir, root, split, params.bound_th, bench=bench, expressions=pairs,
-                                         ground_truth=gt if name == "revos" else None)  # mask_dict parsed once
+                                         ground_truth=gt if name == "revos" else None,  # mask_dict parsed once
+                                         missing=missing)
         table.to_csv(out_dir / "scores.csv", index=False)
     summary.update(_answer_metrics(answers_df, params.mode))
     return summary, answers_df
@@ -147,7 +148,7 @@ def run_benchmark(name: str, params: BenchmarksParams, evaluate: EvaluateParams,
     for label, path in params.models.items():
         summary, _ = evaluate_benchmark(evaluate, name, root, split, out_dir / label, size,
                                         model_policy(evaluate, path, model.dtype), segment, params.videos,
-                                        params.expressions)
+                                        params.expressions, missing=params.missing)
         # NaN (e.g. a ReVOS subset without expressions in the chosen videos) stays out of the JSON metrics
         metrics[label] = {k: float(v) for k, v in summary.items()
                           if (k in SUMMARY_KEYS or k.startswith("JF_anno")) and np.isfinite(float(v))}

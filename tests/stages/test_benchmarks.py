@@ -119,14 +119,41 @@ def test_mevis_protocol_hand_values(layouts: dict[str, Path], tmp_path: Path) ->
     bench = read_benchmark("mevis", layouts["mevis"], "valid_u")
     summary, _ = score_benchmark("mevis", write_preds(bench, tmp_path / "same"), layouts["mevis"], "valid_u")
     assert (summary["J"], summary["F"], summary["n_scored"]) == (100.0, 100.0, 5)
-    # a#0 shifted 2 px on every frame: IoU 6·6 / 6·10; the other expressions perfect; a missing video is skipped
+    # a#0 shifted 2 px on every frame: IoU 6·6 / 6·10; the other expressions perfect; a missing video scores 0
+    # (the dataset authors' eval_mevis.py) or, with missing="skip" (VideoLISA's copy), is left out
     pred = write_preds(bench, tmp_path / "p", lambda n, t: "same")
     cv2.imwrite(str(pred / "SRC-valid-a/0/00003.png"), perturb(rect_mask(BOX_A, 24, 32), "shift"))
     shutil.rmtree(pred / "SRC-valid-b")
-    summary, table = score_benchmark("mevis", pred, layouts["mevis"], "valid_u")
+    summary, table = score_benchmark("mevis", pred, layouts["mevis"], "valid_u", missing="skip")
     assert summary["n_scored"] == 3 and summary["n_skipped"] == 2
     assert table.set_index(["video", "exp_id"]).loc[("SRC-valid-a", "0"), "J"] == pytest.approx((4 + 0.6) / 5)
     assert summary["J"] == pytest.approx(100 * (0.92 + 1 + 1) / 3)
+    authors, table = score_benchmark("mevis", pred, layouts["mevis"], "valid_u")  # default: the authors' rule
+    assert (authors["n_scored"], authors["n_zeroed"], authors["n_skipped"]) == (5, 2, 0)
+    assert authors["J"] == pytest.approx(100 * (0.92 + 1 + 1 + 0 + 0) / 5)
+    assert authors["JF"] < summary["JF"]  # a partial submission never beats the complete one it is part of
+    assert (table.set_index("video").loc["SRC-valid-b", ["J", "F"]] == 0).all(axis=None)
+    # an expression folder missing inside a present video crashes the official worker: left out by both rules
+    shutil.rmtree(pred / "SRC-valid-a/1")
+    authors, table = score_benchmark("mevis", pred, layouts["mevis"], "valid_u", missing="zero")
+    assert (authors["n_scored"], authors["n_skipped"]) == (4, 1)
+    assert table.set_index(["video", "exp_id"]).loc[("SRC-valid-a", "1"), "status"] == "missing_expression"
+
+
+def test_reasonvos_missing_prediction_follows_its_authors_script(layouts: dict[str, Path], tmp_path: Path) -> None:
+    # VideoLISA's eval_reason_vos.py (ReasonVOS's authors) `continue`s past a missing prediction folder
+    bench = read_benchmark("reasonvos", layouts["reasonvos"])
+    pred = write_preds(bench, tmp_path / "p", lambda n, t: "same")
+    gone = sorted(bench.videos)[0]
+    shutil.rmtree(pred / gone)
+    authors, _ = score_benchmark("reasonvos", pred, layouts["reasonvos"])
+    zero, _ = score_benchmark("reasonvos", pred, layouts["reasonvos"], missing="zero")
+    n_gone = len(bench.videos[gone].expressions)
+    assert authors["n_skipped"] == n_gone and authors["J"] == pytest.approx(100.0)
+    assert zero["n_zeroed"] == n_gone and zero["J"] == pytest.approx(100 * (zero["n_scored"] - n_gone)
+                                                                       / zero["n_scored"])
+    with pytest.raises(ValueError, match="missing-prediction rule 'never'"):
+        score_benchmark("reasonvos", pred, layouts["reasonvos"], missing="never")
 
 
 def test_mevis_reads_nonzero_as_target(layouts: dict[str, Path], tmp_path: Path) -> None:

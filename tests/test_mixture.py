@@ -1,0 +1,275 @@
+"""Several training sources in one pipeline (issue 26; docs/sampling.md "Training sources").
+
+Unit level: a three-layout index (ReVOS, MeViS, Ref-YouTube-VOS, plus data.root's valid split) whose per-source
+counts equal what the raw files hold, read here with plain `json` (never the readers under test); exact
+per-source shares in the sample; one named line for a missing or malformed source.
+
+End to end: `vrsflow repro shard` in a throwaway repository (ci profile) on three synthetic sources — ingest,
+sample, keyframes, cot, filter, difficulty and shard — with the per-source counts of the index, the pools,
+the keyframes tables and the shards asserted from the raw meta files. The whole DAG (SFT, GRPO, evaluate) on
+the same mixture is `test_mixture_whole_dag` (slow).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tarfile
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from stages.core.params import DataParams, IngestParams, SampleParams, SourceParams, SynthParams, SynthScale
+from tests.pipeline_repo import make_repo, profile_overrides, sh
+
+SHARES = {"revos": 2.0, "mevis": 1.0, "refytvos": 1.0}
+
+
+def _scale(project_root: Path) -> SynthScale:
+    ci = profile_overrides(project_root, "ci")
+    return SynthScale(**{k.rsplit(".", 1)[1]: v for k, v in ci.items() if k.startswith("synth.default.")})
+
+
+def _write_sources(base: Path, scale: SynthScale) -> None:
+    """The MeViS- and Ref-YouTube-VOS-layout sources: synthetic roots in those published layouts."""
+    from stages.synth import generate_synthetic
+
+    generate_synthetic(SynthParams(seed=11, source="MV", layout="mevis", default=scale), base / "mevis")
+    generate_synthetic(SynthParams(seed=12, source="YT", layout="refytvos", default=scale), base / "refytvos")
+
+
+def _sources(base: Path, revos_root: Path) -> list[dict]:
+    return [{"name": "revos", "layout": "revos", "root": str(revos_root), "split": "train", "share": SHARES["revos"]},
+            {"name": "mevis", "layout": "mevis", "root": str(base / "mevis"), "split": "train",
+             "share": SHARES["mevis"]},
+            {"name": "refytvos", "layout": "refytvos", "root": str(base / "refytvos"), "split": "train",
+             "share": SHARES["refytvos"]}]
+
+
+def raw_expressions(layout: str, root: Path, split: str) -> dict[str, list[tuple[str, int]]]:
+    """Oracle: video → [(exp_id, number of targets)] in published order, straight from the raw meta file."""
+    path = {"revos": root / f"meta_expressions_{split}_.json", "mevis": root / split / "meta_expressions.json",
+            "refytvos": root / "meta_expressions" / split / "meta_expressions.json"}[layout]
+    videos = json.loads(path.read_text())["videos"]
+    out = {}
+    for video, entry in videos.items():
+        exps = sorted(entry["expressions"].items(), key=lambda kv: int(kv[0]))
+        # refytvos names one object per expression (a string id); the others list their anno_ids
+        out[video] = [(k, 1 if layout == "refytvos" else len(e["anno_id"])) for k, e in exps]
+    return out
+
+
+def expected_index(sources: list[dict], data_root: Path) -> dict[str, tuple[int, int]]:
+    """Oracle: source → (videos, expressions) of the merged index."""
+    out = {"root": raw_expressions("revos", data_root, "valid")}
+    for s in sources:
+        out[s["name"]] = raw_expressions(s["layout"], Path(s["root"]), s["split"])
+    return {name: (len(videos), sum(len(e) for e in videos.values())) for name, videos in out.items()}
+
+
+def expected_first_k(sources: list[dict], k: int) -> dict[str, int]:
+    """Oracle: SFT pool per source = the first k expressions with a target of every training video."""
+    return {s["name"]: sum(min(k, sum(1 for _, n in exps if n > 0))
+                           for exps in raw_expressions(s["layout"], Path(s["root"]), s["split"]).values())
+            for s in sources}
+
+
+def source_of(video: str, names: list[str]) -> str:
+    head = video.split("/", 1)[0]
+    return head if head in names else "root"
+
+
+# -- unit level -------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mixture(tmp_path_factory: pytest.TempPathFactory, project_root: Path) -> tuple[Path, list[dict], DataParams]:
+    from stages.synth import generate_synthetic
+
+    base = tmp_path_factory.mktemp("mixture")
+    scale = _scale(project_root)
+    generate_synthetic(SynthParams(seed=10, default=scale), base / "synth")
+    _write_sources(base, scale)
+    sources = _sources(base, base / "synth")
+    data = DataParams(root=str(base / "synth"), index_dir=str(base / "index"), frames_dir=str(base / "frames"),
+                      sources=tuple(SourceParams(**s) for s in sources))
+    from stages.ingest.sources import ingest_data
+
+    ingest_data(IngestParams(), data)
+    return base, sources, data
+
+
+def test_index_counts_per_source_equal_the_raw_files(mixture: tuple[Path, list[dict], DataParams]) -> None:
+    from stages.core import revos
+    from stages.ingest.sources import frames_root
+
+    base, sources, data = mixture
+    videos = pd.read_parquet(base / "index/videos.parquet")
+    expressions = pd.read_parquet(base / "index/expressions.parquet")
+    got = {name: (int((videos["source"] == name).sum()), int((expressions["source"] == name).sum()))
+           for name in ["root", *SHARES]}
+    assert got == expected_index(sources, base / "synth")
+    assert set(videos.loc[videos["source"] == "root", "split"]) == {"valid"}
+    assert set(videos.loc[videos["source"] != "root", "split"]) == {"train"}
+    # source-qualified keys and ids; anno_ids unique over the sources; types explicit per layout
+    for name in SHARES:
+        assert videos.loc[videos["source"] == name, "video"].str.startswith(f"{name}/").all()
+    annos = [a for ids in expressions["anno_ids"] for a in ids]
+    assert len(set(expressions["expression_id"])) == len(expressions)
+    tracks = pd.read_parquet(base / "index/tracks.parquet")
+    assert set(annos) == set(tracks["anno_id"]) and tracks.groupby("anno_id")["video"].nunique().max() == 1
+    assert dict(expressions.groupby("source")["type_source"].first()) == {
+        "root": "annotation", "revos": "annotation", "mevis": "layout", "refytvos": "layout"}
+    assert set(expressions.loc[expressions["type_source"] == "layout", "type"]) == {"referring"}
+    # every video's frames open through the links
+    root = frames_root(data)
+    assert all(revos.frame_path(root, v.video, f).is_file() for v in videos.itertuples() for f in v.frames)
+    lineage = json.loads((base / "index/lineage.json").read_text())
+    assert {f"source:{n}" for n in ["root", *SHARES]} <= set(lineage["inputs"])
+    assert {s["source"]: s["layout"] for s in lineage["extra"]["sources"]} == {
+        "root": "revos", "revos": "revos", "mevis": "mevis", "refytvos": "refytvos"}
+
+
+def test_sample_draws_exact_per_source_shares(mixture: tuple[Path, list[dict], DataParams],
+                                              tmp_path: Path) -> None:
+    from stages.sample import sample_pools
+
+    base, sources, _ = mixture
+    report = sample_pools(SampleParams(sft_first_k=3, sft_size=0, grpo_size=8, eval_size=3), 0, base / "index",
+                          tmp_path)
+    sft = pd.read_parquet(tmp_path / "sft.parquet")
+    grpo = pd.read_parquet(tmp_path / "grpo.parquet")
+    names = list(SHARES)
+    assert sft["video"].map(lambda v: source_of(v, names)).value_counts().to_dict() == expected_first_k(sources, 3)
+    # 8 split 2:1:1 → 4, 2, 2 (each source has more than that left after SFT)
+    assert grpo["video"].map(lambda v: source_of(v, names)).value_counts().to_dict() == {
+        "revos": 4, "mevis": 2, "refytvos": 2}
+    mixture_table = pd.read_parquet(tmp_path / "mixture.parquet")
+    grpo_rows = mixture_table[mixture_table["pool"] == "grpo"].set_index("source")
+    assert grpo_rows["count"].to_dict() == {"mevis": 2, "refytvos": 2, "revos": 4}
+    assert grpo_rows["share"].to_dict() == {"mevis": 0.25, "refytvos": 0.25, "revos": 0.5}
+    assert report.metrics["grpo.source.revos"] == 4 and (tmp_path / "mixture.png").stat().st_size > 0
+
+
+def test_a_zero_share_source_stays_out_of_the_training_pools(mixture: tuple[Path, list[dict], DataParams],
+                                                             tmp_path: Path) -> None:
+    from schemas.index import SourcesSchema
+    from stages.core.io import write_table
+    from stages.sample import sample_pools
+
+    base, _, _ = mixture
+    index = tmp_path / "index"
+    index.mkdir()
+    for name in ("videos", "expressions", "tracks", "quarantine"):
+        (index / f"{name}.parquet").write_bytes((base / "index" / f"{name}.parquet").read_bytes())
+    table = pd.read_parquet(base / "index/sources.parquet")
+    write_table(table.assign(share=table["source"].map({"mevis": 0.0}).fillna(table["share"])), SourcesSchema,
+                index / "sources.parquet")
+    sample_pools(SampleParams(sft_first_k=3, grpo_size=6, eval_size=0), 0, index, tmp_path / "sample")
+    for pool in ("sft", "grpo"):
+        videos = pd.read_parquet(tmp_path / "sample" / f"{pool}.parquet")["video"]
+        assert not videos.str.startswith("mevis/").any() and len(videos)
+
+
+def test_a_missing_or_malformed_source_is_one_named_line(mixture: tuple[Path, list[dict], DataParams],
+                                                          tmp_path: Path) -> None:
+    from stages.ingest.checks import IngestError
+    from stages.ingest.sources import ingest_data
+
+    base, sources, data = mixture
+    missing = DataParams(root=data.root, index_dir=str(tmp_path / "i1"), sources=(
+        *data.sources[:1], SourceParams(name="mevis", layout="mevis", root=str(tmp_path / "nowhere"))))
+    with pytest.raises(IngestError) as err:
+        ingest_data(IngestParams(), missing)
+    assert str(err.value).count("\n") == 0 and str(err.value).startswith("data.sources[1] (mevis): root ")
+    broken = tmp_path / "mevis"
+    (broken / "train").mkdir(parents=True)
+    (broken / "train" / "meta_expressions.json").write_text("{not json")
+    malformed = DataParams(root=data.root, index_dir=str(tmp_path / "i2"), sources=(
+        SourceParams(name="mv", layout="mevis", root=str(broken)),))
+    with pytest.raises(IngestError) as err:
+        ingest_data(IngestParams(), malformed)
+    message = str(err.value)
+    assert message.count("\n") == 0 and message.startswith("data.sources[0] (mv): ")
+    assert "meta_expressions.json" in message and "malformed JSON" in message
+
+
+def test_refdavis_train_split_reads_four_annotator_expressions_per_object(tmp_path: Path,
+                                                                          project_root: Path) -> None:
+    from stages.ingest.benchmarks import read_benchmark
+    from stages.synth import generate_synthetic
+
+    generate_synthetic(SynthParams(seed=3, source="DV", layout="refdavis", default=_scale(project_root)),
+                       tmp_path / "davis")
+    meta = json.loads((tmp_path / "davis/meta_expressions/train/meta_expressions.json").read_text())["videos"]
+    bench = read_benchmark("refdavis", tmp_path / "davis", "train")
+    assert set(bench.videos) == set(meta)
+    for video, entry in meta.items():
+        objects = {e["obj_id"] for e in entry["expressions"].values()}
+        assert len(bench.videos[video].expressions) == 4 * len(objects) == len(entry["expressions"])
+        assert bench.videos[video].frame_dir == tmp_path / "davis/train/JPEGImages" / video
+
+
+# -- end to end through `vrsflow repro` -------------------------------------------------------------------------
+
+
+def _mixture_repo(tmp_path_factory: pytest.TempPathFactory, project_root: Path, name: str,
+                  target: list[str]) -> tuple[Path, list[dict]]:
+    dest = tmp_path_factory.mktemp(name) / "repo"
+    base = dest / "data" / "raw"
+    sources = _sources(base, Path("data/raw/synth"))  # revos: the synth stage's output, read in the repro
+    for s in sources[1:]:
+        s["root"] = str(Path("data/raw") / s["layout"])
+    make_repo(project_root, dest, profile="ci", params_overrides={"data.sources": sources, "sample.grpo_size": 8})
+    _write_sources(base, _scale(project_root))
+    sh([sys.executable, "-m", "flows.cli", "repro", *target], dest, timeout=1500)
+    return dest, sources
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory, project_root: Path, prefect_api: str) -> tuple[Path, list[dict]]:
+    return _mixture_repo(tmp_path_factory, project_root, "mixture-repo", ["shard"])
+
+
+def _absolute(dest: Path, sources: list[dict]) -> list[dict]:
+    return [{**s, "root": str(dest / s["root"])} for s in sources]
+
+
+def test_repro_carries_exact_per_source_counts_to_the_shards(repo: tuple[Path, list[dict]]) -> None:
+    dest, sources = repo
+    names = list(SHARES)
+    absolute = _absolute(dest, sources)
+    videos = pd.read_parquet(dest / "data/index/videos.parquet")
+    expressions = pd.read_parquet(dest / "data/index/expressions.parquet")
+    got = {n: (int((videos["source"] == n).sum()), int((expressions["source"] == n).sum())) for n in ["root", *names]}
+    assert got == expected_index(absolute, dest / "data/raw/synth")
+    ci_k = 3  # profiles/ci.yaml sample.sft_first_k
+    expected = {"sft": expected_first_k(absolute, ci_k), "grpo": {"revos": 4, "mevis": 2, "refytvos": 2}}
+    for pool, counts in expected.items():
+        sample = pd.read_parquet(dest / f"data/sample/{pool}.parquet")
+        keyframes = pd.read_parquet(dest / f"data/keyframes/{pool}.parquet")
+        assert sample["video"].map(lambda v: source_of(v, names)).value_counts().to_dict() == counts
+        assert sorted(keyframes["sample_id"]) == sorted(sample["sample_id"])  # carried unchanged
+        with tarfile.open(next((dest / f"data/shards/{pool}").glob("*.tar"))) as tar:
+            keys = {m.name.split(".", 1)[0] for m in tar.getmembers()}
+        by_source: dict[str, int] = {}
+        for key in keys:
+            head = key.split("_", 1)[0]
+            by_source[head if head in names else "root"] = by_source.get(head if head in names else "root", 0) + 1
+        assert by_source == counts
+    metrics = json.loads((dest / "metrics/sample.json").read_text())
+    assert {k: v for k, v in metrics.items() if k.startswith("grpo.source.")} == {
+        "grpo.source.mevis": 2, "grpo.source.refytvos": 2, "grpo.source.revos": 4}
+    out = sh([sys.executable, "-m", "flows.cli", "lineage", "data/shards"], dest)
+    assert all(f"source:{n}" in out for n in ["root", *names])
+
+
+@pytest.mark.slow
+def test_mixture_whole_dag(tmp_path_factory: pytest.TempPathFactory, project_root: Path, prefect_api: str) -> None:
+    """Every stage (SFT, GRPO, evaluate and the benchmark table included) on the three-source mixture."""
+    dest, _ = _mixture_repo(tmp_path_factory, project_root, "mixture-dag", [])
+    out = sh([sys.executable, "-m", "flows.cli", "lineage", "models/grpo"], dest)
+    assert all(f"source:{n}" in out for n in ["root", *SHARES])
+    assert json.loads((dest / "metrics/grpo.json").read_text())
+    assert "up to date" in sh([sys.executable, "-m", "dvc", "status"], dest)
