@@ -33,7 +33,14 @@ from stages.core.progress import ProgressReporter
 from stages.core.report import StageReport, summary_line
 from stages.tasks import Task, get_task, timestamp_tag
 from stages.teacher.cache import ResponseCache, request_key
-from stages.teacher.client import REASONING_BUDGET_EXHAUSTED, ChatRequest, ChatResult, TeacherClient, cache_key
+from stages.teacher.client import (
+    REASONING_BUDGET_EXHAUSTED,
+    ChatRequest,
+    ChatResult,
+    TeacherClient,
+    cache_key,
+    outcome,
+)
 from stages.teacher.prompts import cot_template_ids, render_cot_prompt
 from stages.teacher.template_teacher import TEACHER_NAME, template_writer
 
@@ -216,6 +223,7 @@ def _report(table: pd.DataFrame, results: list[ChatResult], sent: int, teacher: 
                "estimated_cost_usd": round(cost, 4),
                "estimated_reasoning_cost_usd": round(reasoning_tokens / 1e6 * teacher.price_out_per_m, 4)}
     templates = table.groupby("template_id").size().rename("requests").reset_index()
-    errors = table[table["error"] != ""].groupby("error").size().rename("requests").reset_index()
+    failed = table.loc[table["error"] != "", "error"].map(outcome).rename("error")  # counts stay out of the key
+    errors = failed.to_frame().groupby("error").size().rename("requests").reset_index()
     log.info(summary_line("cot", metrics))  # one short line; all values in the metrics file
     return StageReport("cot", metrics=metrics, tables={"template choices": templates, "errors": errors})

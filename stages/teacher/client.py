@@ -217,6 +217,14 @@ class TeacherClient:
         return _parse(request.key, response)
 
 
+def outcome(error: str) -> str:
+    """The named outcome of a result's error (its stable prefix), or the error itself; "" for none."""
+    for name in (REASONING_BUDGET_EXHAUSTED, TRUNCATED_RESPONSE, EMPTY_RESPONSE):
+        if error.startswith(name):
+            return name
+    return error
+
+
 def provider_fields(params: TeacherParams) -> dict[str, Any]:
     """The provider fields of every request body: `teacher.extra_body` plus the named thinking switch.
 

@@ -233,6 +233,7 @@ def test_thinking_teacher_counted_and_budget_exhaustion_filtered(data: Path, tmp
                                                               abs=1e-4)
     assert big.metrics["estimated_reasoning_cost_usd"] == pytest.approx(50 * n * 2 / 1e6, abs=1e-4)
     assert small.metrics["reasoning_budget_exhausted"] == n and small.metrics["reasoning_tokens"] == 40 * n
+    assert small.tables["errors"].to_dict("records") == [{"error": "reasoning exhausted the budget", "requests": n}]
     assert off.metrics["sent"] == n and off.metrics["reasoning_tokens"] == 0  # a new key: sent again, no thinking
     assert [b.get("thinking") for b in server.bodies[-n:]] == [{"type": "disabled"}] * n
     keys = [set(pd.read_parquet(tmp_path / run / "generations.parquet")["request_key"]) for run in ("small", "off")]
