@@ -13,7 +13,7 @@ ground truth, the task's answer schema and the reward params) and returns a floa
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
@@ -53,7 +53,6 @@ class RewardContext:
     params: RewardParams
     schema: AnswerSchema
     masks_for: MasksFor | None = None
-    _cache: dict = field(default_factory=dict, repr=False)
 
     @cached_property
     def position(self) -> int | None:
@@ -184,7 +183,7 @@ def prompt_points(answer: Answer, match: Match) -> Prompts:
 
 def _gt_points(ctx: RewardContext, match: Match) -> np.ndarray:
     """KTG point per present object at the ground-truth keyframe; box centres elsewhere or when missing."""
-    centres = box_centres(match.gt) if len(match.gt) else np.zeros((0, 2))
+    centres = box_centres(match.gt)
     if ctx.gt.frame_position(ctx.gt.keyframe_timestamp) != match.position:
         return centres
     points = centres.copy()
@@ -250,11 +249,8 @@ def negative_point_reward(ctx: RewardContext) -> float:
     mask = ctx.gt_masks[position]
     if not mask.any():
         return 0.0
-    key = ("distance", position)
-    if key not in ctx._cache:
-        # the taxicab chamfer transform is exact for the L1 metric (4-neighbour steps of 1)
-        ctx._cache[key] = ndimage.distance_transform_cdt(~mask, metric="taxicab")
-    distance = ctx._cache[key]
+    # the taxicab chamfer transform is exact for the L1 metric (4-neighbour steps of 1)
+    distance = ndimage.distance_transform_cdt(~mask, metric="taxicab")
     height, width = mask.shape
     tau = ctx.params.negative_point_tau * ctx.scale
     valid = 0

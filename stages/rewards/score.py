@@ -84,9 +84,7 @@ def max_score(params: RewardParams, task: Task | None = None) -> float:
 
 def length_penalty(used: int, budget: int, beta: float) -> float:
     """VideoSeg-R1 soft length penalty: 1 − β·(used − budget) over budget, else 1; clipped to [0, 1]."""
-    if used <= budget:
-        return 1.0
-    return float(min(max(1.0 - beta * (used - budget), 0.0), 1.0))
+    return float(min(max(1.0 - beta * max(used - budget, 0), 0.0), 1.0))
 
 
 def whitespace_tokens(text: str) -> int:

@@ -154,7 +154,8 @@ def test_negative_point_uses_the_minimum_l1_distance(negative, expected):
 
 
 @pytest.mark.parametrize(("think", "expected"), [
-    ("It is red. It is red.", 1.0),  # one repeated sentence is tolerated (VisionReasoner)
+    ("Look. It is red. It is red.", 1.0),  # one repeated sentence is tolerated (VisionReasoner; the first piece
+    # carries "<think>", so the repeat must come after it)
     ("A. A. A. A.", 0.0),  # two repeats: 0
     ("A. B. C.", 1.0),
 ])

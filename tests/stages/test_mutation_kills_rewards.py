@@ -1,0 +1,176 @@
+"""Reward rules that the mutation run (scripts/mutation.sh rewards, docs/testing.md) found unpinned.
+
+Each test states a rule of stages/rewards with a literal value or a property against an independent oracle
+(brute force over pixels, hashlib by hand), so that a changed constant, bound or operator fails it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+import numpy as np
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from stages.core import rle
+from stages.core.params import RewardParams, RewardWeights
+from stages.rewards import check_params, compute_score, length_penalty, reasoning_counter
+from stages.rewards import score as score_module
+from stages.rewards.geometry import box_centres
+from stages.rewards.verl_entry import rollout_key
+
+
+def one_frame_gt(mask: np.ndarray, task: str = "videoseg", points: list | None = None,
+                 boxes: list | None = None) -> str:
+    """GroundTruth JSON of one shown frame (timestamp 0) whose union target is `mask`."""
+    height, width = mask.shape
+    ys, xs = np.nonzero(mask)
+    box = [float(xs.min()), float(ys.min()), float(xs.max() + 1), float(ys.max() + 1)] if len(xs) else None
+    return json.dumps({"timestamps": [0], "image_size": [height, width], "boxes": [boxes or [box]],
+                       "areas": [[float(mask.sum())] * len(boxes or [box])], "union_areas": [float(mask.sum())],
+                       "masks": [rle.encode(mask)], "keyframe_timestamp": 0,
+                       "points": points if points is not None else [], "task": task})
+
+
+def completion(**payload) -> str:
+    return f"<think>Look at the frame.</think><answer>{json.dumps(payload)}</answer>"
+
+
+def run(text: str, gt: str, **params) -> dict[str, float]:
+    return compute_score("vrsflow/revos", text, gt, None, params=RewardParams(**params))
+
+
+# --- negative points: the minimum L1 distance, against a brute-force oracle ---------------------------------
+
+
+def oracle_negative_reward(mask: np.ndarray, points: list, tau: float) -> float:
+    """1/K per point inside the image whose pixel's minimum |dx| + |dy| to a target pixel is in (0, tau]."""
+    height, width = mask.shape
+    ys, xs = np.nonzero(mask)
+    valid = 0
+    for x, y in points:
+        if 0 <= x < width and 0 <= y < height:
+            d = np.min(np.abs(xs - int(x)) + np.abs(ys - int(y)))
+            valid += bool(0 < d <= tau)
+    return valid / len(points)
+
+
+coordinate = st.one_of(st.integers(-3, 27), st.floats(-3, 27, allow_nan=False))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(3, 24), st.integers(3, 24), st.tuples(*[st.integers(0, 23)] * 4),
+       st.lists(st.tuples(coordinate, coordinate), min_size=1, max_size=4), st.integers(1, 30),
+       st.sampled_from([1.0, 2.0, 0.5]))
+@example(10, 12, (0, 10, 0, 3), [(0, 0), (11.9, 9.9), (12, 5), (5, 10), (-0.5, 2)], 5, 1.0)  # image edges
+@example(10, 12, (2, 5, 9, 12), [(-1, 3), (12, 3), (3, -1), (3, 10)], 30, 1.0)  # just outside every edge
+def test_negative_point_reward_equals_the_brute_force_l1_oracle(height, width, rect, points, tau, scale):
+    y1, y2 = sorted((rect[0] % height, rect[1] % height))
+    x1, x2 = sorted((rect[2] % width, rect[3] % width))
+    mask = np.zeros((height, width), dtype=bool)
+    mask[y1:y2 + 1, x1:x2 + 1] = True
+    threshold_size = max(height, width) * scale  # thresholds scale by max(image) / threshold_size = 1 / scale
+    result = run(completion(bbox_2d_list=[[x1, y1, x2 + 1, y2 + 1]], point_2d_list=[[x1, y1]],
+                            negative_point_2d_list=[list(p) for p in points]),
+                 one_frame_gt(mask), components=("negative_point",), negative_point_tau=float(tau),
+                 threshold_size=threshold_size)
+    assert result["negative_point"] == pytest.approx(oracle_negative_reward(mask, points, tau / scale))
+
+
+def test_negative_point_reward_without_a_target_is_zero():
+    empty = np.zeros((20, 20), dtype=bool)
+    text = completion(bbox_2d_list=[], point_2d_list=[], negative_point_2d_list=[[3, 3], [10, 10]])
+    gt = json.loads(one_frame_gt(empty))
+    gt["boxes"], gt["areas"] = [[None]], [[0.0]]
+    assert run(text, json.dumps(gt), components=("negative_point",))["negative_point"] == 0.0
+
+
+# --- non-repeat: VisionReasoner tolerates exactly one repeated sentence --------------------------------------
+
+
+@pytest.mark.parametrize(("think", "expected"), [
+    ("Look. It is red. It is red.", 1.0),  # one repeat (the first piece carries "<think>")
+    ("Look. It is red. It is red. It is red.", 0.0),  # two repeats
+    ("Look. A. B. A. B.", 0.0),  # two different sentences repeated once each
+    ("Look.. It is red. It is red. It is red.", 0.0),  # a blank piece is skipped, not the end of the count
+])
+def test_non_repeat_tolerates_one_repeat(think, expected):
+    text = (f"<think>{think}</think><answer>"
+            + json.dumps({"bbox_2d_list": [], "point_2d_list": [], "negative_point_2d_list": []}) + "</answer>")
+    assert run(text, one_frame_gt(np.ones((4, 4), bool)), components=("non_repeat",))["non_repeat"] == expected
+
+
+# --- rcot_match: the ground-truth point per object ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("gt_points", "pred_point", "expected"), [
+    ([], [15, 15], 1.0),  # no KTG point stored: the box centre (15, 15) stands in
+    ([], [19, 19], 2 / 3),  # 5.7 px from the centre (threshold 30 · 40/840 = 1.43 px)
+    ([None], [15, 15], 1.0),  # a missing point: the box centre
+    ([[12.0, 12.0]], [12, 12], 1.0),  # the stored point, not the centre
+    ([[12.0, 12.0]], [15, 15], 2 / 3),
+])
+def test_rcot_match_point_falls_back_to_the_box_centre(gt_points, pred_point, expected):
+    mask = np.zeros((40, 40), dtype=bool)
+    mask[10:20, 10:20] = True
+    text = completion(bbox_2d_list=[[10, 10, 20, 20]], point_2d_list=[pred_point])
+    result = run(text, one_frame_gt(mask, task="rcot_ktg", points=gt_points), components=("rcot_match",))
+    assert result["rcot_match"] == pytest.approx(expected)
+
+
+def test_box_centres_literal():
+    boxes = np.array([[0.0, 0.0, 10.0, 20.0], [4.0, 6.0, 8.0, 10.0], [3.0, 1.0, 3.0, 1.0]])
+    assert box_centres(boxes).tolist() == [[5.0, 10.0], [6.0, 8.0], [3.0, 1.0]]
+    assert box_centres(np.zeros((0, 4))).shape == (0, 2)
+
+
+# --- params checks and the length penalty ---------------------------------------------------------------------
+
+
+def test_check_params_accepts_the_boundary_values():
+    check_params(RewardParams(components=("format", "spatial"), weights=RewardWeights(format=0.0, spatial=0.5),
+                              failure_score=0.0, length_beta=0.0, threshold_size=1, negative_point_tau=0.5))
+
+
+SIZES = "reward.length_beta must be ≥ 0, reward.threshold_size and reward.negative_point_tau > 0"
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"weights": RewardWeights(format=-0.1)}, "reward.weights.format must be ≥ 0"),
+    ({"failure_score": 0.1},
+     "reward.failure_score must be ≤ 0 (a malformed completion must not outscore a wrong one)"),
+    ({"length_beta": -0.001}, SIZES), ({"threshold_size": 0}, SIZES), ({"negative_point_tau": 0.0}, SIZES),
+])
+def test_check_params_refuses_each_bad_value_with_its_message(overrides, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        check_params(RewardParams(**overrides))
+
+
+@pytest.mark.parametrize(("used", "budget", "beta", "expected"), [
+    (20, 20, 0.5, 1.0), (19, 20, 0.5, 1.0), (21, 20, 0.1, 0.9), (30, 20, 0.05, 0.5), (40, 20, 0.1, 0.0),
+    (30, 20, -0.1, 1.0),  # clipped to [0, 1] whatever β
+    (30, 20, 0.0, 1.0),
+])
+def test_length_penalty_literals(used, budget, beta, expected):
+    assert length_penalty(used, budget, beta) == pytest.approx(expected)
+
+
+def test_reasoning_counter_uses_the_named_tokenizer(monkeypatch):
+    asked = []
+    monkeypatch.setattr(score_module, "tokenizer_counter", lambda path: asked.append(path) or (lambda text: 99))
+    assert reasoning_counter(RewardParams(length_tokenizer="models/tok"))("two words") == 99
+    assert asked == ["models/tok"]
+    assert reasoning_counter(RewardParams(length_tokenizer=""))("two words here") == 3
+
+
+# --- verl's reward log join key -------------------------------------------------------------------------------
+
+
+def test_rollout_key_literal():
+    assert rollout_key("abc", '{"b":1}') == hashlib.sha1(b'abc\x00{"b":1}').hexdigest()
+    # a dict ground truth is keyed by its sorted-key JSON, so the key does not depend on insertion order
+    assert rollout_key("abc", {"b": 1, "a": [2]}) == hashlib.sha1(b'abc\x00{"a": [2], "b": 1}').hexdigest()
+    assert rollout_key("abc", {"a": [2], "b": 1}) == rollout_key("abc", '{"a": [2], "b": 1}')
