@@ -111,8 +111,9 @@ def train_trl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, dataset,
     import torch
     from peft import LoraConfig
     from transformers import set_seed
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig
 
+    from stages.grpo.resume import resumable_trainer
     from stages.models import load_vlm
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -157,8 +158,8 @@ def train_trl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, dataset,
     if grpo.lora_r > 0:
         peft_config = LoraConfig(r=grpo.lora_r, lora_alpha=grpo.lora_alpha, lora_dropout=0.0, task_type="CAUSAL_LM",
                                  target_modules=lora_targets(grpo.target_modules, grpo.train_vision))
-    trainer = GRPOTrainer(model=model, reward_funcs=[reward_fn], args=args, train_dataset=dataset,
-                          processing_class=processor, peft_config=peft_config)
+    trainer = resumable_trainer(model=model, reward_funcs=[reward_fn], args=args, train_dataset=dataset,  # exact resume
+                                processing_class=processor, peft_config=peft_config)
     trainer_progress(trainer, "grpo steps")  # a bar + a short line every 10 steps, not a 1.5 KB dict per step
     if not grpo.train_vision and trainable_vision_parameters(trainer.model):
         raise ValueError(f"grpo: vision parameters would train: {trainable_vision_parameters(trainer.model)[:3]}")
