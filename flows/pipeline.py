@@ -4,8 +4,10 @@ A served run is `dvc exp run --temp -S key=value … [stages]` in the project fo
 `vrsflow serve`: DVC runs the experiment in its own temporary workspace and records it as an
 experiment (a git ref plus cached outputs), so nothing survives in the user's checkout but that
 experiment — a failed run changes nothing. Overrides, targets and the experiment name are checked
-first (flows/serve_request.py, the same params validation as everywhere else); a refused run fails
-with one line and DVC is never called. dvc's output streams into the run log; each stage's flow
+first (flows/serve_request.py: the same params validation as everywhere else, plus the served-run
+policy — a run changes the experiment, never env-var names, endpoints, paths outside the project or
+process settings, which `vrsflow serve` fixes when it starts); a refused run fails with one line and
+DVC is never called. dvc's output streams into the run log; each stage's flow
 (`dvc-<stage>`) is a subflow of the run and carries the params it read (flows/serve_link.py); the
 experiment name, changed params and metrics are artifacts. Results are pushed when a DVC remote and
 a git remote are set.
@@ -26,7 +28,15 @@ from prefect.context import FlowRunContext, TaskRunContext
 from prefect.states import Failed
 
 from flows.serve_link import parent_env
-from flows.serve_request import SERVED_PROJECT_ENV, RequestRefused, RunRequest, check_request, served_project
+from flows.serve_request import (
+    SERVED_POLICY_ENV,
+    SERVED_PROJECT_ENV,
+    RequestRefused,
+    RunRequest,
+    check_request,
+    served_project,
+    serving_policy,
+)
 from stages.core import dvc_cli
 from stages.core.params import load_params
 
@@ -141,21 +151,29 @@ def _markdown_table(columns: list[str], rows: list[dict]) -> list[str]:
             *("| " + " | ".join(f"`{_text(row[c])}`" for c in columns) + " |" for row in rows)]
 
 
-def serve(project_dir: str = ".", name: str = DEPLOYMENT_NAME) -> None:
+def serve(project_dir: str = ".", name: str = DEPLOYMENT_NAME, allowed_roots: tuple[str, ...] = ()) -> None:
     """Serve the pipeline as a deployment for the project in `project_dir` (fixed here, not per run).
+
+    Args:
+        project_dir: the checkout runs execute in.
+        name: deployment name.
+        allowed_roots: folders outside the project that a run's path params may name (`--allow-root`);
+            the project's server-side params are fixed from its params.yaml now.
 
     Raises:
         ParamsError: the project's params.yaml is invalid.
         ServeRefused: the Prefect API is reachable by others without credentials (flows/serve_auth.py).
+        FileNotFoundError: no dvc.yaml, or an allowed root that is not a folder.
     """
     from flows.serve_auth import check_current_api
 
     project = Path(project_dir).resolve()
     if not (project / "dvc.yaml").is_file():
         raise FileNotFoundError(f"{project}: no dvc.yaml (serve the vrsflow checkout)")
-    load_params(project / "params.yaml")
+    policy = serving_policy(project, allowed_roots)  # validates params.yaml too
     check_current_api()
     os.environ[SERVED_PROJECT_ENV] = str(project)  # runs execute in child processes that inherit it
+    os.environ[SERVED_POLICY_ENV] = policy.to_env()
     pipeline_flow.serve(
         name=name,
         description=f"Run the vrsflow DVC pipeline in {project} as an isolated experiment "

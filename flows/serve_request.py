@@ -6,27 +6,90 @@ by `vrsflow serve`), never a run parameter. Every override key must be a params 
 must pass the same validation as params.yaml (`stages.core.params.apply_overrides`); every target
 must be a stage of the served dvc.yaml; the experiment name must be a plain ref name. Anything else
 is a `RequestRefused` whose message is one line.
+
+On top of validity, the served-run policy (`ServedPolicy`): a run changes the experiment, never where
+secrets, data or requests go. A params field marked `Server[...]` / `SecretEnv` (env-var names, endpoints,
+folders outside the project, settings that start processes or open ports; stages/core/params.py) is refused
+from a run — it is fixed when `vrsflow serve` starts, from the project's params.yaml, and a run is refused
+too when params.yaml's server-side values changed since then. A field marked `ExpPath[...]` must stay inside
+the project (relative, no `..`, no symlink out) or inside a root the server allows (`vrsflow serve
+--allow-root DIR`). `vrsflow check --served` applies the same policy to `-S` overrides.
 """
 
 from __future__ import annotations
 
 import difflib
+import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
 
-from stages.core.params import ParamsError, apply_overrides, read_params_file
+from stages.core.params import Params, ParamsError, apply_overrides, load_params, read_params_file
+from stages.core.typed_config import field_type, leaf_fields, served_side, to_dict
 
 SERVED_PROJECT_ENV = "VRSFLOW_SERVED_PROJECT"
+SERVED_POLICY_ENV = "VRSFLOW_SERVED_POLICY"  # the policy `vrsflow serve` fixed, as JSON (ServedPolicy.to_env)
 MAX_NAME = 100
 
 
 class RequestRefused(ValueError):
     """A served run asked for something it may not have; the message is one line."""
+
+
+@dataclass(frozen=True)
+class ServedPolicy:
+    """What the server fixed when it started: the roots a run's paths may lie in besides the project, and the
+    server-side params values (None: not compared, e.g. `vrsflow check --served`)."""
+
+    allowed_roots: tuple[str, ...] = ()
+    server_values: Mapping[str, Any] | None = None
+
+    def to_env(self) -> str:
+        return json.dumps({"allowed_roots": list(self.allowed_roots), "server_values": self.server_values})
+
+    @classmethod
+    def from_env(cls) -> ServedPolicy:
+        """The policy `vrsflow serve` exported; the default (project only, nothing compared) when none."""
+        text = os.environ.get(SERVED_POLICY_ENV, "")
+        if not text:
+            return cls()
+        data = json.loads(text)
+        return cls(tuple(data.get("allowed_roots") or ()), data.get("server_values"))
+
+
+def serving_policy(project: Path, allowed_roots: Sequence[str | Path] = ()) -> ServedPolicy:
+    """The policy of a server starting now: `allowed_roots` (existing folders, made absolute) and the
+    server-side values of the project's params.yaml.
+
+    Raises:
+        ParamsError: params.yaml is invalid.
+        FileNotFoundError: an allowed root is not a folder.
+    """
+    roots = []
+    for root in allowed_roots:
+        path = Path(root).expanduser()
+        if not path.is_dir():
+            raise FileNotFoundError(f"--allow-root {root}: no such folder")
+        roots.append(str(path.resolve()))
+    return ServedPolicy(tuple(roots), server_values(load_params(project / "params.yaml")))
+
+
+def server_values(params: Params) -> dict[str, Any]:
+    """Dotted key → value of every server-side params field (JSON-able)."""
+    values = to_dict(params)
+    out = {}
+    for key, tp in leaf_fields(Params):
+        side = served_side(tp)
+        if side is not None and side.side == "server":
+            node: Any = values
+            for part in key.split("."):
+                node = node[part]
+            out[key] = node
+    return out
 
 
 @dataclass(frozen=True)
@@ -65,8 +128,9 @@ def stage_names(project: Path) -> list[str]:
 
 
 def check_request(project: Path, overrides: Mapping[str, Any] | None, targets: Sequence[str] | None,
-                  name: str) -> RunRequest:
-    """Validate a run's overrides, targets and experiment name against the served project.
+                  name: str, policy: ServedPolicy | None = None) -> RunRequest:
+    """Validate a run's overrides, targets and experiment name against the served project and policy
+    (default: the one `vrsflow serve` exported, else project-only paths).
 
     Raises:
         RequestRefused: one line naming the key, target or name that is refused and why.
@@ -74,7 +138,8 @@ def check_request(project: Path, overrides: Mapping[str, Any] | None, targets: S
     if not isinstance(overrides, Mapping):
         raise RequestRefused(f"overrides: expected a mapping of params keys to values, got {type(overrides).__name__}")
     try:
-        _, typed = apply_overrides(read_params_file(project / "params.yaml"), overrides)
+        typed = check_overrides(project / "params.yaml", overrides, ServedPolicy.from_env() if policy is None
+                                else policy)
     except ParamsError as err:
         raise RequestRefused(str(err)) from err
     known = stage_names(project)
@@ -89,6 +154,80 @@ def check_request(project: Path, overrides: Mapping[str, Any] | None, targets: S
     raw = read_params_file(project / "params.yaml")
     set_args = tuple(f"{'' if _present(raw, key) else '+'}{key}={dvc_value(value)}" for key, value in typed.items())
     return RunRequest(project, name, typed, tuple(checked), set_args)
+
+
+def check_overrides(params_path: Path, overrides: Mapping[str, Any], policy: ServedPolicy) -> dict[str, Any]:
+    """Validate overrides as a served run's: params validation plus the served-run policy.
+
+    The project is the params file's folder. Returns the overrides as typed values.
+
+    Raises:
+        ParamsError: one line naming the refused key(s) and how to change them.
+    """
+    server_keys = []
+    for key in overrides:
+        if isinstance(key, str):
+            try:
+                side = served_side(field_type(Params, key))
+            except ParamsError:
+                continue  # apply_overrides names it below
+            if side is None or side.side == "server":  # unmarked: the safe side
+                server_keys.append(key)
+    if server_keys:
+        raise ParamsError(f"{', '.join(server_keys)}: fixed by the server, a run may not change "
+                          f"{'it' if len(server_keys) == 1 else 'them'} (edit params.yaml and serve again)")
+    raw = read_params_file(params_path)
+    _, typed = apply_overrides(raw, overrides)
+    project = params_path.resolve().parent
+    for key, value in typed.items():
+        side = served_side(field_type(Params, key))
+        for text in _strings(value) if side is not None and side.path else ():
+            problem = path_problem(text, project, policy.allowed_roots)
+            if problem:
+                raise ParamsError(f"{key}: {text!r} {problem}")
+    if policy.server_values is not None:
+        for key, value in server_values(load_params(params_path)).items():
+            if key in policy.server_values and policy.server_values[key] != value:
+                raise ParamsError(f"{params_path}: {key} changed since `vrsflow serve` started "
+                                  f"({policy.server_values[key]!r} -> {value!r}): serve again to use it")
+    return typed
+
+
+def path_problem(value: str, project: Path, allowed_roots: Sequence[str] = ()) -> str | None:
+    """Why a served run may not use `value` as a path, or None: it must be relative to the project and stay in
+    it (no `..`, no symlink out), or be an absolute path inside an allowed root ("" means "none": allowed)."""
+    if value == "":
+        return None
+    how = "(paths of a run stay inside the project; `vrsflow serve --allow-root DIR` allows a folder outside it)"
+    if ".." in PurePosixPath(value).parts:
+        return f"goes up with '..' {how}"
+    roots = [Path(r) for r in allowed_roots]
+    inside_root = next((r for r in roots if _inside(Path(value) if Path(value).is_absolute() else project / value,
+                                                    r)), None)
+    if Path(value).is_absolute():
+        if inside_root is not None:
+            return None
+        if _inside(Path(value), project, resolve=False):
+            return "is an absolute path into the project: give it relative to the project"
+        return f"is outside the project {how}"
+    if _inside(project / value, project) or inside_root is not None:
+        return None
+    return f"leads outside the project through a symlink {how}"
+
+
+def _inside(path: Path, root: Path, resolve: bool = True) -> bool:
+    return (path.resolve() if resolve else path).is_relative_to(root.resolve())
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _strings(item)
 
 
 def dvc_value(value: Any) -> str:

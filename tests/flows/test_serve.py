@@ -1,6 +1,7 @@
 """The served deployment, end to end against a real local Prefect server: runs started as the UI starts
 them work in DVC's temporary experiment workspaces, so neither a refused nor a successful run leaves
-anything in the checkout but the recorded experiment; stage runs are its subflows and carry their params."""
+anything in the checkout but the recorded experiment; a run that would send the key elsewhere is refused
+and sends nothing; stage runs are its subflows and carry their params."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import anyio
 
+from tests.flows.capture_server import capture_server
 from tests.pipeline_repo import dvc, env_with_venv, make_repo, sh
 
 
@@ -70,13 +72,21 @@ def test_served_runs_are_isolated_experiments(prefect_api: str, tmp_path: Path, 
     server_log = tmp_path / "serve.log"
     with open(server_log, "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "serve", "--project", str(repo), "--name", "test"],
-                                cwd=repo, env=env_with_venv(), stdout=log, stderr=subprocess.STDOUT)
+                                cwd=repo, env={**env_with_venv(), "VRSFLOW_TEACHER_API_KEY": "served-secret"},
+                                stdout=log, stderr=subprocess.STDOUT)
     try:
         anyio.run(_wait_for_deployment, "vrsflow-pipeline/test", 120.0)
         refused = run_deployment("vrsflow-pipeline/test", parameters={"overrides": {"sample.grpo_size": "abc"}},
                                  timeout=300)
         assert refused.state is not None and refused.state.is_failed()
         assert refused.state.message == "refused: sample.grpo_size: expected an integer, got str 'abc'"
+        with capture_server() as (url, seen):  # the checked-in key, sent to another host: refused, nothing sent
+            leak = run_deployment("vrsflow-pipeline/test", timeout=300, parameters={
+                "overrides": {"teacher.backend": "openai", "teacher.base_url": url}, "targets": ["cot"]})
+            assert leak.state is not None and leak.state.is_failed()
+            assert leak.state.message == ("refused: teacher.backend, teacher.base_url: fixed by the server, a run "
+                                          "may not change them (edit params.yaml and serve again)")
+            assert seen == []
         try:
             elsewhere = run_deployment("vrsflow-pipeline/test", parameters={"project_dir": str(other)}, timeout=300)
             assert elsewhere.state is not None and not elsewhere.state.is_completed()

@@ -1,5 +1,6 @@
-"""The served pipeline is not a door: hostile run parameters are refused before DVC is called, and
-`vrsflow serve` refuses a Prefect API that strangers could use without credentials."""
+"""The served pipeline is not a door: hostile run parameters are refused before DVC is called, a run changes
+the experiment but never where secrets, data or requests go (the served-run policy), and `vrsflow serve`
+refuses a Prefect API that strangers could use without credentials."""
 
 from __future__ import annotations
 
@@ -15,9 +16,13 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.flows.capture_server import capture_server
 from tests.pipeline_repo import env_with_venv, make_repo, sh
 
 AUTH = "vrsflow-admin:s3cret-for-tests"
+FIXED = "fixed by the server, a run may not change it (edit params.yaml and serve again)"
+OUTSIDE = ("(paths of a run stay inside the project; `vrsflow serve --allow-root DIR` allows a folder outside "
+           "it)")
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +64,47 @@ def test_hostile_run_parameters_are_refused_before_dvc(
     assert not list(served_repo.rglob("owned.txt"))
 
 
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        # the served-run policy: every key below is well typed, and refused in one line naming it
+        ({"teacher.backend": "openai", "teacher.base_url": "http://127.0.0.1:9/v1",
+          "teacher.api_key_env": "PREFECT_API_AUTH_STRING"},
+         "teacher.backend, teacher.base_url, teacher.api_key_env: fixed by the server, a run may not change them "
+         "(edit params.yaml and serve again)"),
+        ({"teacher.api_key_env": "VRSFLOW_OTHER_KEY"}, f"teacher.api_key_env: {FIXED}"),
+        ({"remote.url": "s3://elsewhere/bucket"}, f"remote.url: {FIXED}"),
+        ({"remote.url_env": "VRSFLOW_OTHER_REMOTE"}, f"remote.url_env: {FIXED}"),
+        ({"runner.dask_address": "tcp://10.0.0.1:8786"}, f"runner.dask_address: {FIXED}"),
+        ({"sft.processes": "64"}, f"sft.processes: {FIXED}"),
+        ({"data.root": "/etc"}, f"data.root: '/etc' is outside the project {OUTSIDE}"),
+        ({"model.path": "/root"}, f"model.path: '/root' is outside the project {OUTSIDE}"),
+        ({"sam2.checkpoint": "models/../../../../etc/x.pt"},
+         f"sam2.checkpoint: 'models/../../../../etc/x.pt' goes up with '..' {OUTSIDE}"),
+        ({"benchmarks.roots": "{revos: /srv/revos}"},
+         f"benchmarks.roots: '/srv/revos' is outside the project {OUTSIDE}"),
+    ],
+)
+def test_a_run_may_not_change_where_secrets_data_or_requests_go(
+    served_repo: Path, capsys: pytest.CaptureFixture[str], overrides: dict, message: str
+) -> None:
+    """Each refused key in one line naming it and how to change it, from a served run's checks and from
+    `vrsflow check --served` alike (the pipeline flow refuses what check_request refuses: see above and below)."""
+    from flows.cli import main
+    from flows.serve_request import RequestRefused, ServedPolicy, check_request
+
+    with pytest.raises(RequestRefused) as err:
+        check_request(served_repo, overrides, [], "x", ServedPolicy())
+    assert str(err.value) == message
+    args = [a for key, value in overrides.items() for a in ("-S", f"{key}={value}")]
+    capsys.readouterr()
+    assert main(["check", "--served", "--params", str(served_repo / "params.yaml"), *args]) == 2
+    assert capsys.readouterr().err == f"error: {served_repo / 'params.yaml'}: {message}\n"
+    # outside a served run (params.yaml, -S) only the env-var name rule applies
+    assert main(["check", "--params", str(served_repo / "params.yaml"), *args]) == (
+        2 if overrides.get("teacher.api_key_env") == "PREFECT_API_AUTH_STRING" else 0)
+
+
 def test_checked_overrides_reach_dvc_as_typed(served_repo: Path) -> None:
     """The `-S` arguments built from checked overrides mean, to DVC's own parser, exactly the typed values."""
     from flows.serve_request import RequestRefused, check_request
@@ -81,7 +127,8 @@ def test_checked_overrides_reach_dvc_as_typed(served_repo: Path) -> None:
     assert (params.sample.grpo_size, params.data.root, params.cot.pools) == (32, "raw data/ReVOS:v2", ("sft", "grpo"))
     assert (params.grpo.learning_rate, params.ingest.strict, params.teacher.model) == (1e-5, False, "123")
     for targets, name, message in [(["sampel"], "x", "did you mean 'sample'?"), (["-f"], "x", "'-f' is not a stage"),
-                                   ([], "../x", "experiment name '../x'"), ([], "-n", "experiment name '-n'")]:
+                                   ([], "../x", "experiment name '../x'"), ([], "-n", "experiment name '-n'"),
+                                   ([], "exp..1", "experiment name 'exp..1'")]:
         with pytest.raises(RequestRefused, match=message):
             check_request(served_repo, {}, targets, name)
 
@@ -181,3 +228,90 @@ def test_basic_auth_server_refuses_anonymous_runs(auth_server: str, prefect_api:
                         headers={"Authorization": f"Basic {right}"})
     assert listed.status_code == 200 and len(listed.json()) == 1  # the anonymous and forged requests made no run
     assert os.environ.get("PREFECT_API_URL") == prefect_api  # the session server is untouched
+
+
+@pytest.mark.parametrize("key_env", ["AWS_SECRET_ACCESS_KEY", ""])
+def test_a_refused_run_sends_nothing(prefect_api: str, served_repo: Path, monkeypatch: pytest.MonkeyPatch,
+                                     key_env: str) -> None:
+    """The issue's override, run for real (DVC is not stubbed): without the policy the cot stage would send
+    `Authorization: Bearer <secret>` to the capture server. With it the run is refused and nothing arrives —
+    neither with a foreign variable's name nor with the checked-in key name sent to a foreign host."""
+    from flows import pipeline
+    from flows.serve_request import SERVED_PROJECT_ENV
+
+    monkeypatch.setenv(SERVED_PROJECT_ENV, str(served_repo))
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "outside-secret")
+    monkeypatch.setenv("VRSFLOW_TEACHER_API_KEY", "teacher-secret")
+    before = _snapshot(served_repo)
+    with capture_server() as (url, seen):
+        overrides = {"teacher.backend": "openai", "teacher.base_url": url, "teacher.max_retries": "0"}
+        if key_env:
+            overrides["teacher.api_key_env"] = key_env
+        state = pipeline.pipeline_flow(overrides=overrides, targets=["cot"], experiment_name=f"leak-{len(key_env)}",
+                                       push=False, return_state=True)
+        assert state.is_failed() and state.message.startswith("refused: teacher.backend, teacher.base_url")
+        assert "\n" not in state.message
+        time.sleep(0.5)  # anything in flight would have arrived
+        assert seen == []  # no request, no header
+    assert _snapshot(served_repo) == before  # nothing executed: no experiment, nothing written
+
+
+def test_paths_of_a_run_stay_in_the_project(tmp_path: Path) -> None:
+    from flows.serve_request import path_problem
+
+    project, outside, allowed = tmp_path / "project", tmp_path / "outside", tmp_path / "allowed"
+    for folder in (project / "data", outside, allowed / "revos"):
+        folder.mkdir(parents=True)
+    (project / "data" / "out").symlink_to(outside)  # a symlink leading out of the project
+    (project / "data" / "in").symlink_to(project / "data")  # one that stays inside
+    (allowed / "escape").symlink_to(outside)  # one leading out of an allowed root
+    for value in ("", "data/raw/synth", "data/in/x", "models/new/qwen", "~x/y"):
+        assert path_problem(value, project) is None, value
+    assert path_problem(str(allowed / "revos"), project, [str(allowed)]) is None
+    refused = {
+        "data/out/x": "leads outside the project through a symlink",
+        "data/../data": "goes up with '..'",
+        "../outside": "goes up with '..'",
+        str(outside): "is outside the project",
+        str(project / "data"): "is an absolute path into the project: give it relative to the project",
+        str(allowed / "revos"): "is outside the project",  # no root allowed
+    }
+    for value, problem in refused.items():
+        assert (path_problem(value, project) or "").startswith(problem), value
+    assert path_problem(str(allowed / "escape" / "x"), project, [str(allowed)]).startswith("is outside the project")
+    assert path_problem(str(allowed / ".." / "outside"), project, [str(allowed)]).startswith("goes up with '..'")
+
+
+def test_server_values_are_fixed_when_serving_starts(tmp_path: Path, project_root: Path) -> None:
+    """A run is refused when params.yaml's server-side values changed after `vrsflow serve` started, and
+    `--allow-root` widens the paths a run may name (and nothing else)."""
+    from flows.serve_request import SERVED_POLICY_ENV, ServedPolicy, check_overrides, serving_policy
+    from stages.core.params import ParamsError
+
+    project = tmp_path / "project"
+    project.mkdir()
+    params = project / "params.yaml"
+    params.write_text((project_root / "params.yaml").read_text())
+    data = tmp_path / "datasets"
+    (data / "ReVOS").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match="--allow-root .*: no such folder"):
+        serving_policy(project, [tmp_path / "missing"])
+    policy = serving_policy(project, [data])
+    assert policy.server_values is not None and policy.server_values["teacher.base_url"].startswith("https://")
+    assert ServedPolicy.from_env() == ServedPolicy()  # not served: project-only paths, nothing compared
+    os.environ[SERVED_POLICY_ENV] = policy.to_env()
+    try:
+        assert ServedPolicy.from_env() == ServedPolicy(policy.allowed_roots, policy.server_values)
+    finally:
+        del os.environ[SERVED_POLICY_ENV]
+    assert check_overrides(params, {"data.root": str(data / "ReVOS"), "sample.grpo_size": "8"}, policy) == {
+        "data.root": str(data / "ReVOS"), "sample.grpo_size": 8}
+    with pytest.raises(ParamsError, match=r"^data.root: '/etc' is outside the project"):
+        check_overrides(params, {"data.root": "/etc"}, policy)
+    with pytest.raises(ParamsError, match=r"^remote.url: fixed by the server"):  # roots widen paths only
+        check_overrides(params, {"remote.url": str(data)}, policy)
+    params.write_text(params.read_text().replace("base_url: https://", "base_url: http://127.0.0.1:9/x"))
+    with pytest.raises(ParamsError) as err:
+        check_overrides(params, {}, policy)
+    assert str(err.value).startswith(f"{params}: teacher.base_url changed since `vrsflow serve` started ")
+    assert str(err.value).endswith(": serve again to use it")
