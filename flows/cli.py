@@ -73,10 +73,14 @@ def _run_stage_command(args: argparse.Namespace) -> int:
         close = difflib.get_close_matches(args.name, names, n=1)
         hint = f"did you mean '{close[0]}'?" if close else f"stages: {', '.join(names)}"
         raise UsageError(f"unknown stage '{args.name}' ({hint})")
-    load_params(args.params)  # first of all: a bad param is one line here, not a flow run's traceback
+    params = load_params(args.params)  # first of all: a bad param is one line here, not a flow run's traceback
     if args.item:  # a DVC foreach stage's item (bench --item mevis), read by the stage's flow
         os.environ["VRSFLOW_STAGE_ITEM"] = args.item
-    with prefect_api():  # one Prefect API shared by every stage of a repro (flows/prefect_api.py)
+    from stages.core.output_lock import hold_outputs, stage_folders
+
+    # the folders it writes are this run's alone (a second run: one line naming the holder), then one Prefect API
+    # shared by every stage of a repro (flows/prefect_api.py)
+    with hold_outputs(args.name, stage_folders(args.name, params)), prefect_api():
         from flows.serve_link import run_stage_flow
 
         module = importlib.import_module(f"flows.{args.name}")
@@ -354,11 +358,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per Prefect API call otherwise
     args = build_parser().parse_args(argv)
+    from stages.core.output_lock import OutputLocked
     from stages.core.params import ParamsError
 
     try:
         return args.func(args)
-    except (ParamsError, UsageError) as err:
+    except (ParamsError, UsageError, OutputLocked) as err:
         if args.debug:
             raise
         sys.stderr.write(f"error: {err}\n")  # one line; --debug shows the traceback

@@ -17,6 +17,7 @@ import pandas as pd
 
 from stages.core.lineage import write_lineage
 from stages.core.model_card import write_model_card
+from stages.core.output_lock import hold_outputs
 from stages.core.params import GrpoParams, RewardParams, Sam2Params
 from stages.core.report import StageReport
 from stages.grpo.curves import curve_from_trl, curves_markdown, summary_window, window_summary, write_curve
@@ -37,7 +38,15 @@ def run_grpo(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, curve_pat
     Raises:
         ValueError: bad reward params. FileNotFoundError: missing shards / model / parquet.
         RuntimeError: engine verl on a machine without GPUs (after writing the validated job).
+        OutputLocked: another live run writes the output or checkpoint folders (held for the whole run).
     """
+    folders = [grpo.out_dir, grpo.checkpoint_dir] + ([grpo.verl.out_dir] if grpo.engine == "verl" else [])
+    with hold_outputs("grpo", folders):
+        return _run_grpo(grpo, reward, sam2, curve_path, params_path)
+
+
+def _run_grpo(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, curve_path: Path,
+              params_path: Path) -> StageReport:
     check_params(reward)
     if grpo.engine == "verl":
         return _run_verl(grpo, reward, sam2, curve_path, params_path)

@@ -29,6 +29,7 @@ from schemas.answer import parse_answer
 from stages.core.io import atomic_write_text, write_json
 from stages.core.lineage import write_lineage
 from stages.core.model_card import write_model_card
+from stages.core.output_lock import hold_outputs
 from stages.core.params import ModelParams, SftParams
 from stages.core.progress import ProgressReporter
 from stages.core.report import StageReport, curves_markdown, summary_line
@@ -75,6 +76,11 @@ def train_sft(params: SftParams, model_params: ModelParams, shards_dir: Path, ou
               checkpoint_dir: Path, metrics_dir: Path) -> StageReport:
     """Fine-tune `model.path` on `shards_dir/sft`; write adapter/ (LoRA), merged/, a model card, the curve.
 
+    Holds the locks of `out_dir` and `checkpoint_dir` for the whole run (`stages.core.output_lock`: a second
+    run on them refuses with OutputLocked). Resumes from the newest complete checkpoint of the same run
+    (params, data, process count): the Trainer's checkpoint holds weights, optimizer, schedule, step and every
+    process's RNG state, and accelerate's seeded sampler re-derives each epoch's order from (seed, epoch).
+
     Args:
         params: the `sft` block.
         model_params: the `model` block (base checkpoint folder, dtype).
@@ -85,7 +91,14 @@ def train_sft(params: SftParams, model_params: ModelParams, shards_dir: Path, ou
 
     Raises:
         ValueError: no training samples, or params that cannot work (named).
+        OutputLocked: another live run writes `out_dir` or `checkpoint_dir`.
     """
+    with hold_outputs("sft", [out_dir, checkpoint_dir]):
+        return _train_sft(params, model_params, shards_dir, out_dir, checkpoint_dir, metrics_dir)
+
+
+def _train_sft(params: SftParams, model_params: ModelParams, shards_dir: Path, out_dir: Path,
+               checkpoint_dir: Path, metrics_dir: Path) -> StageReport:
     if params.processes > 1 and "WORLD_SIZE" not in os.environ:
         return _launch(params, model_params, shards_dir, out_dir, checkpoint_dir, metrics_dir)
     from transformers import PrinterCallback, Trainer, TrainingArguments, set_seed
