@@ -45,6 +45,11 @@ KNOWN = {
                       "per-stage overhead down: one Prefect API per repro, imports off each stage's start"),
     "orchestration-default": ("bench_orchestration.py --profile default",
                               "orchestration ≤ 5 % of the default run; default run ≤ 6 min on 2 cores"),
+    "reader_check": ("(scratch folder; bench/results/reader_check.json `how`)",
+                     "train-split readers equal the official MeViS / ReferFormer loaders; MeViS missing predictions "
+                     "scored as the dataset authors' eval_mevis.py, ReasonVOS as its authors' script"),
+    "mixture_scale": ("bench_mixture.py", "ingest → shard on a synthetic MeViS + Ref-YouTube-VOS + ReVOS union at "
+                      "published counts; peak memory bounded by one video, not by the union"),
     "gpu-sam2_reward": ("gpu.sh → bench_sam2_reward.py", "SAM2.1-large: ≥ 4× (H100, published 4.95 s → 1.45 s)"),
     "gpu-sft": ("gpu.sh → bench_sft.py --gpu", "3B-shaped LoRA step: MFU, memory"),
     "gpu-evaluate": ("gpu.sh → bench_metrics.py --gpu", "≤ 5 s per 100-frame video (published 31–36 s, L20)"),
@@ -205,6 +210,18 @@ def measured(name: str, figures: dict) -> str:
         return _mask_dict(figures)
     if name.startswith("orchestration"):
         return _orchestration(figures)
+    if name == "reader_check":
+        h = figures["headline"]
+        return (f"MeViS train reader equal to load_mevis_json: {h['mevis_train_equal']} "
+                f"({h['mevis_train_expressions']} expressions, {h['mevis_train_frames']} frames); "
+                f"Ref-YouTube-VOS train reader equal to YTVOSDataset: "
+                f"{h['refytvos_train_equal']} ({h['refytvos_train_expressions']} expressions, "
+                f"{h['refytvos_train_frames']} frames); MeViS with one of four videos missing: authors' script J&F "
+                f"{h['mevis_partial_authors_jf']:.6f}, ours {h['mevis_partial_vrsflow_default_jf'] / 100:.6f} (skip "
+                f"rule: VideoLISA's copy {h['mevis_partial_videolisa_jf']:.6f}, ours "
+                f"{h['mevis_partial_vrsflow_skip_jf'] / 100:.6f}; complete {h['mevis_complete_jf'] / 100:.6f}); "
+                f"ReasonVOS authors' script {h['reasonvos_authors_jf']:.6f}, ours "
+                f"{h['reasonvos_vrsflow_default_jf'] / 100:.6f}")
     flat = {k: v for k, v in figures.items() if isinstance(v, int | float) and not isinstance(v, bool)}
     keys = [k for k in flat if any(w in k for w in ("speedup", "ratio", "mfu", "_s", "per_s"))][:6]
     return ", ".join(f"{k} {flat[k]}" for k in keys) or "figures in the file (no headline for this name)"
