@@ -215,17 +215,19 @@ def prepare_job(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, params
 def job_record(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, parquet: str) -> dict[str, Any]:
     """The job's GPU layout and SAM2 service: verl's `n_gpus_per_node × nnodes`, the SAM2 placement, and the
     service name ending with the fingerprint of its checkpoint, config and parquet ("" = no service)."""
-    from stages.rewards.sam2_service import fingerprint, service_name
+    from stages.rewards.sam2_service import fingerprint, resources_key, service_name
 
     v = grpo.verl
     record: dict[str, Any] = {"n_gpus_per_node": v.n_gpus_per_node, "nnodes": v.nnodes,
                               "sam2_placement": v.sam2_placement, "sam2_service": "", "sam2_fingerprint": "",
                               "sam2_gpus": 0.0, "sam2_memory_fraction": 0.0}
     if "consistency" in reward.components and v.sam2_service:
-        files_hash = fingerprint(str(Path(sam2.checkpoint).resolve()), _sam2_config(sam2.config), [parquet])
+        gpus = v.sam2_gpus if v.sam2_placement == "reserved" else 0.0
+        memory = v.sam2_memory_fraction if v.sam2_placement == "colocated" else 0.0
+        files_hash = fingerprint(str(Path(sam2.checkpoint).resolve()), _sam2_config(sam2.config), [parquet],
+                                 resources_key(gpus, memory))
         record.update(sam2_service=service_name(v.sam2_service, files_hash), sam2_fingerprint=files_hash,
-                      sam2_gpus=v.sam2_gpus if v.sam2_placement == "reserved" else 0.0,
-                      sam2_memory_fraction=v.sam2_memory_fraction if v.sam2_placement == "colocated" else 0.0)
+                      sam2_gpus=gpus, sam2_memory_fraction=memory)
     return record
 
 

@@ -128,8 +128,9 @@ def _file_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def fingerprint(checkpoint: str, config: str, parquet: Sequence[str]) -> str:
-    """sha256 over the SAM2 checkpoint, the config sam2 reads and the parquet files the frames come from.
+def fingerprint(checkpoint: str, config: str, parquet: Sequence[str], resources: str = "") -> str:
+    """sha256 over the SAM2 checkpoint, the config sam2 reads, the parquet files the frames come from and the
+    actor's resources (`resources_key`: an actor keeps the GPUs it was created with).
 
     Raises:
         FileNotFoundError: a missing file or an unresolvable config, in one line.
@@ -140,8 +141,14 @@ def fingerprint(checkpoint: str, config: str, parquet: Sequence[str]) -> str:
         if not Path(path).is_file():
             raise FileNotFoundError(f"SAM2 service: {path} not found")
     identity = config_identity(config)
-    parts = [_file_sha256(checkpoint), identity["form"], identity["sha256"], *(_file_sha256(p) for p in parquet)]
+    parts = [_file_sha256(checkpoint), identity["form"], identity["sha256"], *(_file_sha256(p) for p in parquet),
+             resources]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def resources_key(num_gpus: float, memory_fraction: float) -> str:
+    """The part of the fingerprint that names the actor's resources."""
+    return f"gpus={num_gpus:g} memory_fraction={memory_fraction:g}"
 
 
 def service_name(prefix: str, files_hash: str) -> str:
@@ -204,7 +211,7 @@ def start_service(name: str, checkpoint: str, config: str, parquet: Sequence[str
     """
     import ray
 
-    files_hash = fingerprint(checkpoint, config, parquet)
+    files_hash = fingerprint(checkpoint, config, parquet, resources_key(num_gpus, memory_fraction))
     ray.init(address="auto", namespace=NAMESPACE, ignore_reinit_error=True, logging_level="ERROR")
     actor_cls = ray.remote(num_gpus=num_gpus, max_concurrency=1024)(Sam2Server)
     handle = actor_cls.options(name=name, namespace=NAMESPACE, lifetime="detached", get_if_exists=True).remote(

@@ -134,12 +134,13 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 @pytest.fixture(scope="module")
 def ray_head(world: dict):
-    """A local Ray head (CPU only) in its own process group and temp dir; RAY_ADDRESS points at it."""
+    """A local Ray head (CPU only, one GPU declared for launch.sh's check of the 1-GPU layout) in its own process
+    group and temp dir; RAY_ADDRESS points at it."""
     temp = Path(tempfile.mkdtemp(prefix="vrsray"))  # short: Ray's socket paths have a length limit
     port = _free_port()
     log = open(world["base"] / "ray_head.log", "w")  # noqa: SIM115 - closed at teardown
     head = subprocess.Popen(
-        [str(BIN / "ray"), "start", "--head", "--block", f"--port={port}", "--num-cpus=2", "--num-gpus=0",
+        [str(BIN / "ray"), "start", "--head", "--block", f"--port={port}", "--num-cpus=2", "--num-gpus=1",
          "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}",
          f"--ray-client-server-port={_free_port()}", f"--dashboard-agent-listen-port={_free_port()}",
          f"--metrics-export-port={_free_port()}"],
@@ -211,7 +212,7 @@ def verl_run(world: dict, ray_head: str) -> dict:
         "prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], dim=1),
         "attention_mask": attention_mask}))
     scored = RewardLoopManager(config).compute_rm_score(batch)
-    service = ray.get_actor(SERVICE, namespace=NAMESPACE)
+    service = ray.get_actor(world["job"]["sam2_service"], namespace=NAMESPACE)
     stats = ray.get(service.stats.remote())
 
     # what the trainer writes besides the checkpoint: its rollout dump and its file log
@@ -245,7 +246,8 @@ def test_launch_script_passes_bash_n_and_shellcheck(world: dict):
     assert lint.returncode == 0, lint.stdout
     text = Path(launch).read_text()
     before, after = split_launch(text)
-    assert "stages.rewards.sam2_service" in before and "--num-gpus 0.0" in before
+    assert "stages.rewards.sam2_service" in before and "--num-gpus 0 " in before
+    assert "stages.grpo.verl_engine check-resources" in before
     assert "stages.grpo.curves" in after and "stages.grpo.verl_engine finish" in after
     assert text.count(TRAINER) == 1 and TRAINER not in before + after
 

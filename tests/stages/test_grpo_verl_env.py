@@ -32,7 +32,10 @@ CLUSTER_ENTRIES = ["stages.rewards.verl_entry", "stages.rewards.sam2_service", "
 DISTRIBUTIONS = {"PIL": "pillow", "yaml": "pyyaml", "hydra": "hydra-core", "sklearn": "scikit-learn",
                  "annotated_types": "annotated-types", "google": "protobuf"}
 INSTALLED_APART = {"sam2"}  # scripts/setup_cluster.sh builds it against the resolved torch
-NOT_ON_GPU_NODES = {"dask"}  # imported lazily for `runner.kind: dask` only (data stages; not run by the GPU job)
+# imported lazily, never by the GPU job: dask for `runner.kind: dask` (data stages); trl for `grpo.engine: trl` —
+# and trl must stay out: verl 0.9.1's actor patches `AutoModelForCausalLMWithValueHead` whenever trl is
+# importable, and TRL 1.16 has no such class (the actor's model build fails with ImportError)
+NOT_ON_GPU_NODES = {"dask", "trl"}
 
 
 def _index_url() -> str:
@@ -71,6 +74,7 @@ def test_cluster_requirements_resolve_with_verl_vllm(tmp_path: Path, python: str
     resolved, locked = _pins(out.read_text()), _pins(CONSTRAINTS.read_text())
     assert resolved["verl"] == "0.9.1" and "vllm" in resolved
     assert resolved["torch"].startswith("2.11.")
+    assert "trl" not in resolved  # see NOT_ON_GPU_NODES
     major, minor = (int(x) for x in resolved["transformers"].split(".")[:2])
     assert (major, minor) < (5, 11)  # verl 0.9.1's own bound
     assert resolved == locked  # the constraints file is the complete, current resolution
