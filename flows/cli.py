@@ -63,6 +63,10 @@ def _run_stage_command(args: argparse.Namespace) -> int:
 
     if sys.argv[1:2] == ["stage"] and (code := run_in_server(sys.argv[1:])) is not None:
         return code  # ran in a child of `vrsflow repro`'s warm process (flows/forkserver.py)
+    if os.environ.get("VRSFLOW_REPRO_PID", "").isdigit():  # run by `vrsflow repro`'s dvc: end with it, however
+        from stages.core.lifeline import stop_when_gone  # it ends (flows.prefect_api.REPRO_PID_ENV)
+
+        stop_when_gone(int(os.environ["VRSFLOW_REPRO_PID"]))
     from flows.prefect_api import prefect_api
     from stages.core.params import load_params
 
@@ -260,8 +264,8 @@ def _compact(value: object) -> str:
         return json.dumps(value)
     if isinstance(value, list):
         return "[" + ",".join(_compact(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return json.dumps(value)
+    if isinstance(value, dict):  # the flow mapping of DVC's -S grammar (Hydra), unquoted: {name:mevis,share:1.0}
+        return "{" + ",".join(f"{k}:{_compact(v)}" for k, v in value.items()) + "}"
     return str(value)
 
 

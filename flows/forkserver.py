@@ -9,6 +9,11 @@ file descriptors). The command waits for the child's exit status and exits with 
 receives is passed to the child, so clean stops behave as without the server. When the server is not there
 (a plain `dvc repro`), `vrsflow stage` runs the stage in its own process as before.
 
+Killed the hard way, nothing is left either: a child dies with the server (parent-death signal), and stops when
+its command dies — it watches the command's connection, which only closes when the command has ended
+(`stages.core.lifeline.stop_when_closed`: SIGTERM, so the flow run is marked crashed, then SIGKILL). The server
+itself dies with `vrsflow repro` (started through the lifeline).
+
 The server stays single-threaded (forking a multi-threaded process is unsafe): one select loop accepts
 requests, forks, and reaps children, answering each request with its child's exit status.
 """
@@ -24,6 +29,8 @@ import signal
 import socket
 import struct
 import sys
+
+from stages.core import lifeline
 
 ENV = "VRSFLOW_FORKSERVER"  # path of the server's Unix socket; unset = no server
 FORKED_ENV = "VRSFLOW_FORKED"  # "1" in a stage forked by the server
@@ -157,9 +164,10 @@ def _build_table_schemas(package) -> None:
                     value.to_schema()
 
 
-def _child(conn: socket.socket, request: dict, fds: list[int], inherited: list[socket.socket]) -> None:
+def _child(conn: socket.socket, request: dict, fds: list[int], inherited: list[socket.socket], server: int) -> None:
     """In the forked child: become the stage command, run it, exit with its code."""
     try:
+        lifeline.die_with_parent(parent=server)  # the server was SIGKILLed (with `vrsflow repro`): so is this
         for other in inherited:  # the listener and other clients' connections are the server's business
             other.close()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -170,7 +178,7 @@ def _child(conn: socket.socket, request: dict, fds: list[int], inherited: list[s
             os.dup2(fd, target)
         for fd in fds:
             os.close(fd)
-        conn.close()
+        lifeline.stop_when_closed(conn)  # the command never writes again: a close means it was killed
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
@@ -281,9 +289,10 @@ def _accept(listener: socket.socket, waiting: dict[int, socket.socket]) -> None:
             os.close(fd)
         conn.close()
         return
+    server = os.getpid()
     pid = os.fork()
     if pid == 0:
-        _child(conn, request, list(fds), [listener, *waiting.values()])
+        _child(conn, request, list(fds), [listener, *waiting.values()], server)
     for fd in fds:
         os.close(fd)
     try:

@@ -32,12 +32,15 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from stages.core import lifeline
+
 STATE_FILE = "vrsflow-api.json"
 LOCK_FILE = "vrsflow-api.lock"
 LEASES_DIR = "vrsflow-api-leases"
 LOG_FILE = "vrsflow-api.log"
 LINGER_ENV = "VRSFLOW_PREFECT_LINGER_S"
 WARM_ENV = "VRSFLOW_WARM_STAGES"  # "0": `vrsflow repro` runs each stage in a fresh process (no fork server)
+REPRO_PID_ENV = "VRSFLOW_REPRO_PID"  # set for dvc by `vrsflow repro`: the process its stages live no longer than
 SHARED_ENV = "VRSFLOW_SHARED_PREFECT_API"  # "0": no shared server (Prefect starts one per stage process)
 DEFAULT_LINGER_S = 30.0
 STARTUP_TIMEOUT_S = 90.0
@@ -187,8 +190,9 @@ def _forkserver(warm: bool) -> Iterator[dict[str, str]]:
 
     with tempfile.TemporaryDirectory(prefix="vrsflow-fork-") as folder:
         path = str(Path(folder) / "stages.sock")
-        server = subprocess.Popen([sys.executable, "-m", "flows.forkserver", path], stdin=subprocess.DEVNULL,
-                                  start_new_session=True)
+        # dies with this process, whatever kills it (its stage children die with it: flows/forkserver.py)
+        server = lifeline.popen([sys.executable, "-m", "flows.forkserver", path], stdin=subprocess.DEVNULL,
+                                start_new_session=True)
         try:
             yield {ENV: path}
         finally:  # it holds nothing to clean up (its children are stages, stopped through their commands)
@@ -240,8 +244,10 @@ def repro(dvc_args: list[str], grace_s: float = 10.0, warm: bool | None = None) 
     # fork server's first imports overlap the server's start (≈12 s with a new database); the first stage
     # that needs the API waits for it on the lock that `prefect_api()` holds while it starts the server
     with _forkserver(warm) as extra_env, _api_in_background():
-        proc = subprocess.Popen([sys.executable, "-m", "dvc", "repro", *dvc_args], process_group=0,
-                                env={**os.environ, **extra_env})
+        # dvc dies with this process (parent-death signal), and a stage dvc runs in a process of its own watches
+        # this one (REPRO_PID_ENV, flows/cli.py): a `kill -9` of `vrsflow repro` leaves no stage running
+        proc = lifeline.popen([sys.executable, "-m", "dvc", "repro", *dvc_args], process_group=0,
+                              env={**os.environ, **extra_env, REPRO_PID_ENV: str(os.getpid())})
 
         def forward(signum: int, frame: object) -> None:
             with contextlib.suppress(ProcessLookupError):

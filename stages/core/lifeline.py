@@ -18,31 +18,41 @@ Two details make it hold:
 - the kernel sends it when the parent *thread* that forked the child ends, not the whole process: the
   stage therefore starts its launcher from the thread that then waits for it (`subprocess.Popen` +
   `wait` in one function), and torchrun starts its workers from its main thread.
+
+Where the process to outlive is not the direct parent (a stage forked by `vrsflow repro`'s fork server lives
+as long as the `vrsflow stage` command that asked for it; a stage run by dvc, as long as `vrsflow repro`), a
+parent watch does it instead: a thread that waits for that process's end (`stop_when_gone`, a pidfd) or for
+its connection to close (`stop_when_closed`), then stops this process (SIGTERM, SIGKILL seconds later).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import runpy
+import select
 import signal
+import socket
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Sequence
 
 PARENT_ENV = "VRSFLOW_LIFELINE_PARENT"  # the pid a child started through this module must have as its parent
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
-def die_with_parent(signum: int = signal.SIGKILL) -> bool:
+def die_with_parent(signum: int = signal.SIGKILL, parent: int = 0) -> bool:
     """Have the kernel send `signum` to this process when its parent ends; exit at once if it has already.
 
-    The expected parent is $VRSFLOW_LIFELINE_PARENT when set (this process was started through `popen` or
-    `command`), otherwise the current parent. Returns False where the platform has no parent-death signal.
+    The expected parent is `parent`, else $VRSFLOW_LIFELINE_PARENT when set (this process was started through
+    `popen` or `command`), else the current parent. Returns False where the platform has no parent-death signal.
     """
     if not sys.platform.startswith("linux"):
         return False
-    expected = int(os.environ.get(PARENT_ENV) or 0) or os.getppid()
+    expected = parent or int(os.environ.get(PARENT_ENV) or 0) or os.getppid()
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0) != 0:
         err = ctypes.get_errno()
@@ -67,6 +77,61 @@ def popen(argv: Sequence[str], **kwargs) -> subprocess.Popen:
     env = dict(kwargs.pop("env", None) or os.environ)
     env[PARENT_ENV] = str(os.getpid())
     return subprocess.Popen(command(argv), env=env, **kwargs)
+
+
+def stop_when_gone(pid: int, grace_s: float = 5.0) -> threading.Thread:
+    """A parent watch, for a process the kernel cannot tie to `pid` (not its direct parent): when `pid` ends,
+    SIGTERM this process (a stage's flow engine then records the run as crashed and stops its launcher) and
+    SIGKILL it `grace_s` seconds later if it is still there. Returns the (daemon) watching thread."""
+
+    def wait() -> None:
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            fd = -1
+        except OSError:  # no pidfd (old kernel): poll
+            while _exists(pid):
+                time.sleep(0.5)
+            fd = -1
+        if fd >= 0:
+            select.select([fd], [], [])  # readable once the process has ended
+            os.close(fd)
+        _stop_self(grace_s)
+
+    thread = threading.Thread(target=wait, name=f"vrsflow-watch-{pid}", daemon=True)
+    thread.start()
+    return thread
+
+
+def stop_when_closed(sock: socket.socket, grace_s: float = 5.0) -> threading.Thread:
+    """A parent watch over a connection the peer never writes to again: when the peer's end closes (the peer
+    died), stop this process as `stop_when_gone` does. Returns the (daemon) watching thread."""
+
+    def wait() -> None:
+        with contextlib.suppress(OSError):
+            while sock.recv(4096):
+                pass
+        _stop_self(grace_s)
+
+    thread = threading.Thread(target=wait, name="vrsflow-watch-peer", daemon=True)
+    thread.start()
+    return thread
+
+
+def _stop_self(grace_s: float) -> None:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(grace_s)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def main(argv: Sequence[str] | None = None) -> None:

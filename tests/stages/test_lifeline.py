@@ -94,3 +94,20 @@ def test_module_mode_runs_the_module_as_main(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[0] == f"__main__ ['--job', 'x'] {int(signal.SIGKILL)} True"
+
+
+def test_parent_watch_stops_a_process_when_the_watched_one_ends(tmp_path: Path) -> None:
+    """`stop_when_gone`: what a stage run by `vrsflow repro`'s dvc uses to end with the repro (not its parent)."""
+    watched = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    code = f"import time; from stages.core import lifeline; lifeline.stop_when_gone({watched.pid}); time.sleep(300)"
+    watcher = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env={**env_with_venv(), "PYTHONPATH": str(REPO)})
+    try:
+        time.sleep(1.0)
+        assert watcher.poll() is None
+        watched.kill()
+        watched.wait()
+        assert watcher.wait(timeout=10) == -signal.SIGTERM  # SIGTERM first: a flow engine records the crash
+    finally:
+        for proc in (watched, watcher):
+            if proc.poll() is None:
+                proc.kill()
