@@ -149,24 +149,22 @@ def boundary_map(masks: np.ndarray) -> np.ndarray:
     return _unpack(_boundaries(_pack(seg), seg.shape[2]), seg.shape[2])
 
 
+def _ratio(num: np.ndarray, den: np.ndarray, empty: float) -> np.ndarray:
+    """num / den per frame in float64, `empty` where den is 0 (counts are never negative)."""
+    return np.divide(num, den, out=np.full(len(den), empty, dtype=np.float64), where=den > 0)
+
+
 def _f_from_counts(n_fg: np.ndarray, n_gt: np.ndarray, fg_match: np.ndarray, gt_match: np.ndarray) -> np.ndarray:
-    """DAVIS's precision/recall cases and F = 2PR/(P+R), per frame, in float64 as the published code."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        precision = np.where(n_fg > 0, fg_match / n_fg.astype(np.float64), 1.0)
-        recall = np.where(n_gt > 0, gt_match / n_gt.astype(np.float64), 1.0)
-    precision = np.where((n_fg > 0) & (n_gt == 0), 0.0, precision)
-    recall = np.where((n_fg == 0) & (n_gt > 0), 0.0, recall)
-    denom = precision + recall
-    with np.errstate(invalid="ignore", divide="ignore"):
-        f = np.where(denom == 0, 0.0, 2 * precision * recall / denom)
-    return f.astype(np.float64)
+    """DAVIS's F per frame, in float64 as the published code: P and R the matched shares of the prediction's
+    and the ground truth's boundary pixels, F = 2PR/(P+R) (0 when P + R = 0); 1 when neither mask has a
+    boundary pixel, 0 when only one has (a boundary matches nothing in a mask without one)."""
+    precision = _ratio(fg_match, n_fg, 0.0)
+    recall = _ratio(gt_match, n_gt, 0.0)
+    return np.where((n_fg == 0) & (n_gt == 0), 1.0, _ratio(2 * precision * recall, precision + recall, 0.0))
 
 
 def _j_from_counts(inter: np.ndarray, union: np.ndarray) -> np.ndarray:
-    with np.errstate(invalid="ignore", divide="ignore"):
-        j = inter / union
-    j[np.isclose(union, 0)] = 1
-    return j
+    return _ratio(inter, union, 1.0)
 
 
 def j_and_f(gt: np.ndarray, pred: np.ndarray, bound_th: float = BOUND_TH,
