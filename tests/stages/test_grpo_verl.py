@@ -333,6 +333,29 @@ def test_grpo_stage_brings_the_lora_checkpoint_back(world: dict, verl_run: dict,
     inputs = processor(text=["<think>"], return_tensors="pt")
     assert model.generate(**inputs, max_new_tokens=3, do_sample=False).shape[1] == inputs["input_ids"].shape[1] + 3
 
+    # the published adapter loads with PEFT's own auto class from any directory, onto grpo.model_path
+    from peft import AutoPeftModel
+
+    from stages.grpo.verl_engine import publish_adapter
+
+    config = json.loads((out / "adapter" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == str(Path(grpo.model_path).resolve()) and config["task_type"] is None
+    assert "visual" in config["target_modules"]  # the rule it trained with (no vision module), not a name list
+    elsewhere = Path(tempfile.mkdtemp(prefix="vrsflow-peft-"))
+    cwd = os.getcwd()
+    os.chdir(elsewhere)
+    try:
+        peft_model = AutoPeftModel.from_pretrained(str(out / "adapter"))
+    finally:
+        os.chdir(cwd)
+        shutil.rmtree(elsewhere)
+    again = peft_model.merge_and_unload().model.language_model.layers[0].self_attn.q_proj.weight.detach()
+    torch.testing.assert_close(again.float(), got.float(), rtol=2e-2, atol=2e-3)
+    hub = base / "adapter_hub"
+    shutil.copytree(out / "adapter", hub)
+    published = publish_adapter(hub, "Qwen/Qwen2.5-VL-3B-Instruct", type(model))
+    assert published["base_model_name_or_path"] == "Qwen/Qwen2.5-VL-3B-Instruct"  # a hub id is kept as is
+
 
 def test_full_parameter_checkpoint_merges_without_adapter(world: dict, verl_run: dict, tmp_path: Path):
     import torch
