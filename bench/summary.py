@@ -53,6 +53,10 @@ KNOWN = {
     "gpu-sam2_reward": ("gpu.sh → bench_sam2_reward.py", "SAM2.1-large: ≥ 4× (H100, published 4.95 s → 1.45 s)"),
     "gpu-sft": ("gpu.sh → bench_sft.py --gpu", "3B-shaped LoRA step: MFU, memory"),
     "gpu-evaluate": ("gpu.sh → bench_metrics.py --gpu", "≤ 5 s per 100-frame video (published 31–36 s, L20)"),
+    "segment": ("bench_segment.py", "`vrsflow segment`: seconds per frame (decode, generate, propagate) at 480p and "
+                "1080p; peak RSS of a 10 s and a 60 s 1080p clip within 20 %"),
+    "gpu-segment": ("gpu.sh → bench_segment.py --gpu", "`vrsflow segment` on a GPU: seconds per frame, peak RSS; "
+                    "the published seconds per 100-frame video beside it (31–36 s, L20)"),
 }
 ORCHESTRATION_MODES = {"before": "temporary server per stage", "shared": "one shared server",
                        "after": "shared server + warm forks (vrsflow repro)"}
@@ -210,6 +214,12 @@ def measured(name: str, figures: dict) -> str:
         return _mask_dict(figures)
     if name.startswith("orchestration"):
         return _orchestration(figures)
+    if name.endswith("segment"):
+        clips = "; ".join(f"{k} ({c['n_frames']} frames): " + ", ".join(
+            f"{part} {v} s" for part, v in c["seconds_per_frame"].items() if part != "write")
+            + f" per frame, peak RSS {c['peak_rss_mb']} MB" for k, c in figures["clips"].items())
+        return (f"{figures['models']}; {clips}; RSS 60 s ÷ 10 s at 1080p {figures['rss_1080p_long_over_short']}: "
+                f"target {_met(figures['rss_within_target'])}")
     if name == "reader_check":
         h = figures["headline"]
         return (f"MeViS train reader equal to load_mevis_json: {h['mevis_train_equal']} "

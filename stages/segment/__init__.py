@@ -204,7 +204,7 @@ class FrameImages:
 
 class SpilledFeatures(dict):
     """SAM2's `cached_features` ({frame: (image, backbone_out)}) kept in a file: each frame's `backbone_fpn`
-    is written once (float32, exact) and read back when SAM2 asks for that frame; the position encodings
+    is written once (its own dtype, exact) and read back when SAM2 asks for that frame; the position encodings
     (the same for every frame: they depend on the feature size only) are held once. Memory does not grow with
     the number of frames. The image is a placeholder (SAM2 passes it along unused)."""
 
@@ -212,33 +212,33 @@ class SpilledFeatures(dict):
         super().__init__()
         self.path = Path(folder) / "sam2_features.bin"
         self._file = open(self.path, "w+b")  # noqa: SIM115 - closed by close()
-        self._shapes: list[tuple[int, ...]] = []
+        self._shapes: list[tuple[tuple[int, ...], torch.dtype]] = []
         self._offsets: dict[int, int] = {}
         self._pos: list[torch.Tensor] | None = None
         self._image: torch.Tensor | None = None
 
     def put(self, t: int, image: torch.Tensor, backbone_out: dict) -> None:
-        fpn = [f.detach().float().cpu().contiguous() for f in backbone_out["backbone_fpn"]]
+        fpn = [f.detach().cpu().contiguous() for f in backbone_out["backbone_fpn"]]
         pos = [p.detach() for p in backbone_out["vision_pos_enc"]]
         if self._pos is None:
-            self._shapes, self._pos = [tuple(f.shape) for f in fpn], [p.clone() for p in pos]
+            self._shapes, self._pos = [(tuple(f.shape), f.dtype) for f in fpn], [p.clone() for p in pos]
             self._image = torch.zeros((1, 1, 1, 1), dtype=image.dtype, device=image.device).expand(image.shape)
         elif not all(torch.equal(a, b) for a, b in zip(pos, self._pos, strict=True)):
             raise ValueError("SAM2 position encodings differ between frames; cannot spill features")
         self._file.seek(0, os.SEEK_END)
         self._offsets[t] = self._file.tell()
         for f in fpn:
-            self._file.write(f.numpy().tobytes())
+            self._file.write(f.view(torch.uint8).numpy().tobytes())
 
     def get(self, t, default=None):  # noqa: ANN001 - dict's signature
         if t not in self._offsets:
             return default
         self._file.seek(self._offsets[t])
         fpn = []
-        for shape in self._shapes:
-            n = int(np.prod(shape))
-            data = np.frombuffer(self._file.read(4 * n), dtype=np.float32).reshape(shape)
-            fpn.append(torch.from_numpy(data.copy()).to(self._pos[0].device))
+        for shape, dtype in self._shapes:
+            n = int(np.prod(shape)) * torch.empty((), dtype=dtype).element_size()
+            data = torch.frombuffer(bytearray(self._file.read(n)), dtype=torch.uint8)
+            fpn.append(data.view(dtype).reshape(shape).to(self._pos[0].device))
         return self._image, {"backbone_fpn": fpn, "vision_pos_enc": list(self._pos)}
 
     def __getitem__(self, t):  # noqa: ANN001
