@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from prefect import get_run_logger, task
+from prefect import get_run_logger, runtime, task
 from prefect.artifacts import (
     create_markdown_artifact,
     create_progress_artifact,
@@ -17,6 +17,7 @@ from prefect.artifacts import (
 )
 from prefect.cache_policies import NO_CACHE
 
+from flows.prefect_api import run_record
 from stages.core import progress
 from stages.core.report import StageReport
 
@@ -58,7 +59,9 @@ def run_stage(stage: str, fn: Callable[..., StageReport], *args: Any, **kwargs: 
     progress.add_listener(on_progress)
     started = time.time()
     try:
-        report = stage_task(*args, **kwargs)
+        # recorded (flow run, this pid): if this process is killed outright, the next stage marks the run crashed
+        with run_record(runtime.flow_run.id):
+            report = stage_task(*args, **kwargs)
     finally:
         progress.remove_listener(on_progress)
     _record_timings(stage, started, time.time())

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from stages.core import lifeline
 
+RUNS_DIR = "vrsflow-runs"  # one record per running stage flow run: its id, process and API (mark_killed_runs)
 STATE_FILE = "vrsflow-api.json"
 LOCK_FILE = "vrsflow-api.lock"
 LEASES_DIR = "vrsflow-api-leases"
@@ -152,6 +153,8 @@ def prefect_api() -> Iterator[str]:
     """
     url, home = _configured_api()
     if url or os.environ.get(SHARED_ENV, "1") == "0":  # 0: Prefect's own temporary server in this process
+        if url:
+            mark_killed_runs(home, url)
         yield url or ""
         return
     lease = home / LEASES_DIR / str(os.getpid())
@@ -169,6 +172,7 @@ def prefect_api() -> Iterator[str]:
     os.environ["PREFECT_API_URL"] = url
     try:
         with temporary_settings(updates={PREFECT_API_URL: url}):
+            mark_killed_runs(home, EMBEDDED)  # at the latest now, runs of killed stages show as Crashed
             yield url
     finally:
         lease.unlink(missing_ok=True)
@@ -176,6 +180,105 @@ def prefect_api() -> Iterator[str]:
             os.environ.pop("PREFECT_API_URL", None)
         else:
             os.environ["PREFECT_API_URL"] = previous
+
+
+# -- runs of killed stages ----------------------------------------------------------------------------------
+
+EMBEDDED = "embedded"  # the API a run record names when it ran on the local server (its port changes per start)
+
+
+def _api_name(url: str) -> str:
+    """What a run record calls the API `url`: EMBEDDED for the local server this module started, else the URL."""
+    try:
+        home = Path(get_prefect_home())
+    except Exception:  # noqa: BLE001 (no Prefect settings: a plain URL)
+        return url
+    state = _read_state(home)
+    return EMBEDDED if state and state.get("url") == url else url
+
+
+def get_prefect_home() -> str:
+    from prefect.settings import get_current_settings
+
+    return str(Path(get_current_settings().home).expanduser())
+
+
+@contextlib.contextmanager
+def run_record(flow_run_id: str | None) -> Iterator[None]:
+    """Record, for the body's duration, that flow run `flow_run_id` is run by this process (pid and start time)
+    against the current API; a later stage finds the record of a process that is gone and marks the run crashed."""
+    import psutil
+
+    url = os.environ.get("PREFECT_API_URL", "")
+    if not url or not flow_run_id:  # Prefect's temporary per-process server: gone with the process, nothing to mark
+        yield
+        return
+    record = Path(get_prefect_home()) / RUNS_DIR / f"{flow_run_id}.json"
+    try:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps({"flow_run_id": flow_run_id, "pid": os.getpid(), "api": _api_name(url),
+                                      "started": psutil.Process().create_time()}))
+    except OSError:
+        pass
+    try:
+        yield
+    finally:
+        record.unlink(missing_ok=True)
+
+
+def _process_gone(pid: int, started: float) -> bool:
+    import psutil
+
+    try:
+        return abs(psutil.Process(pid).create_time() - started) > 1.0  # the pid was reused by another process
+    except psutil.NoSuchProcess:
+        return True
+
+
+def mark_killed_runs(home: Path, api: str) -> list[str]:
+    """Set Crashed on the flow runs (and their running task runs) whose recorded process is gone — a stage
+    killed with SIGKILL could not report its end; remove killed stages' job folders. Returns the runs marked.
+
+    `api` is the API now in use (EMBEDDED or a URL): only its runs are looked at. Never fails the caller: a
+    run that cannot be marked now keeps its record for the next stage.
+    """
+    from stages.models.launch import remove_leftover_job_folders
+
+    remove_leftover_job_folders()
+    records = []
+    for path in sorted((home / RUNS_DIR).glob("*.json")) if (home / RUNS_DIR).is_dir() else []:
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if record.get("api") == api and _process_gone(int(record.get("pid", 0)), float(record.get("started", 0))):
+            records.append((path, record))
+    if not records:
+        return []
+    marked = []
+    try:
+        from prefect import get_client
+        from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+        from prefect.states import Crashed
+
+        with get_client(sync_client=True) as client:
+            for path, record in records:
+                run_id = record["flow_run_id"]
+                message = f"the stage process (pid {record['pid']}) was killed; marked by a later stage"
+                run = client.read_flow_run(run_id)
+                if run.state is not None and not run.state.is_final():
+                    only_this = FlowRunFilter(id=FlowRunFilterId(any_=[run.id]))
+                    for task_run in client.read_task_runs(flow_run_filter=only_this):
+                        if task_run.state is not None and not task_run.state.is_final():
+                            client.set_task_run_state(task_run.id, Crashed(message=message), force=True)
+                    client.set_flow_run_state(run_id, Crashed(message=message), force=True)
+                    marked.append(run_id)
+                path.unlink(missing_ok=True)
+    except Exception as err:  # noqa: BLE001 (the stage must run whether or not old runs can be marked now)
+        sys.stderr.write(f"vrsflow: could not mark the runs of killed stages crashed yet: {err}\n")
+    if marked:
+        sys.stderr.write(f"vrsflow: marked {len(marked)} run(s) of killed stages Crashed\n")
+    return marked
 
 
 @contextlib.contextmanager
@@ -187,8 +290,10 @@ def _forkserver(warm: bool) -> Iterator[dict[str, str]]:
     import tempfile
 
     from flows.forkserver import ENV
+    from stages.models.launch import JOB_PREFIX
 
-    with tempfile.TemporaryDirectory(prefix="vrsflow-fork-") as folder:
+    # named by this pid: when a kill leaves it behind, the next stage removes it (remove_leftover_job_folders)
+    with tempfile.TemporaryDirectory(prefix=f"{JOB_PREFIX}forkserver-{os.getpid()}-") as folder:
         path = str(Path(folder) / "stages.sock")
         # dies with this process, whatever kills it (its stage children die with it: flows/forkserver.py)
         server = lifeline.popen([sys.executable, "-m", "flows.forkserver", path], stdin=subprocess.DEVNULL,
