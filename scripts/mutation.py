@@ -12,7 +12,9 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -25,6 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 COPY = ["stages", "schemas", "flows", "tests", "pyproject.toml"]
 IGNORE = shutil.ignore_patterns("__pycache__", ".hypothesis", ".pytest_cache", "mutants", "out")
 STATUS_LINE = re.compile(r"^\s+(\S+): (.+)$")
+MUTMUT = [sys.executable, "-m", "mutmut"]
+ENV = {**os.environ, "PYTHONHASHSEED": "0"}
 
 
 def load_table(pyproject: Path) -> tuple[dict, dict]:
@@ -67,37 +71,55 @@ def scratch_copy(workdir: Path, base: dict, entry: dict) -> None:
     (workdir / "pyproject.toml").write_text(text[:start] + toml_section(table) + (text[end + 1:] if end >= 0 else ""))
 
 
-def run_module(name: str, entry: dict, base: dict, workroot: Path) -> dict:
-    """Mutate one module in its scratch copy and count the outcomes."""
+def run_module(name: str, entry: dict, base: dict, workroot: Path, budget_s: float | None) -> dict:
+    """Mutate one module in its scratch copy and count the outcomes; with `budget_s`, stop mutmut after that many
+    seconds and count what it checked (the rest are `not_checked`)."""
     workdir = workroot / name
     scratch_copy(workdir, base, entry)
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
-    mutmut = [sys.executable, "-m", "mutmut"]
     load = os.getloadavg()[0]
+    cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
-    run = subprocess.run(["nice", "-n", "19", *mutmut, "run", "--max-children", "1"], cwd=workdir, env=env,
-                         capture_output=True, text=True)
+    with open(workdir / "mutmut-run.log", "w") as log:
+        proc = subprocess.Popen(["nice", "-n", "19", *MUTMUT, "run", "--max-children", "1"], cwd=workdir, env=ENV,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            code = proc.wait(timeout=budget_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGTERM)
+            code = proc.wait()
     wall = time.monotonic() - start
-    (workdir / "mutmut-run.log").write_text(run.stdout + run.stderr)
-    listing = subprocess.run([*mutmut, "results", "--all", "true"], cwd=workdir, env=env, capture_output=True,
+    cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (cpu_after.ru_utime + cpu_after.ru_stime) - (cpu_before.ru_utime + cpu_before.ru_stime)
+    figures = count_results(name, entry, workdir)
+    if code != 0 and figures["not_checked"] == 0:
+        tail = "\n".join((workdir / "mutmut-run.log").read_text().splitlines()[-15:])
+        sys.exit(f"mutation: mutmut run for module {name} failed (exit {code}); log tail:\n{tail}")
+    figures.update(wall_s=round(wall, 1), cpu_s=round(cpu, 1), load_at_start=round(load, 2),
+                   complete=figures["not_checked"] == 0)
+    return figures
+
+
+def count_results(name: str, entry: dict, workdir: Path) -> dict:
+    """Per-status counts of a module's mutants from `mutmut results --all true` in its scratch copy."""
+    listing = subprocess.run([*MUTMUT, "results", "--all", "true"], cwd=workdir, env=ENV, capture_output=True,
                              text=True, check=True).stdout
     statuses = {m.group(1): m.group(2).strip() for line in listing.splitlines() if (m := STATUS_LINE.match(line))}
-    if run.returncode != 0 or not statuses:
-        tail = "\n".join((run.stdout + run.stderr).splitlines()[-15:])
-        sys.exit(f"mutation: mutmut run for module {name} failed (exit {run.returncode}); log tail:\n{tail}")
+    if not statuses:
+        sys.exit(f"mutation: no mutants recorded for module {name} in {workdir} (see its mutmut-run.log)")
     counts = Counter(statuses.values())
     generated = len(statuses)
+    checked = generated - counts.get("not checked", 0)
     killed = counts.get("killed", 0)
+    named = ("killed", "survived", "timeout", "no tests", "not checked")
     return {
         "files": entry["mutate"], "tests": entry["tests"], "deselected": entry.get("deselect", []),
-        "generated": generated, "killed": killed,
-        "survived": counts.get("survived", 0), "timed_out": counts.get("timeout", 0),
-        "no_tests": counts.get("no tests", 0), "other": {k: v for k, v in counts.items()
-                                                          if k not in ("killed", "survived", "timeout", "no tests")},
-        "killed_share": round(killed / generated, 4), "target": entry.get("target"),
-        "meets_target": killed / generated >= entry.get("target", 0.0),
-        "wall_s": round(wall, 1), "load_at_start": round(load, 2),
-        "not_killed": sorted(k for k, v in statuses.items() if v != "killed"),
+        "generated": generated, "killed": killed, "survived": counts.get("survived", 0),
+        "timed_out": counts.get("timeout", 0), "no_tests": counts.get("no tests", 0),
+        "not_checked": counts.get("not checked", 0), "other": {k: v for k, v in counts.items() if k not in named},
+        "killed_share": round(killed / generated, 4),
+        "killed_share_of_checked": round(killed / checked, 4) if checked else None,
+        "target": entry.get("target"), "meets_target": killed / generated >= entry.get("target", 0.0),
+        "not_killed": sorted(k for k, v in statuses.items() if v not in ("killed", "not checked")),
     }
 
 
@@ -106,6 +128,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("modules", nargs="*", help="module names of [tool.vrsflow.mutation] (default: all)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "mutation.json")
     parser.add_argument("--workdir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "vrsflow-mutation")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="stop each module's mutmut run after this many seconds and record what it checked")
+    parser.add_argument("--collect", action="store_true",
+                        help="record the results already in the scratch copies (an interrupted run), run nothing")
     args = parser.parse_args(argv)
     base, modules = load_table(ROOT / "pyproject.toml")
     unknown = [m for m in args.modules if m not in modules]
@@ -114,15 +140,23 @@ def main(argv: list[str] | None = None) -> None:
     result = json.loads(args.out.read_text()) if args.out.exists() else {}
     result.update({"tool": f"mutmut {version('mutmut')}", "command": "scripts/mutation.sh [MODULE ...]",
                    "cores": os.cpu_count(), "workers": 1,
-                   "note": "wall_s on a shared 2-core machine with other jobs running (load_at_start: 1-min load)"})
+                   "note": "wall_s on a shared 2-core machine with other jobs running at higher priority (mutmut "
+                           "runs at nice 19; load_at_start: 1-min load average; cpu_s: CPU seconds mutmut used)"})
     result.setdefault("modules", {})
     for name in args.modules or list(modules):
         print(f"mutation: {name} …", flush=True)
-        figures = run_module(name, modules[name], base, args.workdir)
+        if args.collect:
+            figures = {**result["modules"].get(name, {}), **count_results(name, modules[name], args.workdir / name)}
+            metas = [p.stat().st_mtime for p in (args.workdir / name / "mutants").rglob("*.meta")]
+            figures["complete"] = figures["not_checked"] == 0
+            if metas and "wall_s" not in figures:  # from the copy's creation to the last result written
+                figures["wall_s"] = round(max(metas) - (args.workdir / name / "pyproject.toml").stat().st_mtime, 1)
+        else:
+            figures = run_module(name, modules[name], base, args.workdir, args.budget_s)
         result["modules"][name] = figures
         print(f"mutation: {name}: {figures['killed']}/{figures['generated']} killed "
               f"({figures['killed_share']:.1%}), {figures['survived']} survived, {figures['timed_out']} timed out, "
-              f"{figures['wall_s']} s", flush=True)
+              f"{figures['not_checked']} not checked, {figures.get('wall_s')} s", flush=True)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
 
