@@ -305,6 +305,24 @@ class TinyModelsParams:
 
 
 @dataclass(frozen=True)
+class PretrainParams:
+    seed: Exp[Seed] = 0
+    base: ExpPath[str] = "models/tiny/qwen25vl"  # the random tiny model to pre-train (tiny_models writes it)
+    out_dir: ExpPath[str] = "models/pretrain"  # the pre-trained Qwen2.5-VL folder; runs only when model.path is this
+    videos: Exp[PosInt] = 40  # generated clips (synth simulator, own seed stream); 1 sample per targeted expression
+    check_videos: Exp[PosInt] = 6  # held-out clips (another seed stream) for the before/after grounding check
+    n_frames: Exp[PosInt] = 6  # frames shown per sample (as evaluate.n_frames)
+    epochs: Exp[PosFloat] = 4.0  # passes over the samples
+    learning_rate: Exp[PosFloat] = 2.0e-3  # peak LR, cosine; full fine-tuning (vision tower, merger, language model)
+    warmup_ratio: Exp[Fraction] = 0.05
+    weight_decay: Exp[NonNegFloat] = 0.0
+    batch_size: Exp[PosInt] = 8  # samples per process per step
+    processes: Server[PosInt] = 1  # training processes (cores on CPU); > 1 starts torchrun from the stage
+    cpu_threads: Exp[NonNegInt] = 1  # torch threads per process on CPU; 0 = torch default
+    max_new_tokens: Exp[PosInt] = 48  # answer length of the grounding check
+
+
+@dataclass(frozen=True)
 class ModelParams:
     path: ExpPath[str] = "models/tiny/qwen25vl"  # local Qwen2.5-VL checkpoint folder (config, weights, processor)
     dtype: Exp[Literal["auto", "float32", "bfloat16"]] = "auto"  # auto: bf16 on GPU, fp32 on CPU
@@ -537,6 +555,7 @@ class Params:
     filter: FilterParams = field(default_factory=FilterParams)
     difficulty: DifficultyParams = field(default_factory=DifficultyParams)
     tiny_models: TinyModelsParams = field(default_factory=TinyModelsParams)
+    pretrain: PretrainParams = field(default_factory=PretrainParams)
     model: ModelParams = field(default_factory=ModelParams)
     sam2: Sam2Params = field(default_factory=Sam2Params)
     shard: ShardParams = field(default_factory=ShardParams)
