@@ -1,0 +1,61 @@
+"""The served API's experiment-name rule, pinned for the mutation run (scripts/mutation.sh serve_request,
+docs/testing.md): a plain ref name — ASCII letters, digits, '.', '_', '-', starting with a letter or digit, at most
+100 characters, no '..', not ending in '.' or '.lock' — and every name it accepts is a valid git ref name."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from flows.serve_request import RequestRefused, _check_name
+
+RULE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def allowed(name: str) -> bool:
+    return bool(RULE.fullmatch(name)) and ".." not in name and not name.endswith((".", ".lock"))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.text(alphabet="ab9Z._-/ é~^:", max_size=12))
+@example("a" * 100)
+@example("a" * 101)
+@example("x")
+@example("7")
+@example("-x")
+@example("_x")
+@example(".x")
+@example("a..b")
+@example("a.")
+@example("a.lock")
+@example("a.locks")
+@example("a/b")
+@example("é")
+@example("")
+def test_name_rule(name):
+    if allowed(name):
+        _check_name(name)
+    else:
+        with pytest.raises(RequestRefused):
+            _check_name(name)
+
+
+@pytest.mark.parametrize("name", ["a" * 100, "exp-1.2_b", "0", "A.lockx"])
+def test_accepted_names_are_git_ref_names(name):
+    _check_name(name)
+    assert subprocess.run(["git", "check-ref-format", f"refs/exps/aa/bb/{name}"]).returncode == 0
+
+
+def test_refusal_message_is_one_line_naming_the_rule():
+    message = ("experiment name '-n': use letters, digits, '.', '_' and '-' (starting with a letter or digit, "
+               "at most 100)")
+    with pytest.raises(RequestRefused, match=f"^{re.escape(message)}$"):
+        _check_name("-n")
+    with pytest.raises(RequestRefused, match=f"^experiment name '{'y' * 80}': use"):
+        _check_name("y" * 101)  # the name is cut to 80 characters in the message
+    with pytest.raises(RequestRefused):
+        _check_name(None)  # type: ignore[arg-type]
