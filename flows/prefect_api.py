@@ -468,9 +468,46 @@ def init_database() -> str:
     return f"created the local Prefect database ({path})"
 
 
+ZOMBIE_AUTOMATION = "vrsflow: crash zombie flow runs"
+
+
+def zombie_automation(within_s: int = 90):
+    """Prefect's "detect zombie flows" automation: a flow run that sent a heartbeat and then, within `within_s`
+    seconds, neither another heartbeat nor a final state is set Crashed (its process died unannounced)."""
+    from datetime import timedelta
+
+    from prefect.automations import Automation
+    from prefect.client.schemas.objects import StateType
+    from prefect.events.actions import ChangeFlowRunState
+    from prefect.events.schemas.automations import EventTrigger, Posture
+
+    final = {f"prefect.flow-run.{name}" for name in ("Completed", "Failed", "Cancelled", "Crashed")}
+    return Automation(
+        name=ZOMBIE_AUTOMATION,
+        trigger=EventTrigger(after={"prefect.flow-run.heartbeat"}, expect={"prefect.flow-run.heartbeat", *final},
+                             match={"prefect.resource.id": ["prefect.flow-run.*"]}, for_each={"prefect.resource.id"},
+                             posture=Posture.Proactive, threshold=1, within=timedelta(seconds=within_s)),
+        actions=[ChangeFlowRunState(state=StateType.CRASHED,
+                                    message=f"no heartbeat for {within_s} s: the flow run's process died")])
+
+
+def ensure_zombie_automation() -> str:
+    """Create the zombie-run automation on the configured API unless it exists; say what was done."""
+    from prefect.automations import Automation
+
+    try:
+        existing = Automation.read(name=ZOMBIE_AUTOMATION)
+    except ValueError:
+        existing = None
+    if existing:
+        return f"automation '{ZOMBIE_AUTOMATION}' exists"
+    zombie_automation().create()
+    return f"created automation '{ZOMBIE_AUTOMATION}' (set PREFECT_FLOWS_HEARTBEAT_FREQUENCY for the stages)"
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m flows.prefect_api keep --home DIR --linger S` (started by `prefect_api()`);
-    `python -m flows.prefect_api init-db` (scripts/setup.sh)."""
+    `python -m flows.prefect_api init-db` (scripts/setup.sh); `… zombie-automation` (a served server, once)."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m flows.prefect_api")
@@ -480,9 +517,13 @@ def main(argv: list[str] | None = None) -> int:
     keeper.add_argument("--linger", type=float, default=DEFAULT_LINGER_S)
     keeper.add_argument("--app-dir", required=True, help="the folder holding the prefect package")
     sub.add_parser("init-db", help="create the local Prefect database if it does not exist (install time)")
+    sub.add_parser("zombie-automation", help="create Prefect's zombie-run automation on PREFECT_API_URL's server")
     args = parser.parse_args(argv)
     if args.command == "init-db":
         print(init_database())
+        return 0
+    if args.command == "zombie-automation":
+        print(ensure_zombie_automation())
         return 0
     return keep(Path(args.home), args.linger, args.app_dir)
 

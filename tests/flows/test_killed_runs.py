@@ -66,3 +66,19 @@ def test_the_next_stage_marks_a_killed_stages_run_crashed(prefect_api: str, tmp_
     assert len(tasks) == 1 and tasks[0].state.is_crashed()
     assert not (home / RUNS_DIR / f"{run_id}.json").exists() and not leftover.exists()
     assert mark_killed_runs(home, prefect_api) == []  # marked once
+
+
+def test_zombie_run_automation_is_prefects_recipe_and_created_once(prefect_api: str) -> None:
+    """For a served server (runs of any machine): heartbeats expected within 90 s of the last, else Crashed."""
+    from prefect.automations import Automation
+
+    from flows.prefect_api import ZOMBIE_AUTOMATION, ensure_zombie_automation, zombie_automation
+
+    automation = zombie_automation()
+    trigger, action = automation.trigger, automation.actions[0]
+    assert trigger.after == {"prefect.flow-run.heartbeat"} and "prefect.flow-run.Completed" in trigger.expect
+    assert trigger.posture == "Proactive" and trigger.within.total_seconds() == 90
+    assert action.type == "change-flow-run-state" and action.state == "CRASHED"
+    assert ensure_zombie_automation().startswith("created")
+    assert ensure_zombie_automation().endswith("exists")
+    assert Automation.read(name=ZOMBIE_AUTOMATION).trigger.within.total_seconds() == 90
