@@ -141,7 +141,8 @@ def build_request(sample: dict, template_id: str, trace_index: int, teacher: Tea
     frames = [str(name) for name in sample["frame_names"]]
     candidate = str(sample["aks_frame_name"]) if task.view == "candidate" else None
     identity.update(model=teacher.model, temperature=teacher.temperature, max_tokens=teacher.max_tokens,
-                    video=sample["video"], frames=frames, boxes=context["boxes"], candidate_frame=candidate,
+                    video=sample["video"], frames=frames, timestamps=timestamps, boxes=context["boxes"],
+                    candidate_frame=candidate,
                     image_size=teacher.image_size, train_size=int(sample["train_size"]), encoding=FRAME_ENCODING)
 
     def build() -> list[dict]:

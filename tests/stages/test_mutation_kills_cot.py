@@ -84,10 +84,7 @@ def test_thinking_switch_counts_once_thinking_is_sent():
 
 @pytest.mark.parametrize(("key", "value"), [
     ("sample_id", "S/train/v0#1"), ("text", "the cat"),
-    # the `<ts>` tags sent before each frame: not in the openai identity today (stages/cot is issue 23's; the fix
-    # is to add `timestamps` there). Strict: this fails the moment the key covers them, so the mark goes then.
-    pytest.param("timestamps", [0, 2, 6], marks=pytest.mark.xfail(
-        strict=True, reason="stages/cot's openai request identity omits the timestamps it sends")),
+    ("timestamps", [0, 2, 6]),  # the `<ts>` tags sent before each frame (in the openai identity since issue 23)
     ("frame_names", ["00000", "00002", "00006"]), ("keyframe_timestamp", 4), ("video", "S/train/v1"),
     ("boxes", [[[1.0, 2.0, 30.0, 41.0]], [[3.0, 2.0, 33.0, 41.0]], [None]]), ("train_size", 224),
 ])
