@@ -174,3 +174,29 @@ def test_rollout_key_literal():
     # a dict ground truth is keyed by its sorted-key JSON, so the key does not depend on insertion order
     assert rollout_key("abc", {"b": 1, "a": [2]}) == hashlib.sha1(b'abc\x00{"a": [2], "b": 1}').hexdigest()
     assert rollout_key("abc", {"a": [2], "b": 1}) == rollout_key("abc", '{"a": [2], "b": 1}')
+
+
+# --- rcot_match: each threshold is strict, the point's box test includes the box's edges ----------------------
+
+
+def square_gt(x2: int, y2: int, size: int = 100) -> str:
+    mask = np.zeros((size, size), dtype=bool)
+    mask[0:y2, 0:x2] = True
+    return one_frame_gt(mask, task="rcot_ktg")  # no KTG point: the box centre
+
+
+@pytest.mark.parametrize(("gt_box", "box", "point", "expected"), [
+    ((20, 20), [0, 0, 20, 10], [10, 5], 2 / 3),  # IoU exactly 0.5: not > 0.5
+    ((20, 20), [10, 10, 30, 30], [10, 10], 1 / 3),  # box L1 exactly 10: not < 10 (IoU 100/700)
+    ((80, 80), [0, 0, 80, 80], [70, 40], 2 / 3),  # point exactly 30 px from the centre: not < 30
+    ((80, 80), [0, 0, 80, 80], [69.5, 40], 1.0),
+    ((40, 40), [0, 0, 40, 40], [40, 20], 1.0),  # on the right edge x = x2: inside
+    ((40, 40), [0, 0, 40, 40], [0, 20], 1.0),  # on the left edge
+    ((40, 40), [0, 0, 40, 40], [20, 40], 1.0),  # on the bottom edge
+    ((40, 40), [0, 0, 40, 40], [20, 0], 1.0),  # on the top edge
+    ((40, 40), [0, 0, 40, 40], [40.5, 20], 2 / 3),  # just outside
+])
+def test_rcot_match_thresholds_are_strict_and_box_edges_count_as_inside(gt_box, box, point, expected):
+    text = completion(bbox_2d_list=[box], point_2d_list=[point])
+    result = run(text, square_gt(*gt_box), components=("rcot_match",), threshold_size=100)
+    assert result["rcot_match"] == pytest.approx(expected)
