@@ -12,13 +12,13 @@ import httpx
 
 @contextmanager
 def capture_server() -> Iterator[tuple[str, list[tuple[str, dict[str, str]]]]]:
-    """Yields (base URL ending in /v1, the (path, headers) of every request received); checked to capture
+    """Yields (base URL ending in /v1, the (path, lower-cased headers) of every request received); checked to capture
     a probe request (with its Authorization header) before it is handed out empty."""
     seen: list[tuple[str, dict[str, str]]] = []
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def _record(self) -> None:
-            seen.append((self.path, dict(self.headers)))
+            seen.append((self.path, {name.lower(): value for name, value in self.headers.items()}))
             self.send_response(503)
             self.end_headers()
 
@@ -33,7 +33,7 @@ def capture_server() -> Iterator[tuple[str, list[tuple[str, dict[str, str]]]]]:
     url = f"http://127.0.0.1:{server.server_address[1]}/v1"
     try:
         httpx.post(f"{url}/probe", headers={"Authorization": "Bearer probe"}, timeout=5)
-        assert [(path, headers.get("Authorization")) for path, headers in seen] == [("/v1/probe", "Bearer probe")]
+        assert [(path, headers.get("authorization")) for path, headers in seen] == [("/v1/probe", "Bearer probe")]
         seen.clear()
         yield url, seen
     finally:
