@@ -117,7 +117,7 @@ def evaluate(params: EvaluateParams, model: ModelParams, sam2: Sam2Params, train
     # the released model's card: the evaluated checkpoint's whole chain (raw data → weights) + eval metrics
     write_model_card(out_dir, f"vrsflow model card: {model_path}", metrics={"evaluation": metrics})
     markdown = write_report(report_path, metrics, scores, answers_df, data_root, pred_dir, gt,
-                            params.report_examples, model_label=str(model_path))
+                            params.report_examples, model_label=str(model_path), segmenter=params.segmenter)
     table = scores[["expression_id", "type_id", "status", "J", "F", "JF", "R_visa", "R_binary"]]
     return StageReport("evaluate", metrics=metrics, tables={"per expression": table}, markdown=markdown)
 

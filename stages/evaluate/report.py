@@ -41,7 +41,16 @@ FONT_SIZE = 14
 LEGEND_MD = ("Colours: **cyan** = ground truth, **magenta** = prediction (the synthetic shapes are red, green, "
              "blue, yellow, orange or white, never cyan or magenta). Boxes picture: the frames the model saw, "
              "ground-truth boxes on each, predicted boxes on the keyframe it chose (`KEY`). Masks picture: frames "
-             "across the whole video, ground truth (top row) over the SAM2 prediction (bottom row).")
+             "across the whole video, ground truth (top row) over the predicted masks (bottom row).")
+SEGMENTERS = {  # evaluate.segmenter → what made the predicted masks (stated in the report)
+    "sam2": "SAM2 (`sam2.checkpoint`) prompted with the answered boxes at the answered keyframe, tracked both ways "
+            "over every frame",
+    "box": "the box segmenter: the answered keyframe's boxes filled as the mask on every frame (no tracking)",
+}
+EXAMPLES_MD = ("Best examples are chosen among expressions whose answer parsed and gave boxes (worst: among all "
+               "with a visible target), so that no best example scores only from frames where the target is absent.")
+EMPTY_MATCH_MD = ("**No boxes answered**: this score comes only from frames where the target is absent (an empty "
+                  "prediction matches an empty ground truth), not from finding the target.")
 
 
 def results_table(metrics: dict[str, float], label: str) -> pd.DataFrame:
@@ -201,11 +210,12 @@ def pick_examples(scores: pd.DataFrame, answers: pd.DataFrame, gt: GroundTruth, 
 
 def write_report(path: Path, metrics: dict[str, float], scores: pd.DataFrame, answers: pd.DataFrame, root: Path,
                  pred_dir: Path, gt: GroundTruth, n_examples: int, model_label: str,
-                 comparison: pd.DataFrame | None = None) -> str:
+                 comparison: pd.DataFrame | None = None, segmenter: str = "sam2") -> str:
     """Write the markdown report and its pictures.
 
     Args:
         comparison: optional table of several models (one row each, e.g. base / SFT / GRPO), shown first.
+        segmenter: `evaluate.segmenter`, stated in the report (what made the masks).
 
     Returns:
         The markdown with its pictures embedded as data URIs (what the flow publishes as a Prefect artifact;
@@ -217,7 +227,8 @@ def write_report(path: Path, metrics: dict[str, float], scores: pd.DataFrame, an
     pictures.mkdir(parents=True)
     lines = [f"# Evaluation — {model_label}", "",
              "ReVOS protocol (VISA's evaluator): J, F, J&F in percent; R as VISA computes it on 0/255 PNGs "
-             "(`R (VISA)`, comparable with published tables) and on binary masks (`R (binary)`).", ""]
+             "(`R (VISA)`, comparable with published tables) and on binary masks (`R (binary)`).", "",
+             f"Masks: {SEGMENTERS.get(segmenter, segmenter)}.", ""]
     if comparison is not None and len(comparison):
         lines += ["## Models compared", "", markdown_table(comparison), ""]
     lines += ["## This model", "", markdown_table(results_table(metrics, model_label)), "",
@@ -230,7 +241,7 @@ def write_report(path: Path, metrics: dict[str, float], scores: pd.DataFrame, an
         [{"metric": k, "value": v} for k, v in counts.items()])), ""]
     best, worst = pick_examples(scores, answers, gt, n_examples)
     if best or worst:
-        lines += ["## Examples", "", LEGEND_MD, ""]
+        lines += ["## Examples", "", LEGEND_MD, "", EXAMPLES_MD, ""]
     by_id = answers.set_index("expression_id", drop=False)
     scored = scores.set_index("expression_id")
     for rank, (kind, expression_id) in enumerate([*(("Best", i) for i in best), *(("Worst", i) for i in worst)]):
@@ -245,6 +256,7 @@ def write_report(path: Path, metrics: dict[str, float], scores: pd.DataFrame, an
                   f"J&F {100 * score['JF']:.1f} (J {100 * score['J']:.1f}, F {100 * score['F']:.1f}); "
                   f"answer status `{answer['status']}`, {len(answer['boxes'])} box(es), keyframe "
                   f"{answer['keyframe_idx']}, {answer['n_rounds']} selection round(s).", "",
+                  *([EMPTY_MATCH_MD, ""] if not len(answer["boxes"]) and score["JF"] > 0 else []),
                   f"![frames shown: ground truth cyan, prediction magenta]({pictures.name}/{stem}_boxes.png)", "",
                   f"![ground truth (top, cyan) vs prediction (bottom, magenta)]({pictures.name}/{stem}_masks.png)", ""]
     text = "\n".join(lines)

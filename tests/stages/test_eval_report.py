@@ -89,3 +89,16 @@ def test_returned_markdown_embeds_the_pictures(written: tuple[Path, str]) -> Non
     assert len(uris) == 4
     assert base64.b64decode(uris[0]) == (folder / "eval" / "00_boxes.png").read_bytes()
     assert "](eval/00_boxes.png)" in (folder / "eval.md").read_text()
+
+
+def test_report_names_the_segmenter_and_labels_empty_matches(written: tuple[Path, str], tmp_path: Path) -> None:
+    text = (written[0] / "eval.md").read_text()
+    assert f"Masks: {R.SEGMENTERS['sam2']}." in text and R.EXAMPLES_MD in text
+    best, worst = text.split("### Worst")
+    # b#0 scores 0.1 without boxes: labelled as scoring from target-absent frames; the best (boxes answered) is not
+    assert R.EMPTY_MATCH_MD in worst and R.EMPTY_MATCH_MD not in best
+    gt = load_ground_truth(written[0].parent / "root", "valid")
+    R.write_report(tmp_path / "eval.md", {"JF_overall": 1.0}, pd.DataFrame(columns=["expression_id", "type_id", "JF"]),
+                   pd.DataFrame(columns=["expression_id", "boxes"]), written[0].parent / "root", tmp_path, gt, 1, "m",
+                   segmenter="box")
+    assert f"Masks: {R.SEGMENTERS['box']}." in (tmp_path / "eval.md").read_text()
