@@ -25,7 +25,9 @@ def _patch() -> None:
     @functools.wraps(build)
     def _build_module(self):
         module = build(self)
-        if not self.engine_config.forward_only:  # the actor; the reference model computes log-probs only
+        libs = self.model_config.external_lib
+        asked = __name__ in (libs if isinstance(libs, list | tuple) else [libs])  # this engine's model config
+        if asked and not self.engine_config.forward_only:  # the actor; the reference only computes log-probs
             freeze_vision(module)
         return module
 

@@ -214,7 +214,15 @@ def start_service(name: str, checkpoint: str, config: str, parquet: Sequence[str
     files_hash = fingerprint(checkpoint, config, parquet, resources_key(num_gpus, memory_fraction))
     ray.init(address="auto", namespace=NAMESPACE, ignore_reinit_error=True, logging_level="ERROR")
     actor_cls = ray.remote(num_gpus=num_gpus, max_concurrency=1024)(Sam2Server)
-    handle = actor_cls.options(name=name, namespace=NAMESPACE, lifetime="detached", get_if_exists=True).remote(
+    placement = {}
+    if num_gpus == 0 and memory_fraction > 0:  # colocated: on a node that has GPUs (not a CPU-only head)
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        gpu_nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("GPU", 0) > 0]
+        if gpu_nodes:
+            placement = {"scheduling_strategy": NodeAffinitySchedulingStrategy(gpu_nodes[0], soft=True)}
+    handle = actor_cls.options(name=name, namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
+                               **placement).remote(
         checkpoint, config, list(parquet), group_size, max_wait_s, 0.0, files_hash, memory_fraction)
     running = ray.get(handle.fingerprint.remote())
     if running != files_hash:
