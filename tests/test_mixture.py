@@ -13,6 +13,7 @@ the same mixture is `test_mixture_whole_dag` (slow).
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import tarfile
 from pathlib import Path
@@ -21,7 +22,7 @@ import pandas as pd
 import pytest
 
 from stages.core.params import DataParams, IngestParams, SampleParams, SourceParams, SynthParams, SynthScale
-from tests.pipeline_repo import make_repo, profile_overrides, sh
+from tests.pipeline_repo import env_with_venv, make_repo, profile_overrides, sh
 
 SHARES = {"revos": 2.0, "mevis": 1.0, "refytvos": 1.0}
 
@@ -223,12 +224,17 @@ def _mixture_repo(tmp_path_factory: pytest.TempPathFactory, project_root: Path, 
         s["root"] = str(Path("data/raw") / s["layout"])
     make_repo(project_root, dest, profile="ci", params_overrides={"data.sources": sources, "sample.grpo_size": 8})
     _write_sources(base, _scale(project_root))
-    sh([sys.executable, "-m", "flows.cli", "repro", *target], dest, timeout=1500)
+    # a Prefect home of its own: the run's local API server never shares a database with another run's
+    env = {**env_with_venv(), "PREFECT_HOME": str(dest.parent / "prefect-home")}
+    proc = subprocess.run([sys.executable, "-m", "flows.cli", "repro", *target], cwd=dest, env=env,
+                          capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
     return dest, sources
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory, project_root: Path, prefect_api: str) -> tuple[Path, list[dict]]:
+def repo(tmp_path_factory: pytest.TempPathFactory, project_root: Path) -> tuple[Path, list[dict]]:
+    # `vrsflow repro` serves its own Prefect API for the run (or uses PREFECT_API_URL when a fixture set it)
     return _mixture_repo(tmp_path_factory, project_root, "mixture-repo", ["shard"])
 
 
@@ -266,7 +272,7 @@ def test_repro_carries_exact_per_source_counts_to_the_shards(repo: tuple[Path, l
 
 
 @pytest.mark.slow
-def test_mixture_whole_dag(tmp_path_factory: pytest.TempPathFactory, project_root: Path, prefect_api: str) -> None:
+def test_mixture_whole_dag(tmp_path_factory: pytest.TempPathFactory, project_root: Path) -> None:
     """Every stage (SFT, GRPO, evaluate and the benchmark table included) on the three-source mixture."""
     dest, _ = _mixture_repo(tmp_path_factory, project_root, "mixture-dag", [])
     out = sh([sys.executable, "-m", "flows.cli", "lineage", "models/grpo"], dest)

@@ -90,6 +90,9 @@ class DataParams:
     # gives only the evaluation (valid) split
     sources: ExpPath[tuple[SourceParams, ...]] = ()
     frames_dir: ExpPath[str] = "data/frames"  # with sources: links to every source's frames (rebuilt from params)
+    # shares: the SFT / GRPO pools split by the sources' `share`; union: by their sizes (a uniform draw from the
+    # union of the sources, what a paper that pools datasets without a ratio does)
+    mix: Exp[Literal["shares", "union"]] = "shares"
 
     def _rules(self) -> Iterator[tuple[str, str]]:
         names = [s.name for s in self.sources]
@@ -668,6 +671,14 @@ def _override_value(tp: Any, value: Any, key: str) -> Any:
                 raise ParamsError(f"{key}: refusing the character(s) {' '.join(map(repr, bad))} in an override value")
     if not isinstance(value, str) or is_str_like(tp):
         return value
+    if "{" in value:  # a mapping ({name:mevis,share:1.0}): read with the grammar DVC's -S uses (Hydra), not YAML
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+        from hydra.errors import HydraException
+
+        try:
+            return OverridesParser.create().parse_overrides([f"value={value}"])[0].value()
+        except HydraException as err:
+            raise ParamsError(f"{key}: cannot read {value!r} as a value") from err
     try:
         return yaml.load(value, Loader=_ParamsLoader) if value.strip() else value  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as err:

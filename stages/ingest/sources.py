@@ -244,6 +244,16 @@ def _merge_masks(parts: list[_Part], kept: dict[int, set[int]], path: Path) -> i
     return pq.ParquetFile(path).metadata.num_rows
 
 
+def _share(data: DataParams, source: SourceParams | None, expressions: pd.DataFrame) -> float:
+    """The share a source asks for: its `share`, or with `data.mix: union` its size (training expressions with a
+    target); 0 for data.root's valid split."""
+    if source is None:
+        return 0.0
+    if data.mix == "union":
+        return float(((expressions["source"] == source.name) & (expressions["n_instances"] > 0)).sum())
+    return source.share
+
+
 def _report(params: IngestParams, data: DataParams, parts: list[_Part], out_dir: Path, videos: pd.DataFrame,
             expressions: pd.DataFrame, tracks: pd.DataFrame, quarantine: pd.DataFrame) -> StageReport:
     from stages.ingest import _strata
@@ -255,7 +265,7 @@ def _report(params: IngestParams, data: DataParams, parts: list[_Part], out_dir:
         {"source": p.name, "layout": p.layout, "root": p.root.as_posix(),
          "split": "valid" if p.name == ROOT_SOURCE else "train",
          "published_split": given[p.name].split if p.name in given else "valid",
-         "share": given[p.name].share if p.name in given else 0.0, "type_source": TYPE_SOURCE[p.layout],
+         "share": _share(data, given.get(p.name), expressions), "type_source": TYPE_SOURCE[p.layout],
          "videos": int((videos["source"] == p.name).sum()),
          "expressions": int((expressions["source"] == p.name).sum()),
          "quarantined": int((quarantine["source"] == p.name).sum())} for p in parts])
