@@ -71,11 +71,14 @@ def scratch_copy(workdir: Path, base: dict, entry: dict) -> None:
     (workdir / "pyproject.toml").write_text(text[:start] + toml_section(table) + (text[end + 1:] if end >= 0 else ""))
 
 
-def run_module(name: str, entry: dict, base: dict, workroot: Path, budget_s: float | None) -> dict:
+def run_module(name: str, entry: dict, base: dict, workroot: Path, budget_s: float | None,
+               resume: bool = False) -> dict:
     """Mutate one module in its scratch copy and count the outcomes; with `budget_s`, stop mutmut after that many
-    seconds and count what it checked (the rest are `not_checked`)."""
+    seconds and count what it checked (the rest are `not_checked`); with `resume`, go on in the existing copy
+    (mutmut keeps its test statistics and every result already there)."""
     workdir = workroot / name
-    scratch_copy(workdir, base, entry)
+    if not (resume and (workdir / "mutants").is_dir()):
+        scratch_copy(workdir, base, entry)
     load = os.getloadavg()[0]
     cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
@@ -130,6 +133,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workdir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "vrsflow-mutation")
     parser.add_argument("--budget-s", type=float, default=None,
                         help="stop each module's mutmut run after this many seconds and record what it checked")
+    parser.add_argument("--resume", action="store_true",
+                        help="go on in the existing scratch copies (after --budget-s), checking what is left")
     parser.add_argument("--collect", action="store_true",
                         help="record the results already in the scratch copies (an interrupted run), run nothing")
     args = parser.parse_args(argv)
@@ -152,7 +157,10 @@ def main(argv: list[str] | None = None) -> None:
             if metas and "wall_s" not in figures:  # from the copy's creation to the last result written
                 figures["wall_s"] = round(max(metas) - (args.workdir / name / "pyproject.toml").stat().st_mtime, 1)
         else:
-            figures = run_module(name, modules[name], base, args.workdir, args.budget_s)
+            previous = result["modules"].get(name, {}) if args.resume else {}
+            figures = run_module(name, modules[name], base, args.workdir, args.budget_s, args.resume)
+            for key in ("wall_s", "cpu_s"):  # a resumed module adds its earlier run's time
+                figures[key] = round(figures[key] + previous.get(key, 0.0), 1)
         result["modules"][name] = figures
         print(f"mutation: {name}: {figures['killed']}/{figures['generated']} killed "
               f"({figures['killed_share']:.1%}), {figures['survived']} survived, {figures['timed_out']} timed out, "
