@@ -177,7 +177,7 @@ def check_overrides(params_path: Path, overrides: Mapping[str, Any], policy: Ser
         raise ParamsError(f"{', '.join(server_keys)}: fixed by the server, a run may not change "
                           f"{'it' if len(server_keys) == 1 else 'them'} (edit params.yaml and serve again)")
     raw = read_params_file(params_path)
-    _, typed = apply_overrides(raw, overrides)
+    params, typed = apply_overrides(raw, overrides)
     project = params_path.resolve().parent
     for key, value in typed.items():
         side = served_side(field_type(Params, key))
@@ -186,7 +186,7 @@ def check_overrides(params_path: Path, overrides: Mapping[str, Any], policy: Ser
             if problem:
                 raise ParamsError(f"{key}: {text!r} {problem}")
     if policy.server_values is not None:
-        for key, value in server_values(load_params(params_path)).items():
+        for key, value in server_values(params).items():  # the file's: no override of these got this far
             if key in policy.server_values and policy.server_values[key] != value:
                 raise ParamsError(f"{params_path}: {key} changed since `vrsflow serve` started "
                                   f"({policy.server_values[key]!r} -> {value!r}): serve again to use it")

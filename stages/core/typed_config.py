@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 import re
 import types
@@ -90,7 +91,7 @@ def served_side(tp: Any) -> Served | None:
 
 def leaf_fields(cls: type, where: str = "") -> Iterator[tuple[str, Any]]:
     """(dotted key, annotation) of every value field below dataclass `cls` (blocks are walked, not listed)."""
-    hints = get_type_hints(cls, include_extras=True)
+    hints = _hints(cls)
     for f in dataclasses.fields(cls):
         key = _join(where, f.name)
         if is_block(hints[f.name]):
@@ -118,7 +119,7 @@ def build(cls: type[T], mapping: Any, where: str = "") -> T:
     """
     if not isinstance(mapping, Mapping):
         raise ParamsError(f"{where or '<root>'}: expected a mapping, got {_describe(mapping)}")
-    hints = get_type_hints(cls, include_extras=True)
+    hints = _hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for key in sorted(mapping, key=str):
         if key not in fields:
@@ -169,7 +170,7 @@ def field_type(cls: type, dotted: str) -> Any:
         walked = _join(walked, part)
         if part not in names:
             raise ParamsError(unknown_key_message(walked, part, names))
-        tp = get_type_hints(base, include_extras=True)[part]
+        tp = _hints(base)[part]
     return tp
 
 
@@ -206,6 +207,12 @@ def deep_merge(base: Mapping, override: Mapping) -> dict:
         else:
             merged[key] = value
     return merged
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    """A dataclass's evaluated annotations, once per class (evaluating them is most of a params build)."""
+    return get_type_hints(cls, include_extras=True)
 
 
 def _rules_of(obj: Any) -> Iterator[tuple[str, str]]:

@@ -256,6 +256,23 @@ def test_a_refused_run_sends_nothing(prefect_api: str, served_repo: Path, monkey
     assert _snapshot(served_repo) == before  # nothing executed: no experiment, nothing written
 
 
+def test_every_server_side_key_is_refused(served_repo: Path) -> None:
+    """Whatever the value: every field marked Server / SecretEnv (all *_env, base_url, url, …) is refused from a
+    run in one line naming it."""
+    from flows.serve_request import ServedPolicy, check_overrides
+    from stages.core.params import Params, ParamsError
+    from stages.core.typed_config import leaf_fields, served_side
+
+    sides = {key: served_side(tp) for key, tp in leaf_fields(Params)}
+    server = [key for key, side in sides.items() if side is not None and side.side == "server"]
+    assert {"teacher.api_key_env", "remote.url_env", "teacher.base_url", "remote.url"} <= set(server)
+    for key in server:
+        with pytest.raises(ParamsError) as err:
+            check_overrides(served_repo / "params.yaml", {key: "x"}, ServedPolicy())
+        assert str(err.value) == f"{key}: {FIXED}"
+    assert check_overrides(served_repo / "params.yaml", {"seed": "3"}, ServedPolicy()) == {"seed": 3}
+
+
 def test_paths_of_a_run_stay_in_the_project(tmp_path: Path) -> None:
     from flows.serve_request import path_problem
 
