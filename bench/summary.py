@@ -50,6 +50,9 @@ KNOWN = {
                      "scored as the dataset authors' eval_mevis.py, ReasonVOS as its authors' script"),
     "mixture_scale": ("bench_mixture.py", "ingest → shard on a synthetic MeViS + Ref-YouTube-VOS + ReVOS union at "
                       "published counts; peak memory bounded by one video, not by the union"),
+    "learning": ("bench_learning.py --seeds 0 1 2 --repo DIR",
+                 "the default run learns to segment (issue 24): pre-trained base → after SFT parse ≥ 95 %, J&F ≥ 40 "
+                 "and ≥ half the ceiling (ground-truth answers, same segmenter)"),
     "gpu-sam2_reward": ("gpu.sh → bench_sam2_reward.py", "SAM2.1-large: ≥ 4× (H100, published 4.95 s → 1.45 s)"),
     "gpu-sft": ("gpu.sh → bench_sft.py --gpu", "3B-shaped LoRA step: MFU, memory"),
     "gpu-evaluate": ("gpu.sh → bench_metrics.py --gpu", "≤ 5 s per 100-frame video (published 31–36 s, L20)"),
@@ -202,6 +205,8 @@ def measured(name: str, figures: dict) -> str:
                    f"{_x(figures['speedup_every_box_tracked'])}" if "speedup_every_box_tracked" in figures else "")
                 + (f"; target {_met(figures['speedup'] >= figures['target_speedup'])}"
                    if "target_speedup" in figures else ""))
+    if name == "learning":
+        return _learning(figures)
     if name == "ingest":
         return _ingest(figures)
     if name == "sft":
@@ -235,6 +240,30 @@ def measured(name: str, figures: dict) -> str:
     flat = {k: v for k, v in figures.items() if isinstance(v, int | float) and not isinstance(v, bool)}
     keys = [k for k in flat if any(w in k for w in ("speedup", "ratio", "mfu", "_s", "per_s"))][:6]
     return ", ".join(f"{k} {flat[k]}" for k in keys) or "figures in the file (no headline for this name)"
+
+
+def _learning(figures: dict) -> str:
+    runs = figures.get("pretrain", {})
+    parts = []
+    if runs:
+        ious = [r["box_iou_after"] for r in runs.values()]
+        parts.append(f"pretrain over seeds {', '.join(runs)}: held-out parse rate "
+                     f"{min(r['parse_rate_before'] for r in runs.values())} → "
+                     f"{min(r['parse_rate_after'] for r in runs.values())}, keyframe hits "
+                     + "/".join(f"{r['keyframe_hit_rate_after']:.2f}" for r in runs.values())
+                     + ", box IoU " + "/".join(f"{v:.3f}" for v in ious)
+                     + f" (loss {next(iter(runs.values()))['loss_first_tenth']} → "
+                     + "/".join(f"{r['loss_last_tenth']}" for r in runs.values()) + "; "
+                     + "/".join(f"{r['wall_s']:.0f}" for r in runs.values()) + " s)")
+    ceiling = figures.get("ceiling", {})
+    if ceiling:
+        parts.append("ceiling J&F (ground-truth answers): " + ", ".join(
+            f"{k} segmenter {v['JF_overall']}" for k, v in ceiling.items()))
+    if ceiling and max(v["JF_overall"] for v in ceiling.values()) < 40:
+        parts.append("J&F 40 is above every ceiling measured: target not reachable with these segmenters")
+    if runs and not any("sft_jf" in r for r in runs.values()):
+        parts.append("base / SFT / GRPO J&F per seed not measured")
+    return "; ".join(parts) or "figures in the file (no headline for this name)"
 
 
 def baseline(name: str, record: dict) -> str:

@@ -1,0 +1,136 @@
+"""Does the default run's model learn to localise? Pre-training per seed, and the evaluation's ceiling.
+
+Per seed (`--seeds`): the `pretrain` stage's own function on the tiny random Qwen2.5-VL built by the `tiny_models`
+code (params from params.yaml, `--set pretrain.KEY=VALUE` overrides), timed, with its grounding check on held-out
+generated scenes before and after (parse rate, keyframe hits, box IoU of the first target) and the loss curve's
+start, plateau and end. With `--repo DIR` (a copy of the project where `dvc repro keyframes tiny_models` has run),
+also the ceiling of the default evaluation: the evaluate stage's own code on the eval pool with the ground-truth
+answer as the policy (keyframe = the shown frame where the target is largest, its boxes there at the train size),
+once per segmenter (`box`: the keyframe boxes on every frame; `sam2`: the tiny random SAM2 the default run uses).
+
+    python bench/bench_learning.py --seeds 0 1 2 --repo /tmp/scratch-repo
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.results_io import write_result  # noqa: E402
+from schemas.answer import parse_answer  # noqa: E402
+from stages.core.params import ModelParams, apply_overrides, load_params, read_params_file  # noqa: E402
+from stages.evaluate import evaluate, target_areas, target_boxes  # noqa: E402
+from stages.evaluate.infer import Reply  # noqa: E402
+from stages.models.tiny_qwen import build_tiny_qwen  # noqa: E402
+from stages.pretrain import pretrain  # noqa: E402
+
+
+def pretrain_seed(params, seed: int, tmp: Path) -> dict:
+    """One pre-training run from a freshly built tiny model (tiny_models seed = pretrain seed = `seed`)."""
+    tiny = dataclasses.replace(params.tiny_models, seed=seed)
+    base = tmp / f"tiny-{seed}"
+    build_tiny_qwen(tiny, base)
+    out = tmp / f"pretrain-{seed}"
+    block = dataclasses.replace(params.pretrain, seed=seed, base=str(base), out_dir=str(out))
+    started = time.perf_counter()
+    report = pretrain(block, ModelParams(path=str(out)), params.keyframes.train_size, out, tmp / f"metrics-{seed}")
+    wall = time.perf_counter() - started
+    losses = [float(line.split("\t")[1]) for line in
+              (tmp / f"metrics-{seed}" / "pretrain_curve.tsv").read_text().splitlines()[1:]]
+    tenth = max(1, len(losses) // 10)
+    return {**report.metrics, "wall_s": round(wall, 1), "loss_first_tenth": round(float(np.mean(losses[:tenth])), 4),
+            "loss_mid_tenth": round(float(np.mean(losses[len(losses) // 2:len(losses) // 2 + tenth])), 4),
+            "loss_last_tenth": round(float(np.mean(losses[-tenth:])), 4)}
+
+
+def ceiling(params, repo: Path, segmenter: str, tmp: Path) -> dict:
+    """The evaluation of the eval pool with the ground-truth answer as the policy and `segmenter`."""
+    import stages.evaluate as ev
+
+    size = params.evaluate.frame_size or params.keyframes.train_size
+    held = {}
+    load = ev.load_ground_truth
+
+    def keep(*args, **kwargs):
+        held["gt"] = load(*args, **kwargs)
+        return held["gt"]
+
+    import pandas as pd
+
+    rows = pd.read_parquet(repo / "data/keyframes/eval.parquet")
+    keys = {r.sample_id: (r.video, str(r.exp_id)) for r in rows.itertuples()}
+
+    def policy(queries):
+        gt, out = held["gt"], []
+        for query in queries:
+            video, exp_id = keys[query.key]
+            annos = [str(a) for a in gt.videos[video]["expressions"][exp_id].get("anno_id", [])]
+            areas = target_areas(gt, annos, query.timestamps)
+            key = query.timestamps[int(np.argmax(areas))]
+            height, width = (int(gt.videos[video]["height"]), int(gt.videos[video]["width"]))
+            boxes = [[round(x1 * size / width), round(y1 * size / height), round(x2 * size / width),
+                      round(y2 * size / height)] for x1, y1, x2, y2 in target_boxes(gt, annos, key)]
+            text = f'<think>ground truth</think><answer>{{"keyframe_timestamp": {key}, "bbox_2d_list": ' \
+                   f'{json.dumps(boxes)}}}</answer>'
+            out.append(Reply(text, parse_answer(text), [key]))
+        return out
+
+    ev.load_ground_truth = keep
+    try:
+        block = dataclasses.replace(params.evaluate, segmenter=segmenter, model_path=str(repo / params.model.path))
+        sam2 = dataclasses.replace(params.sam2, checkpoint=str(repo / params.sam2.checkpoint),
+                                   config=str(repo / params.sam2.config))
+        started = time.perf_counter()
+        report = evaluate(block, params.model, sam2, params.keyframes.train_size, repo / params.data.root,
+                          repo / "data/keyframes/eval.parquet", tmp / f"ceiling-{segmenter}",
+                          tmp / f"ceiling-{segmenter}.md", policy=policy, index_dir=repo / params.data.index_dir)
+    finally:
+        ev.load_ground_truth = load
+    keep_keys = ("JF_overall", "JF_referring", "JF_reasoning", "J_overall", "F_overall", "n_scored", "n_expressions")
+    return {**{k: round(float(report.metrics[k]), 2) for k in keep_keys},
+            "wall_s": round(time.perf_counter() - started, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2], help="pretrain seeds; none: ceilings only")
+    parser.add_argument("--repo", type=Path, help="project copy with data/keyframes and models/tiny (for ceilings)")
+    parser.add_argument("--set", action="append", default=[], help="override KEY=VALUE, e.g. pretrain.videos=20")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    raw = read_params_file(Path(__file__).resolve().parents[1] / "params.yaml")
+    params, _ = apply_overrides(raw, dict(item.split("=", 1) for item in args.set))
+    figures: dict = {"pretrain": {}, "ceiling": {}, "overrides": args.set,
+                     "pretrain_params": dataclasses.asdict(params.pretrain)}
+    with tempfile.TemporaryDirectory(prefix="bench-learning-") as tmp:
+        tmp = Path(tmp)
+        for seed in args.seeds:
+            figures["pretrain"][str(seed)] = pretrain_seed(params, seed, tmp)
+            print(json.dumps({seed: figures["pretrain"][str(seed)]}), flush=True)
+        if args.repo:
+            repo_params = load_params(args.repo / "params.yaml")
+            for segmenter in ("box", "sam2"):
+                figures["ceiling"][segmenter] = ceiling(repo_params, args.repo.resolve(), segmenter, tmp)
+                print(json.dumps({segmenter: figures["ceiling"][segmenter]}), flush=True)
+    after = [f["box_iou_after"] for f in figures["pretrain"].values()]
+    if after:
+        figures["summary"] = {"box_iou_after_mean": round(float(np.mean(after)), 4),
+                              "box_iou_after_spread": round(float(np.ptp(after)), 4)}
+    write_result("learning", figures, "the tiny random Qwen2.5-VL before pre-training (the grounding check's "
+                 "_before figures); the ceiling: ground-truth answers through the same evaluation", out=args.out)
+
+
+if __name__ == "__main__":
+    main()
