@@ -10,7 +10,7 @@ segment` runs) that reports its own peak RSS. The model answers for real (its ge
 a random model does not write the answer format, so an answer that does not parse is replaced by a fixed
 box in the middle of the middle shown frame, so that SAM2 tracks a real prompt over every frame.
 
-    nice -n 10 python bench/bench_segment.py [--fps 10] [--short 10] [--long 60] [--gpu] [--out PATH]
+    nice -n 10 python bench/bench_segment.py [--fps 5] [--short 10] [--long 60] [--max-new-tokens 64] [--gpu]
 
 Writes bench/results/segment.json (bench/results/gpu-segment.json with --gpu).
 """
@@ -83,13 +83,14 @@ def child(args: argparse.Namespace) -> None:
     import torch
 
     from schemas.answer import parse_answer
-    from stages.core.params import Params, Sam2Params
+    from stages.core.params import EvaluateParams, Params, Sam2Params
     from stages.evaluate import model_policy
     from stages.evaluate.infer import Reply
     from stages.segment_video import Engine, Request, run_video
 
     torch.set_num_threads(args.threads)
-    params = Params(sam2=Sam2Params(checkpoint=args.sam2_checkpoint, config=args.sam2_config))
+    params = Params(sam2=Sam2Params(checkpoint=args.sam2_checkpoint, config=args.sam2_config),
+                    evaluate=EvaluateParams(max_new_tokens=args.max_new_tokens))
     model_answer = model_policy(params.evaluate, args.qwen, params.model.dtype)
 
     def policy(queries):
@@ -117,10 +118,11 @@ def child(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--fps", type=int, default=10)
+    parser.add_argument("--fps", type=int, default=5)
     parser.add_argument("--short", type=float, default=10.0, help="seconds of the short clips")
     parser.add_argument("--long", type=float, default=60.0, help="seconds of the long 1080p clip")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--max-new-tokens", type=int, default=64, help="evaluate.max_new_tokens (stage: 256)")
     parser.add_argument("--gpu", action="store_true", help="3B-shaped Qwen2.5-VL + SAM2.1-large on CUDA")
     parser.add_argument("--out", default="")
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)
@@ -146,7 +148,8 @@ def main() -> None:
             clip = write_clip(tmp / f"{name}.mp4", height, width, seconds, args.fps)
             command = [sys.executable, __file__, "--child", name, "--qwen", str(qwen), "--sam2-checkpoint",
                        str(checkpoint), "--sam2-config", str(config), "--clip", str(clip), "--out-dir",
-                       str(tmp / "out" / name), "--threads", str(args.threads)]
+                       str(tmp / "out" / name), "--threads", str(args.threads), "--max-new-tokens",
+                       str(args.max_new_tokens)]
             done = subprocess.run(command, capture_output=True, text=True, check=False)
             if done.returncode != 0:
                 sys.stderr.write(done.stderr[-3000:])
@@ -168,7 +171,7 @@ def main() -> None:
                "rss_within_target": bool(long / short <= 1.2 and short / long <= 1.2),
                "models": "3B-shaped Qwen2.5-VL + SAM2.1-large, random weights (cuda)" if args.gpu else
                "tiny random Qwen2.5-VL + micro SAM2 (tiny_models defaults), CPU",
-               "threads": args.threads}
+               "threads": args.threads, "max_new_tokens": args.max_new_tokens}
     if args.gpu:
         frames_100 = {k: round(100 * sum(v["seconds_per_frame"].values()), 2) for k, v in runs.items()}
         figures.update({"seconds_per_100_frames": frames_100, "published_100_frames_s": PUBLISHED_100_FRAMES_S})

@@ -63,7 +63,7 @@ else
     [sam2]="$PYTHON bench/bench_sam2_reward.py --config configs/sam2.1/sam2.1_hiera_l.yaml --image-size 1024 --frame-side 560 --frames 6 --rollouts 8 --keyframes 1 3 6 --repeats 2 --device cuda --out $OUT/gpu-sam2_reward.json"
     [sft]="$PYTHON bench/bench_sft.py --gpu --steps 8 --out $OUT/gpu-sft.json"
     [evaluate]="$PYTHON bench/bench_metrics.py --gpu --frames 100 --n-frames 8 --new-tokens 128 --repeats 2 --out $OUT/gpu-evaluate.json"
-    [segment]="$PYTHON bench/bench_segment.py --gpu --fps 10 --short 10 --long 60 --out $OUT/gpu-segment.json"
+    [segment]="$PYTHON bench/bench_segment.py --gpu --fps 10 --short 10 --long 60 --max-new-tokens 128 --out $OUT/gpu-segment.json"
   )
 fi
 

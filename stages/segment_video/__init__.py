@@ -186,6 +186,13 @@ def slug(text: str, n: int = 40) -> str:
     return f"{words}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
 
 
+def video_folder(video: Path) -> str:
+    """A folder name for a video's results: its file name and a short hash of its absolute path (two videos
+    of the same name in different folders do not share one)."""
+    resolved = str(Path(video).resolve())
+    return f"{Path(video).name or 'video'}-{hashlib.sha256(resolved.encode()).hexdigest()[:6]}"
+
+
 def _identity(request: Request, model: Path) -> dict[str, str]:
     return {"video": str(Path(request.video).resolve()), "query": request.query, "model": str(Path(model).resolve())}
 
@@ -291,7 +298,7 @@ def _segment(engine: Engine, frames: FrameSource, todo: list[Request], partial: 
     progress.phase("write", len(todo))
     records = []
     for i, (request, folder) in enumerate(zip(todo, partial, strict=True)):
-        reply, (status, key, boxes), points = answers.replies[i], answers.picks[i], answers.points[i]
+        reply, (_, key, boxes) = answers.replies[i], answers.picks[i]
         mask_paths = [folder / "masks" / f"{name}.png" for name in frames.names]
         answered = reply.answer is not None
         labels = [f"{frames.time_of(t):.1f}s" if frames.times else f"#{t}" for t in range(n)]
@@ -305,7 +312,6 @@ def _segment(engine: Engine, frames: FrameSource, todo: list[Request], partial: 
         (folder / ANSWER_FILE).write_text(json.dumps(record, indent=1) + "\n")
         records.append(record)
         progress.advance(1)
-        del reply, status, points
     timings["write_s"] = time.perf_counter() - started
     for record in records:  # the write time is known only now
         record["timings"]["write_s"] = round(timings["write_s"], 3)
@@ -355,7 +361,7 @@ def _record(engine: Engine, request: Request, frames: FrameSource, answers, i: i
 
 def read_batch(path: Path, out_root: Path) -> list[Request]:
     """`--batch FILE.jsonl`: one `{"video": …, "query": …[, "out": …]}` per line (blank lines skipped); videos
-    relative to the file's folder; each result in `out` or `<out_root>/<video name>/<query slug>`.
+    relative to the file's folder; each result in `out` or `<out_root>/<video name>-<hash>/<query slug>`.
 
     Raises:
         InputError: a line that is not such an object (names the line).
@@ -377,7 +383,7 @@ def read_batch(path: Path, out_root: Path) -> list[Request]:
         video = Path(item["video"]) if Path(item["video"]).is_absolute() else path.parent / item["video"]
         if not video.exists():
             raise InputError(f"{path}:{number}: video {video}: no such file or folder")
-        out = Path(item["out"]) if item.get("out") else Path(out_root) / (video.stem or video.name) / slug(query)
+        out = Path(item["out"]) if item.get("out") else Path(out_root) / video_folder(video) / slug(query)
         if out in seen:
             raise InputError(f"{path}:{number}: the same output folder as an earlier line ({out})")
         seen.add(out)

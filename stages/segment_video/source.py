@@ -96,10 +96,7 @@ def probe(path: Path) -> None:
         return
     import av
 
-    try:
-        container = av.open(str(path))
-    except (av.error.FFmpegError, OSError, UnicodeDecodeError) as err:
-        raise InputError(f"{path}: not a readable video file ({_reason(err)})") from err
+    container = _open(path)
     with container:
         if not container.streams.video:
             kinds = sorted({s.type for s in container.streams}) or ["none"]
@@ -141,10 +138,7 @@ def decode_video(path: Path, work: Path, progress: Callable[[int], None] | None 
     """
     import av
 
-    try:
-        container = av.open(str(path))
-    except (av.error.FFmpegError, OSError, UnicodeDecodeError) as err:
-        raise InputError(f"{path}: not a readable video file ({_reason(err)})") from err
+    container = _open(path)
     folder = Path(work) / "frames"
     folder.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []
@@ -186,6 +180,17 @@ def decode_video(path: Path, work: Path, progress: Callable[[int], None] | None 
         times = [t / fps if fps else float(t) for t in range(len(paths))]
     return FrameSource(Path(path), paths, [p.stem for p in paths], height, width, fps, times, kind="video",
                        extra={"codec": stream.codec_context.name, "header_frames": expected})
+
+
+def _open(path: Path):
+    import av
+
+    try:
+        return av.open(str(path))
+    except av.error.EOFError as err:  # a header and nothing after it
+        raise InputError(f"{path}: no frames (the file ends before any video data)") from err
+    except (av.error.FFmpegError, OSError, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: not a readable video file ({_reason(err)})") from err
 
 
 def _reason(err: Exception) -> str:

@@ -30,6 +30,7 @@ av = pytest.importorskip("av")
 
 H, W, SIZE = 48, 64, 112  # clip size, the frame side shown to the model
 N_FRAMES = 8
+N_LONG = 24
 
 
 def moving_clip(key: str = "SRC/valid/clip", n: int = N_FRAMES) -> VideoSpec:
@@ -177,20 +178,31 @@ def test_segment_and_evaluate_stage_masks_equal_with_sam2_tracking(root: Path, t
 
 
 def test_streamed_masks_equal_held_masks_on_a_clip_longer_than_sams_memory(tiny, tmp_path: Path) -> None:
-    """48 frames (> twice SAM2's memory reach): masks given to a sink as they are tracked, the encoding in a
+    """A clip longer than twice SAM2's memory reach: masks given to a sink as they are tracked, the encoding in a
     file and the memory bank pruned, equal the masks `predict_masks` holds, frame for frame."""
     from stages.evaluate import predict_masks
     from stages.segment import load_video_predictor
 
     predictor = load_video_predictor(str(tiny[1]), str(tiny[2]), device="cpu")
+    predictor.max_obj_ptrs_in_encoder = 6  # memory reach 7 frames (SAM2.1: 16): a short clip shows the pruning
     rng = np.random.default_rng(0)
     frames = []
-    for t in range(48):
+    for t in range(N_LONG):
         frame = rng.integers(0, 50, (40, 56, 3), dtype=np.uint8)
         frame[rect_mask((4 + t // 2, 6, 20 + t // 2, 22), 40, 56)] = (220, 60, 60)
         frames.append(frame)
-    prompts = [(30, [[19.0, 6.0, 35.0, 22.0]]), (5, [[6.0, 6.0, 22.0, 22.0], [30.0, 20.0, 50.0, 38.0]]), (12, [])]
+    # keyframe 17: the backward pass drops frames < 10; keyframe 2: the forward pass drops frames > 16
+    prompts = [(17, [[12.0, 6.0, 28.0, 22.0]]), (2, [[5.0, 6.0, 21.0, 22.0], [30.0, 20.0, 50.0, 38.0]]), (12, [])]
+    bank: list[int] = []  # memory-bank sizes SAM2 sees, step by step
+    step = predictor._run_single_frame_inference
+
+    def spy(**kwargs):
+        bank.append(len(kwargs["output_dict"]["non_cond_frame_outputs"]))
+        return step(**kwargs)
+
+    predictor._run_single_frame_inference = spy
     held = predict_masks(predictor, frames, prompts)
+    held_bank, bank[:] = max(bank), []
     streamed = [np.zeros_like(m) for m in held]
     calls = []
 
@@ -199,7 +211,8 @@ def test_streamed_masks_equal_held_masks_on_a_clip_longer_than_sams_memory(tiny,
         calls.append((i, t))
 
     assert predict_masks(predictor, frames, prompts, sink=sink, spill_dir=tmp_path) is None
-    assert sorted(calls) == sorted((i, t) for i in range(3) for t in range(48))  # every frame once
+    assert held_bank == N_LONG - 2 and max(bank) <= 2 * 7 + 1  # every frame held vs SAM2's reach kept
+    assert sorted(calls) == sorted((i, t) for i in range(3) for t in range(N_LONG))  # every frame once
     for a, b in zip(held, streamed, strict=True):
         assert np.array_equal(a, b)
     assert any(m.any() for m in held[:2]) and not held[2].any()
@@ -302,6 +315,7 @@ def _bad_inputs(tmp: Path, root: Path, tiny) -> dict[str, tuple[list[str], str]]
     with av.open(str(empty_video), "w") as container:
         stream = container.add_stream("mpeg4", rate=5)
         stream.width, stream.height, stream.pix_fmt = 32, 32, "yuv420p"
+        container.start_encoding()  # the header, then no frame
     no_frames = tmp / "no_frames"
     no_frames.mkdir()
     (no_frames / "notes.txt").write_text("no pictures here")
