@@ -66,7 +66,8 @@ def pretrain(params: PretrainParams, model: ModelParams, train_size: int, out_di
     if skipped(params, model):
         shutil.rmtree(out_dir, ignore_errors=True)
         out_dir.mkdir(parents=True)
-        reason = f"model.path {model.path} is not pretrain.out_dir {params.out_dir}: a real checkpoint, not pre-trained"
+        reason = (f"model.path {model.path} is not pretrain.out_dir {params.out_dir}: the model trained is another "
+                  "checkpoint (a real one, or the random tiny model)")
         write_json(out_dir / SKIPPED, {"skipped": True, "reason": reason})
         _write_curve(Path(metrics_dir) / "pretrain_curve.tsv", [])  # a declared output: header only
         log.info("pretrain: skipped (%s)", reason)
