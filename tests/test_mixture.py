@@ -13,7 +13,6 @@ the same mixture is `test_mixture_whole_dag` (slow).
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import tarfile
 from pathlib import Path
@@ -22,7 +21,7 @@ import pandas as pd
 import pytest
 
 from stages.core.params import DataParams, IngestParams, SampleParams, SourceParams, SynthParams, SynthScale
-from tests.pipeline_repo import env_with_venv, make_repo, profile_overrides, sh
+from tests.pipeline_repo import make_repo, profile_overrides, sh
 
 SHARES = {"revos": 2.0, "mevis": 1.0, "refytvos": 1.0}
 
@@ -132,6 +131,59 @@ def test_index_counts_per_source_equal_the_raw_files(mixture: tuple[Path, list[d
         "root": "revos", "revos": "revos", "mevis": "mevis", "refytvos": "refytvos"}
 
 
+def test_train_readers_match_the_published_layout_definition(mixture: tuple[Path, list[dict], DataParams]) -> None:
+    """Oracle from the layouts as published (MeViS README: `mask_dict.json` RLE per anno_id and frame, target =
+    union of anno_ids; Ref-YouTube-VOS: palette PNG per frame, pixel value = obj_id), read here with json, PIL and
+    pycocotools only: every mask of every indexed training expression equals it."""
+    import numpy as np
+    from PIL import Image
+    from pycocotools import mask as mask_utils
+
+    from stages.core.mask_table import read_masks
+    from stages.ingest.sources import ANNO_STRIDE
+
+    base, sources, _ = mixture
+    expressions = pd.read_parquet(base / "index/expressions.parquet").set_index("expression_id")
+    videos = pd.read_parquet(base / "index/videos.parquet").set_index("video")
+    stored = read_masks(base / "index/masks.parquet", {a for ids in expressions["anno_ids"] for a in ids})
+    position = {s["name"]: i for i, s in enumerate(sources, start=1)}
+
+    def decode(rle: dict | None, shape: tuple[int, int]) -> np.ndarray:
+        if rle is None:
+            return np.zeros(shape, bool)
+        return mask_utils.decode({"size": rle["size"], "counts": rle["counts"].encode()}).astype(bool)
+
+    mevis = base / "mevis/train"
+    meta = json.loads((mevis / "meta_expressions.json").read_text())["videos"]
+    mask_dict = json.loads((mevis / "mask_dict.json").read_text())
+    checked = 0
+    for video, entry in meta.items():
+        assert list(videos.loc[f"mevis/{video}", "frames"]) == sorted(entry["frames"])
+        for exp_id, e in entry["expressions"].items():
+            row = expressions.loc[f"mevis/{video}#{exp_id}"]
+            assert row["text"] == e["exp"] and row["type"] == "referring"
+            # one indexed anno_id per published one, in order (renumbered per source, offset by its position)
+            assert len(row["anno_ids"]) == len(e["anno_id"])
+            assert all(a // ANNO_STRIDE == position["mevis"] for a in row["anno_ids"])
+            shape = (int(videos.loc[f"mevis/{video}", "height"]), int(videos.loc[f"mevis/{video}", "width"]))
+            for ours, anno in zip(row["anno_ids"], e["anno_id"], strict=True):
+                for mine, theirs in zip(stored[ours], mask_dict[str(anno)], strict=True):
+                    assert np.array_equal(decode(mine, shape), decode(theirs, shape))
+                    checked += 1
+    ytvos = base / "refytvos"
+    meta = json.loads((ytvos / "meta_expressions/train/meta_expressions.json").read_text())["videos"]
+    for video, entry in meta.items():
+        for exp_id, e in entry["expressions"].items():
+            row = expressions.loc[f"refytvos/{video}#{exp_id}"]
+            assert row["text"] == e["exp"] and row["n_instances"] == 1
+            for t, frame in enumerate(entry["frames"]):
+                with Image.open(ytvos / "train/Annotations" / video / f"{frame}.png") as img:
+                    truth = np.asarray(img) == int(e["obj_id"])
+                assert np.array_equal(decode(stored[row["anno_ids"][0]][t], truth.shape), truth)
+                checked += 1
+    assert checked > 100
+
+
 def test_sample_draws_exact_per_source_shares(mixture: tuple[Path, list[dict], DataParams],
                                               tmp_path: Path) -> None:
     from stages.sample import sample_pools
@@ -224,17 +276,13 @@ def _mixture_repo(tmp_path_factory: pytest.TempPathFactory, project_root: Path, 
         s["root"] = str(Path("data/raw") / s["layout"])
     make_repo(project_root, dest, profile="ci", params_overrides={"data.sources": sources, "sample.grpo_size": 8})
     _write_sources(base, _scale(project_root))
-    # a Prefect home of its own: the run's local API server never shares a database with another run's
-    env = {**env_with_venv(), "PREFECT_HOME": str(dest.parent / "prefect-home")}
-    proc = subprocess.run([sys.executable, "-m", "flows.cli", "repro", *target], cwd=dest, env=env,
-                          capture_output=True, text=True, timeout=1500)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    sh([sys.executable, "-m", "flows.cli", "repro", *target], dest, timeout=1500)
     return dest, sources
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory, project_root: Path) -> tuple[Path, list[dict]]:
-    # `vrsflow repro` serves its own Prefect API for the run (or uses PREFECT_API_URL when a fixture set it)
+def repo(tmp_path_factory: pytest.TempPathFactory, project_root: Path, prefect_api: str) -> tuple[Path, list[dict]]:
+    # the session's Prefect API (tests/conftest.py), as tests/test_pipeline.py uses
     return _mixture_repo(tmp_path_factory, project_root, "mixture-repo", ["shard"])
 
 
@@ -272,7 +320,7 @@ def test_repro_carries_exact_per_source_counts_to_the_shards(repo: tuple[Path, l
 
 
 @pytest.mark.slow
-def test_mixture_whole_dag(tmp_path_factory: pytest.TempPathFactory, project_root: Path) -> None:
+def test_mixture_whole_dag(tmp_path_factory: pytest.TempPathFactory, project_root: Path, prefect_api: str) -> None:
     """Every stage (SFT, GRPO, evaluate and the benchmark table included) on the three-source mixture."""
     dest, _ = _mixture_repo(tmp_path_factory, project_root, "mixture-dag", [])
     out = sh([sys.executable, "-m", "flows.cli", "lineage", "models/grpo"], dest)

@@ -112,6 +112,7 @@ def ingest_data(params: IngestParams, data: DataParams, runner: RunnerParams | N
     from stages.ingest import ingest
 
     if not data.sources:
+        (Path(data.index_dir) / "sources.parquet").unlink(missing_ok=True)  # left by an earlier mixture run
         return ingest(params, Path(data.root), Path(data.index_dir), runner)
     out_dir = Path(data.index_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
