@@ -21,7 +21,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from stages.core.params import Params, ParamsError, apply_overrides, load_params, read_params_file
-from stages.core.typed_config import field_type, leaf_fields, served_side, to_dict
+from stages.core.typed_config import field_type, leaf_fields, served_side, served_walk, to_dict
 
 SERVED_PROJECT_ENV = "VRSFLOW_SERVED_PROJECT"
 SERVED_POLICY_ENV = "VRSFLOW_SERVED_POLICY"  # the policy `vrsflow serve` fixed, as JSON (ServedPolicy.to_env)
@@ -180,11 +180,14 @@ def check_overrides(params_path: Path, overrides: Mapping[str, Any], policy: Ser
     params, typed = apply_overrides(raw, overrides)
     project = params_path.resolve().parent
     for key, value in typed.items():
-        side = served_side(field_type(Params, key))
-        for text in _strings(value) if side is not None and side.path else ():
-            problem = path_problem(text, project, policy.allowed_roots)
+        for where, side, item in served_walk(field_type(Params, key), value, key):
+            if side.side == "server":  # a server field inside an experiment value (a list of blocks)
+                raise ParamsError(f"{where}: fixed by the server, a run may not change it (edit params.yaml and "
+                                  f"serve again)")
+            problem = path_problem(item, project, policy.allowed_roots) if side.path and isinstance(item, str) \
+                else None
             if problem:
-                raise ParamsError(f"{key}: {text!r} {problem}")
+                raise ParamsError(f"{where}: {item!r} {problem}")
     if policy.server_values is not None:
         for key, value in server_values(params).items():  # the file's: no override of these got this far
             if key in policy.server_values and policy.server_values[key] != value:
@@ -217,17 +220,6 @@ def path_problem(value: str, project: Path, allowed_roots: Sequence[str] = ()) -
 
 def _inside(path: Path, root: Path, resolve: bool = True) -> bool:
     return (path.resolve() if resolve else path).is_relative_to(root.resolve())
-
-
-def _strings(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, Mapping):
-        for item in value.values():
-            yield from _strings(item)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            yield from _strings(item)
 
 
 def dvc_value(value: Any) -> str:

@@ -5,18 +5,38 @@ from the declared set wherever params are read."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from stages.core.params import SECRET_ENV_PREFIXES, Params, ParamsError, apply_overrides, load_params
-from stages.core.typed_config import HOW_TO_MARK, EnvName, leaf_fields, served_side, unmarked
+from stages.core.typed_config import HOW_TO_MARK, EnvName, Exp, ExpPath, leaf_fields, served_side, served_walk, unmarked
 
 
 def test_every_params_field_is_on_one_side() -> None:
     missing = unmarked(Params)
     assert not missing, f"params field(s) {', '.join(missing)} on neither side of the served-run policy: {HOW_TO_MARK}"
     assert len(list(leaf_fields(Params))) > 150  # the walk reaches nested blocks (synth.default, grpo.verl, …)
+
+
+@dataclass(frozen=True)
+class _Item:
+    root: ExpPath[str] = ""
+    name: str = ""  # on neither side
+
+
+@dataclass(frozen=True)
+class _Block:
+    items: Exp[tuple[_Item, ...]] = ()
+    by_name: Exp[dict[str, _Item]] = field(default_factory=dict)
+
+
+def test_fields_of_blocks_inside_lists_need_a_side_too() -> None:
+    assert unmarked(_Block) == ["items[].name", "by_name[].name"]
+    walked = [(key, side.side, side.path, value)
+              for key, side, value in served_walk(dict(leaf_fields(_Block))["items"], (_Item("a/b", "x"),), "items")]
+    assert walked == [("items[0].root", "experiment", True, "a/b"), ("items[0].name", "experiment", False, "x")]
 
 
 def _side(key: str) -> str:

@@ -101,8 +101,50 @@ def leaf_fields(cls: type, where: str = "") -> Iterator[tuple[str, Any]]:
 
 
 def unmarked(cls: type) -> list[str]:
-    """The value fields below `cls` on neither side of the served-run policy."""
-    return [key for key, tp in leaf_fields(cls) if served_side(tp) is None]
+    """The value fields below `cls` on neither side of the served-run policy, including the fields of dataclasses
+    held in lists or mappings (`data.sources[].root`)."""
+    out = []
+    for key, tp in leaf_fields(cls):
+        if served_side(tp) is None:
+            out.append(key)
+        for item in _item_classes(tp):
+            out += [f"{key}[].{sub}" for sub in unmarked(item)]
+    return out
+
+
+def _item_classes(tp: Any) -> list[type]:
+    """Dataclasses a list / tuple / mapping / union annotation holds (at any depth)."""
+    found: list[type] = []
+    for arg in get_args(_strip(tp)):
+        base = _strip(arg)
+        if dataclasses.is_dataclass(base):
+            found.append(base)  # type: ignore[arg-type]
+        elif arg is not Ellipsis:
+            found += _item_classes(arg)
+    return found
+
+
+def served_walk(tp: Any, value: Any, key: str, side: Served | None = None) -> Iterator[tuple[str, Served, Any]]:
+    """(key, side, value) of every plain value inside `value` (of annotation `tp`), each with the innermost
+    marker that covers it: a dataclass's fields by their own markers, list items and mapping values by their
+    container's. Dataclass instances, lists and mappings are walked; everything else is yielded."""
+    side = served_side(tp) or side
+    base = _strip(tp)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        hints = _hints(type(value))
+        for f in dataclasses.fields(value):
+            yield from served_walk(hints[f.name], getattr(value, f.name), _join(key, f.name), side)
+    elif isinstance(value, Mapping):
+        args = get_args(base)
+        for k, v in value.items():
+            yield from served_walk(args[1] if len(args) == 2 else Any, v, f"{key}.{k}", side)
+    elif isinstance(value, list | tuple):
+        args = [a for a in get_args(base) if a is not Ellipsis]
+        for i, v in enumerate(value):
+            yield from served_walk(args[0] if len(args) == 1 else (args[i] if i < len(args) else Any), v,
+                                   f"{key}[{i}]", side)
+    elif side is not None:
+        yield key, side, value
 
 
 def build(cls: type[T], mapping: Any, where: str = "") -> T:

@@ -82,7 +82,9 @@ def test_hostile_run_parameters_are_refused_before_dvc(
         ({"sam2.checkpoint": "models/../../../../etc/x.pt"},
          f"sam2.checkpoint: 'models/../../../../etc/x.pt' goes up with '..' {OUTSIDE}"),
         ({"benchmarks.roots": "{revos: /srv/revos}"},
-         f"benchmarks.roots: '/srv/revos' is outside the project {OUTSIDE}"),
+         f"benchmarks.roots.revos: '/srv/revos' is outside the project {OUTSIDE}"),
+        ({"data.sources": "[{name: a, root: data/a}, {name: b, root: /srv/b}]"},
+         f"data.sources[1].root: '/srv/b' is outside the project {OUTSIDE}"),
     ],
 )
 def test_a_run_may_not_change_where_secrets_data_or_requests_go(
