@@ -19,6 +19,8 @@ import threading
 import uuid
 from pathlib import Path
 
+from fastapi import Request  # at module level: the routes' annotations are resolved in this module's namespace
+
 from stages.segment_video.source import FRAME_SUFFIXES, InputError
 
 log = logging.getLogger(__name__)
@@ -200,7 +202,7 @@ class Demo:
 def create_app(demo: Demo):
     """The FastAPI app: `/` (the page), `/api/upload` (raw body, size-limited while it streams),
     `/api/segment` (JSON), `/runs/<id>/<file>` (a run's outputs)."""
-    from fastapi import FastAPI, Request
+    from fastapi import FastAPI
     from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 
     app = FastAPI(title="vrsflow demo", docs_url=None, redoc_url=None, openapi_url=None)
