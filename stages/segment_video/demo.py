@@ -76,12 +76,13 @@ $("form").addEventListener("submit", async (event) => {{
                                            `this demo accepts up to {max_mb:g} MB`);
       const up = await fetch("/api/upload", {{method: "POST", body: file,
         headers: {{"Content-Type": "application/octet-stream", "X-Filename": encodeURIComponent(file.name)}}}});
-      const upJson = await up.json(); if (!up.ok) throw new Error(upJson.error);
+      const upJson = await up.json();
+      if (!up.ok) throw new Error(upJson.error || `upload refused (${{up.status}})`);
       body.upload = upJson.upload;
     }} else if ($("example").value) {{ body.example = $("example").value; }}
     const res = await fetch("/api/segment", {{method: "POST", headers: {{"Content-Type": "application/json"}},
                                               body: JSON.stringify(body)}});
-    const out = await res.json(); if (!res.ok) throw new Error(out.error);
+    const out = await res.json(); if (!res.ok) throw new Error(out.error || `refused (${{res.status}})`);
     $("reasoning").textContent = out.reasoning || out.response || "(no reasoning)";
     const key = out.keyframe ? out.keyframe.time_s + " s" : "-";
     $("summary").textContent = `status ${{out.status}}; keyframe ${{key}}; ` +
