@@ -104,8 +104,8 @@ def run_module(name: str, entry: dict, base: dict, workroot: Path, budget_s: flo
 
 def count_results(name: str, entry: dict, workdir: Path) -> dict:
     """Per-status counts of a module's mutants from `mutmut results --all true` in its scratch copy."""
-    listing = subprocess.run([*MUTMUT, "results", "--all", "true"], cwd=workdir, env=ENV, capture_output=True,
-                             text=True, check=True).stdout
+    listing = subprocess.run(["nice", "-n", "19", *MUTMUT, "results", "--all", "true"], cwd=workdir, env=ENV,
+                             capture_output=True, text=True, check=True).stdout
     statuses = {m.group(1): m.group(2).strip() for line in listing.splitlines() if (m := STATUS_LINE.match(line))}
     if not statuses:
         sys.exit(f"mutation: no mutants recorded for module {name} in {workdir} (see its mutmut-run.log)")

@@ -200,3 +200,13 @@ def test_rcot_match_thresholds_are_strict_and_box_edges_count_as_inside(gt_box, 
     text = completion(bbox_2d_list=[box], point_2d_list=[point])
     result = run(text, square_gt(*gt_box), components=("rcot_match",), threshold_size=100)
     assert result["rcot_match"] == pytest.approx(expected)
+
+
+def test_aks_option_without_ground_truth_option_names_the_data_bug():
+    mask = np.ones((4, 4), dtype=bool)
+    gt = json.loads(one_frame_gt(mask, task="rcot_aks"))
+    gt["aks_option"] = None
+    text = '<think>It is there.</think><answer>{"option": "A"}</answer>'
+    message = "aks_option reward on a sample whose ground truth has no aks_option"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        run(text, json.dumps(gt), components=("aks_option",))
