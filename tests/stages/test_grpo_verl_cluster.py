@@ -176,21 +176,28 @@ def cluster(world: dict):
     """A Ray head declaring 8 GPUs (and 32 CPUs: verl's bundles ask for 3 CPUs per GPU), private ports and temp
     dir; `add_node()` joins a second node with 8 more. RAY_ADDRESS points at the head."""
     temp = Path(tempfile.mkdtemp(prefix="vrsgpu"))  # short: Ray's socket paths have a length limit
-    port = _free_port()
     head_log = world["base"] / "ray_head.log"
-    head = _start_node(["--head", f"--port={port}", "--num-cpus=32", "--num-gpus=8", "--include-dashboard=false",
-                        f"--temp-dir={temp}", f"--ray-client-server-port={_free_port()}",
-                        f"--dashboard-agent-listen-port={_free_port()}", f"--metrics-export-port={_free_port()}"],
-                       head_log)
-    address = f"127.0.0.1:{port}"
     nodes = []
     previous = os.environ.get("RAY_ADDRESS")
+    head = None
     try:
-        deadline = time.monotonic() + 300
-        while subprocess.run([str(BIN / "ray"), "status", f"--address={address}"], env=_env(),
-                             capture_output=True).returncode != 0:
-            assert head.poll() is None and time.monotonic() < deadline, head_log.read_text()[-3000:]
-            time.sleep(1)
+        for _ in range(3):  # Ray gives a starting node 30 s to register; a crowded machine can miss that
+            port = _free_port()
+            head = _start_node(["--head", f"--port={port}", "--num-cpus=32", "--num-gpus=8",
+                                "--include-dashboard=false", f"--temp-dir={temp}",
+                                f"--ray-client-server-port={_free_port()}",
+                                f"--dashboard-agent-listen-port={_free_port()}",
+                                f"--metrics-export-port={_free_port()}"], head_log)
+            address = f"127.0.0.1:{port}"
+            deadline = time.monotonic() + 300
+            while head.poll() is None and time.monotonic() < deadline and subprocess.run(
+                    [str(BIN / "ray"), "status", f"--address={address}"], env=_env(), capture_output=True,
+                    timeout=120).returncode != 0:
+                time.sleep(1)
+            if head.poll() is None:
+                break
+            head.log.close()
+        assert head.poll() is None and time.monotonic() < deadline, head_log.read_text()[-3000:]
         os.environ["RAY_ADDRESS"] = address
         from stages.rewards.sam2_service import NAMESPACE
 
@@ -211,7 +218,8 @@ def cluster(world: dict):
         os.environ.pop("RAY_ADDRESS", None) if previous is None else os.environ.update(RAY_ADDRESS=previous)
         for node in nodes:
             _stop_node(node)
-        _stop_node(head)
+        if head is not None and head.poll() is None:
+            _stop_node(head)
         shutil.rmtree(temp, ignore_errors=True)
 
 
