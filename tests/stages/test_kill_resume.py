@@ -81,11 +81,12 @@ def _kill_after_first_checkpoint(proc: subprocess.Popen, ckpt: Path, out: Path, 
         time.sleep(0.05)
     for child in seen[proc.pid].children(recursive=True):
         seen.setdefault(child.pid, child)
+    lifelines = [p for p in seen.values() if "stages.core.lifeline" in " ".join(_cmdline(p))]
+    sessions = {_sid(p) for p in lifelines} - {None, os.getsid(proc.pid)}
     os.killpg(proc.pid, signal.SIGKILL)
     assert not out.exists(), "the run had finished training before the kill"
-    workers = [p for p in seen.values() if "stages.core.lifeline" in " ".join(_cmdline(p))]
-    assert len(workers) >= 3  # the launcher and 2 workers, each through the lifeline
-    assert any(p.pid != proc.pid and _sid(p) not in (None, os.getsid(proc.pid)) for p in workers)  # own sessions
+    assert len(lifelines) >= 3  # the launcher and 2 workers, each through the lifeline
+    assert len(sessions) >= 2  # torchrun's workers, each in a session of its own: beyond the kill
     proc.wait()
     return list(seen.values())
 
