@@ -37,6 +37,9 @@ def test_fields_of_blocks_inside_lists_need_a_side_too() -> None:
     walked = [(key, side.side, side.path, value)
               for key, side, value in served_walk(dict(leaf_fields(_Block))["items"], (_Item("a/b", "x"),), "items")]
     assert walked == [("items[0].root", "experiment", True, "a/b"), ("items[0].name", "experiment", False, "x")]
+    as_given = [(key, side.path) for key, side, _ in served_walk(dict(leaf_fields(_Block))["items"],
+                                                                [{"name": "x", "root": "a/b"}], "items")]
+    assert as_given == [("items[0].name", False), ("items[0].root", True)]  # an override's mapping: same markers
 
 
 def _side(key: str) -> str:

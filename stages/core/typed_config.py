@@ -134,6 +134,10 @@ def served_walk(tp: Any, value: Any, key: str, side: Served | None = None) -> It
         hints = _hints(type(value))
         for f in dataclasses.fields(value):
             yield from served_walk(hints[f.name], getattr(value, f.name), _join(key, f.name), side)
+    elif isinstance(value, Mapping) and dataclasses.is_dataclass(base):  # a block as given, not yet built
+        hints = _hints(base)
+        for k, v in value.items():
+            yield from served_walk(hints.get(k, Any), v, f"{key}.{k}", side)
     elif isinstance(value, Mapping):
         args = get_args(base)
         for k, v in value.items():
