@@ -12,7 +12,9 @@ stage can bring the checkpoint back on any machine.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
+import io
 import json
 import os
 import shlex
@@ -173,7 +175,8 @@ def validate(config) -> None:
         config = OmegaConf.create(OmegaConf.to_container(config))
         with open_dict(config):
             config.actor_rollout_ref.model.lora_rank = 0
-    with warnings.catch_warnings():
+    # verl prints "[validate_config] All configuration checks passed successfully!"; our commands print one line
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.filterwarnings("ignore", message="Disabled critic")
         validate_config(config=config, use_reference_policy=need_reference_policy(config),
                         use_critic=need_critic(config))
