@@ -227,6 +227,36 @@ def _segment(args: argparse.Namespace) -> int:
         raise UsageError(str(err)) from err
 
 
+def _segment_arguments(parser: argparse.ArgumentParser, demo: bool = False) -> None:
+    """`vrsflow segment` / `vrsflow demo` options: model, mode, params, and each command's own."""
+    parser.add_argument("--model", default="", help="Qwen2.5-VL checkpoint folder (default: the pipeline's "
+                                                    "models/grpo/merged, else models/sft/merged)")
+    parser.add_argument("--mode", choices=["veason", "rcot", "videoseg"], default=None,
+                        help="inference: Veason-R1 (one answer), RCoT-Seg (keyframe judged, re-selected) or "
+                             "VideoSeg-R1 (HTFS frame search); default: the mode the checkpoint was trained for "
+                             "(its lineage), else evaluate.mode")
+    parser.add_argument("--params", default="params.yaml", help="params file for the evaluate.* and sam2.* settings "
+                                                                "(default: params.yaml; defaults when absent)")
+    parser.add_argument("-S", "--set-param", action="append", default=[], metavar="KEY=VALUE",
+                        help="a params override, e.g. -S evaluate.n_frames=8 (repeatable)")
+    if demo:
+        parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine "
+                                                                 "only)")
+        parser.add_argument("--port", type=int, default=7860)
+        parser.add_argument("--max-mb", type=float, default=200.0, help="largest upload accepted, MB (default 200)")
+        parser.add_argument("--examples", default="", help="a ReVOS-layout root whose videos are offered as "
+                                                           "examples (default: data.root, else a few generated "
+                                                           "synthetic clips)")
+        parser.add_argument("--work", default="", help="folder for uploads and results (default: a temporary one)")
+        return
+    parser.add_argument("--video", default="", help="video file (mp4, mov, webm, mkv, …) or a folder of frames")
+    parser.add_argument("--query", default=None, help="what to segment, in words")
+    parser.add_argument("--out", default="", help="output folder (default: segment/<video name>; with --batch the "
+                                                  "folder holding <video>-<hash>/<query>/ per line)")
+    parser.add_argument("--batch", default="", help="JSONL file, one {\"video\": …, \"query\": …} per line; "
+                                                    "resumable (done results are skipped)")
+
+
 def _profile(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -345,14 +375,12 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--table", default="", help="write the per-expression scores as CSV here")
     evaluate.set_defaults(func=_evaluate)
 
-    from stages.segment_video.command import add_arguments
-
     segment = sub.add_parser("segment", help="a trained checkpoint on any video and query: masks/, overlay.mp4, "
                                              "answer.json (the evaluate stage's inference)")
-    add_arguments(segment)
+    _segment_arguments(segment)
     segment.set_defaults(func=_segment)
     demo = sub.add_parser("demo", help="serve a small web page: upload a video, ask, see the masked video")
-    add_arguments(demo, demo=True)
+    _segment_arguments(demo, demo=True)
     demo.set_defaults(func=_segment)
     return parser
 

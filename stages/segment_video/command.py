@@ -1,5 +1,6 @@
 """The `vrsflow segment` and `vrsflow demo` commands (flows/cli.py registers them; errors are `InputError`s,
-which the CLI prints as one line with a non-zero exit)."""
+which the CLI prints as one line with a non-zero exit). Their options are defined in flows/cli.py
+(`_segment_arguments`), so building the parser imports nothing of this package."""
 
 from __future__ import annotations
 
@@ -8,41 +9,11 @@ import json
 import sys
 from pathlib import Path
 
-from stages.segment_video.source import InputError, probe
-
-
-def add_arguments(parser: argparse.ArgumentParser, demo: bool = False) -> None:
-    """Options shared by both commands (model, mode, params) and each command's own."""
-    parser.add_argument("--model", default="", help="Qwen2.5-VL checkpoint folder (default: the pipeline's "
-                                                    "models/grpo/merged, else models/sft/merged)")
-    parser.add_argument("--mode", choices=["veason", "rcot", "videoseg"], default=None,
-                        help="inference: Veason-R1 (one answer), RCoT-Seg (keyframe judged, re-selected) or "
-                             "VideoSeg-R1 (HTFS frame search); default: the mode the checkpoint was trained for "
-                             "(its lineage), else evaluate.mode")
-    parser.add_argument("--params", default="params.yaml", help="params file for the evaluate.* and sam2.* settings "
-                                                                "(default: params.yaml; defaults when absent)")
-    parser.add_argument("-S", "--set-param", action="append", default=[], metavar="KEY=VALUE",
-                        help="a params override, e.g. -S evaluate.n_frames=8 (repeatable)")
-    if demo:
-        parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine "
-                                                                 "only)")
-        parser.add_argument("--port", type=int, default=7860)
-        parser.add_argument("--max-mb", type=float, default=200.0, help="largest upload accepted, MB (default 200)")
-        parser.add_argument("--examples", default="", help="a ReVOS-layout root whose videos are offered as "
-                                                           "examples (default: data.root, else a few generated "
-                                                           "synthetic clips)")
-        parser.add_argument("--work", default="", help="folder for uploads and results (default: a temporary one)")
-        return
-    parser.add_argument("--video", default="", help="video file (mp4, mov, webm, mkv, …) or a folder of frames")
-    parser.add_argument("--query", default=None, help="what to segment, in words")
-    parser.add_argument("--out", default="", help="output folder (default: segment/<video name>/<query>)")
-    parser.add_argument("--batch", default="", help="JSONL file, one {\"video\": …, \"query\": …} per line; "
-                                                    "resumable (done results are skipped)")
-
 
 def load_settings(args: argparse.Namespace):
     """The params the commands use: the params file (defaults when it does not exist) with -S overrides."""
     from stages.core.params import Params, apply_overrides, read_params_file
+    from stages.segment_video.source import InputError
 
     overrides = {}
     for item in args.set_param:
@@ -66,6 +37,7 @@ def resolve_model(args: argparse.Namespace, params) -> Path:
 
 def run_segment(args: argparse.Namespace) -> int:
     from stages.segment_video import Engine, Progress, Request, check_query, done, read_batch, run_batch, run_video
+    from stages.segment_video.source import InputError, probe
 
     if bool(args.batch) == bool(args.video):
         raise InputError("give --video PATH with --query TEXT, or --batch FILE.jsonl")
@@ -109,5 +81,5 @@ def run_demo(args: argparse.Namespace) -> int:
     params = load_settings(args)
     model = resolve_model(args, params)
     serve(params, model, args.mode, host=args.host, port=args.port, max_mb=args.max_mb,
-          examples=Path(args.examples) if args.examples else None, work=Path(args.work) if args.work else None)
+          examples=Path(args.examples or params.data.root), work=Path(args.work) if args.work else None)
     return 0
