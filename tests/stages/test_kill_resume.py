@@ -154,7 +154,6 @@ def test_sft_killed_with_sigkill_leaves_nothing_and_resumes_exactly(tmp_path: Pa
     assert _alive_after(processes, 10) == []
     assert _complete_checkpoints(killed / "ckpt")  # what the rerun resumes from
     _finish(_stage(SFT_STAGE, job(killed), killed), killed)
-    assert "resuming from" in (killed / "log.txt").read_text()
     _same_tensors(reference / "sft" / "adapter", killed / "sft" / "adapter")
     _same_tensors(reference / "sft" / "merged", killed / "sft" / "merged")
 
