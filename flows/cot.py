@@ -7,9 +7,9 @@ from pathlib import Path
 from prefect import flow
 
 from flows.common import run_stage
+from stages.core.frames_root import frames_root
 from stages.core.params import load_params
 from stages.cot import generate_cot
-from stages.ingest.sources import frames_root
 
 
 @flow(name="dvc-cot")

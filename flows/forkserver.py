@@ -29,6 +29,7 @@ import signal
 import socket
 import struct
 import sys
+from collections.abc import Callable
 
 from stages.core import lifeline
 
@@ -164,6 +165,13 @@ def _build_table_schemas(package) -> None:
                     value.to_schema()
 
 
+_ENTRY: list[Callable[[list[str]], int]] = []  # what a forked child runs (set by `serve`)
+
+
+def _entry() -> Callable[[list[str]], int]:
+    return _ENTRY[0]
+
+
 def _child(conn: socket.socket, request: dict, fds: list[int], inherited: list[socket.socket], server: int) -> None:
     """In the forked child: become the stage command, run it, exit with its code."""
     try:
@@ -185,9 +193,7 @@ def _child(conn: socket.socket, request: dict, fds: list[int], inherited: list[s
         os.environ.pop(ENV, None)
         os.environ[FORKED_ENV] = "1"  # for the timings record (flows/common.py) and the tests
         sys.argv = ["vrsflow", *request["argv"]]
-        from flows.cli import main
-
-        code = main(request["argv"])
+        code = _entry()(request["argv"])
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except KeyboardInterrupt:  # Ctrl-C: the flow run is already marked crashed; no traceback
@@ -203,12 +209,13 @@ def _child(conn: socket.socket, request: dict, fds: list[int], inherited: list[s
     os._exit(code)
 
 
-def serve(path: str) -> None:
-    """Listen on `path` until SIGTERM; fork one child per request; never returns.
+def serve(path: str, run_command: Callable[[list[str]], int]) -> None:
+    """Listen on `path` until SIGTERM; fork one child per request, which runs `run_command(argv)`; never returns.
 
     Listens first and warms up between requests (one module per idle moment), so the first stages are
     forked as soon as the server exists instead of starting cold while it imports torch.
     """
+    _ENTRY[:] = [run_command]
     to_import = warm_up_order()
     heavy = set(to_import[to_import.index(HEAVY_LAST[0]):])
     # torch & co. (≈10 s of CPU on 2 cores) only after a first stage has finished (until then they would slow
@@ -336,12 +343,18 @@ def _reap(waiting: dict[int, socket.socket]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m flows.forkserver SOCKET` (started by `vrsflow repro`)."""
+    """`python -m flows.forkserver SOCKET MODULE:FUNCTION` (started by `vrsflow repro` with `flows.cli:main`).
+
+    The command the children run is named on the command line, not imported here: the command line (flows/cli.py)
+    uses this server, never the reverse (docs/architecture.md, "One direction between cli, prefect_api and the
+    fork server").
+    """
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        sys.stderr.write("usage: python -m flows.forkserver SOCKET\n")
+    if len(args) != 2 or args[1].count(":") != 1:
+        sys.stderr.write("usage: python -m flows.forkserver SOCKET MODULE:FUNCTION\n")
         return 2
-    serve(args[0])
+    module, function = args[1].split(":")
+    serve(args[0], getattr(importlib.import_module(module), function))
     return 0
 
 

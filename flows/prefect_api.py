@@ -242,7 +242,7 @@ def mark_killed_runs(home: Path, api: str) -> list[str]:
     `api` is the API now in use (EMBEDDED or a URL): only its runs are looked at. Never fails the caller: a
     run that cannot be marked now keeps its record for the next stage.
     """
-    from stages.models.launch import remove_leftover_job_folders
+    from stages.core.job_folders import remove_leftover_job_folders
 
     remove_leftover_job_folders()
     records = []
@@ -290,14 +290,14 @@ def _forkserver(warm: bool) -> Iterator[dict[str, str]]:
     import tempfile
 
     from flows.forkserver import ENV
-    from stages.models.launch import JOB_PREFIX
+    from stages.core.job_folders import JOB_PREFIX
 
     # named by this pid: when a kill leaves it behind, the next stage removes it (remove_leftover_job_folders)
     with tempfile.TemporaryDirectory(prefix=f"{JOB_PREFIX}forkserver-{os.getpid()}-") as folder:
         path = str(Path(folder) / "stages.sock")
         # dies with this process, whatever kills it (its stage children die with it: flows/forkserver.py)
-        server = lifeline.popen([sys.executable, "-m", "flows.forkserver", path], stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        server = lifeline.popen([sys.executable, "-m", "flows.forkserver", path, "flows.cli:main"],
+                                stdin=subprocess.DEVNULL, start_new_session=True)
         try:
             yield {ENV: path}
         finally:  # it holds nothing to clean up (its children are stages, stopped through their commands)

@@ -102,7 +102,7 @@ def mixture(tmp_path_factory: pytest.TempPathFactory, project_root: Path) -> tup
 
 def test_index_counts_per_source_equal_the_raw_files(mixture: tuple[Path, list[dict], DataParams]) -> None:
     from stages.core import revos
-    from stages.ingest.sources import frames_root
+    from stages.core.frames_root import frames_root
 
     base, sources, data = mixture
     videos = pd.read_parquet(base / "index/videos.parquet")

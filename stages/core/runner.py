@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 from stages.core.progress import track
-from stages.core.typed_config import Exp, Server
+from stages.core.typed_config import Server
 
 T = TypeVar("T")
 R = TypeVar("R")

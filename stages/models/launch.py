@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -26,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from stages.core import lifeline
+from stages.core.job_folders import JOB_PREFIX, remove_leftover_job_folders
 
 log = logging.getLogger(__name__)
 
 RESULT_KEY = "result"  # the job member naming the file the main process writes its result to
-JOB_PREFIX = "vrsflow-job-"  # job folders: vrsflow-job-<stage>-<pid of the stage>-<random>
 
 
 def launch_command(processes: int, accelerate_config: str, module: str, job: Path) -> list[str]:
@@ -82,25 +81,3 @@ def _run_to_end(command: list[str], grace_s: float = 15.0) -> None:
         raise
     if code:
         raise subprocess.CalledProcessError(code, command)
-
-
-def remove_leftover_job_folders(folder: Path | None = None) -> list[Path]:
-    """Remove the job folders of stages that were killed before they could (their pid is gone); return them."""
-    removed = []
-    for path in Path(folder or tempfile.gettempdir()).glob(f"{JOB_PREFIX}*"):
-        parts = path.name[len(JOB_PREFIX):].split("-")  # <stage>-<pid>-<random>
-        pid = int(parts[-2]) if len(parts) >= 3 and parts[-2].isdigit() else 0
-        if pid and not _alive(pid) and path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-    return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process (a reused pid): not ours to judge
-        return True
-    return True

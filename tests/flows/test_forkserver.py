@@ -52,7 +52,8 @@ def test_stages_are_answered_while_the_server_is_still_warming_up(tmp_path, capf
 
     repo = Path(__file__).resolve().parents[2]
     path = str(tmp_path / "stages.sock")
-    server = subprocess.Popen([sys.executable, "-m", "flows.forkserver", path], cwd=repo, start_new_session=True)
+    server = subprocess.Popen([sys.executable, "-m", "flows.forkserver", path, "flows.cli:main"], cwd=repo,
+                              start_new_session=True)
     old = os.environ.get(ENV)
     try:
         deadline = time.monotonic() + 60
@@ -71,3 +72,26 @@ def test_stages_are_answered_while_the_server_is_still_warming_up(tmp_path, capf
         server.wait(timeout=30)
     out, err = capfd.readouterr()
     assert out.count("usage: vrsflow stage") == 2 and "unknown stage 'no_such_stage'" in err
+
+
+def test_cli_prefect_api_and_fork_server_depend_one_way() -> None:
+    """cli → prefect_api → forkserver, and cli → forkserver: never the reverse (the fork server is told on its
+    command line what its children run). An import back would put the whole CLI in every stage's code closure."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "flows"
+
+    def flows_imports(name: str) -> set[str]:
+        tree = ast.parse((root / f"{name}.py").read_text())
+        found = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("flows."):
+                found.add(node.module.split(".")[1])
+            elif isinstance(node, ast.Import):
+                found |= {a.name.split(".")[1] for a in node.names if a.name.startswith("flows.")}
+        return found
+
+    assert flows_imports("forkserver") == set()
+    assert "cli" not in flows_imports("prefect_api")
+    assert flows_imports("prefect_api") <= {"forkserver"}

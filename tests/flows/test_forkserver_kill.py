@@ -21,14 +21,13 @@ from tests.pipeline_repo import env_with_venv
 
 REPO = Path(__file__).resolve().parents[2]
 
-# the real server loop, with a stage that only sleeps (flows.cli.main is what the forked child runs) and no
+# the real server loop, with a stage command that only sleeps (`vrsflow repro` gives it flows.cli:main) and no
 # warm-up imports (torch is imported only after a first stage has ended: never here)
 SERVER = """
 import sys, time
-import flows.cli, flows.forkserver
-flows.cli.main = lambda argv: time.sleep(300)
+import flows.forkserver
 flows.forkserver.warm_up_order = lambda: ["torch"]
-flows.forkserver.serve(sys.argv[1])
+flows.forkserver.serve(sys.argv[1], lambda argv: time.sleep(300))
 """
 CLIENT = "import sys; from flows.forkserver import run_in_server; sys.exit(run_in_server(['stage', 'sft']))"
 
