@@ -53,6 +53,8 @@ KNOWN = {
     "learning": ("bench_learning.py --seeds 0 1 2 --repo DIR",
                  "the default run learns to segment (issue 24): pre-trained base → after SFT parse ≥ 95 %, J&F ≥ 40 "
                  "and ≥ half the ceiling (ground-truth answers, same segmenter)"),
+    "mutation": ("scripts/mutation.sh [MODULE ...]", "≥ 90 % of mutants killed in stages/rewards and "
+                 "stages/evaluate/metrics.py, ≥ 85 % in every other listed module (issue 30)"),
     "gpu-sam2_reward": ("gpu.sh → bench_sam2_reward.py", "SAM2.1-large: ≥ 4× (H100, published 4.95 s → 1.45 s)"),
     "gpu-sft": ("gpu.sh → bench_sft.py --gpu", "3B-shaped LoRA step: MFU, memory"),
     "gpu-evaluate": ("gpu.sh → bench_metrics.py --gpu", "≤ 5 s per 100-frame video (published 31–36 s, L20)"),
@@ -225,6 +227,12 @@ def measured(name: str, figures: dict) -> str:
             + f" per frame, peak RSS {c['peak_rss_mb']} MB" for k, c in figures["clips"].items())
         return (f"{figures['models']}; {clips}; RSS 60 s ÷ 10 s at 1080p {figures['rss_1080p_long_over_short']}: "
                 f"target {_met(figures['rss_within_target'])}")
+    if name == "mutation":
+        return "; ".join(
+            f"{mod}: {m['killed']} killed, {m['survived']} survived, {m['timed_out']} timed out of {m['generated']} "
+            f"generated ({m['not_checked']} not checked{', run incomplete' if not m['complete'] else ''}; "
+            f"{m['wall_s']:.0f} s wall) — target {m['target']:.0%}: {_met(m['meets_target'])}"
+            for mod, m in sorted(figures["modules"].items()))
     if name == "reader_check":
         h = figures["headline"]
         return (f"MeViS train reader equal to load_mevis_json: {h['mevis_train_equal']} "
