@@ -85,8 +85,9 @@ def select_keyframes(params: KeyframesParams, seed: int, data_root: Path, index_
         counts[pool_name] = len(table)
         counts[f"{pool_name}.short_videos"] = int((table["n_video_frames"] < params.n_frames).sum())
         counts[f"{pool_name}.aks_B"] = int((table["aks_option"] == "B").sum())
-    write_table(pd.DataFrame(quarantine, columns=list(QuarantineSchema.to_schema().columns)), QuarantineSchema,
-                out_dir / "quarantine.parquet")
+    # `source` is ingest's column (several training sources): the sample id already names its source here
+    columns = [c for c in QuarantineSchema.to_schema().columns if c != "source"]
+    write_table(pd.DataFrame(quarantine, columns=columns), QuarantineSchema, out_dir / "quarantine.parquet")
     counts["quarantined"] = len(quarantine)
     write_lineage(out_dir, "keyframes", params, inputs={"index": index_dir, "sample": sample_dir}, seed=seed,
                   counts=counts, code_modules=["stages.keyframes", "stages.core.mask_table", "schemas.sample"])

@@ -59,7 +59,10 @@ def test_prepare_verl_job_writes_config_and_launch(tmp_path):
     parquet = tmp_path / "grpo.parquet"
     pq.write_table(pa.table({"data_source": ["vrsflow/revos"]}), parquet)
     params = replace(PAPER, verl_parquet=str(parquet), verl=GrpoVerlParams(out_dir=str(tmp_path / "verl")))
-    job = prepare_job(params, RewardParams(), Sam2Params(), tmp_path / "params.yaml")
+    checkpoint = tmp_path / "sam2.pt"  # hashed into the job's SAM2 service name, never loaded here
+    checkpoint.write_bytes(b"sam2 weights")
+    sam2 = Sam2Params(checkpoint=str(checkpoint), config="configs/sam2.1/sam2.1_hiera_t.yaml")  # a package config
+    job = prepare_job(params, RewardParams(), sam2, tmp_path / "params.yaml")
     launch = Path(job["launch"]).read_text()
     assert "stages.rewards.sam2_service" in launch and "verl.trainer.main_ppo" in launch
     assert "stages.grpo.curves" in launch and (tmp_path / "verl" / "config.yaml").is_file()
