@@ -239,6 +239,7 @@ if result["is_main"]:
 GRPO_LAST_WINDOW_TOLERANCE = 0.15
 
 
+@pytest.mark.slow  # ~25 s; two processes also run in test_launch and the slow kill/resume tests
 def test_two_process_grpo_under_accelerate_matches_one_process(tiny_run, dense_run, tmp_path):
     """TRL GRPO in 2 CPU processes (accelerate launch with configs/accelerate/ddp.yaml, gloo): each process
     generates half of every round; it finishes, writes one checkpoint and learns like one process."""

@@ -271,6 +271,7 @@ def test_changed_params_do_not_resume_a_foreign_checkpoint(setup, tmp_path: Path
 TWO_PROCESS_RTOL, TWO_PROCESS_ATOL = 1e-4, 1e-5
 
 
+@pytest.mark.slow  # ~20 s; two processes also run in test_launch and the slow kill/resume tests
 def test_two_processes_under_accelerate_match_one_process(setup, reference: Path, tmp_path: Path) -> None:
     config = Path(__file__).resolve().parents[2] / "configs" / "accelerate" / "ddp.yaml"
     params = replace(SMALL, grad_accum=1, processes=2, accelerate_config=str(config))
