@@ -47,16 +47,6 @@ DEFAULT_LINGER_S = 30.0
 STARTUP_TIMEOUT_S = 90.0
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _healthy(url: str, timeout: float = 2.0) -> bool:
     try:
         with urllib.request.urlopen(f"{url}/health", timeout=timeout) as response:  # noqa: S310 (local URL)
@@ -94,7 +84,7 @@ def _live_leases(home: Path) -> list[int]:
     leases = home / LEASES_DIR
     for lease in leases.glob("*") if leases.is_dir() else []:
         pid = int(lease.name) if lease.name.isdigit() else -1
-        if pid > 0 and _alive(pid):
+        if pid > 0 and lifeline.alive(pid):
             live.append(pid)
         else:
             lease.unlink(missing_ok=True)  # a process that died without releasing (SIGKILL)
@@ -160,7 +150,7 @@ def prefect_api() -> Iterator[str]:
     lease = home / LEASES_DIR / str(os.getpid())
     with _locked(home):
         state = _read_state(home)
-        if state and _alive(state.get("keeper_pid", -1)) and _healthy(state["url"]):
+        if state and lifeline.alive(state.get("keeper_pid", -1)) and _healthy(state["url"]):
             url = state["url"]
         else:
             url = _start_keeper(home, _linger_s())

@@ -7,10 +7,11 @@ pid; a SIGKILL leaves that folder behind. The next stage's start removes those w
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from pathlib import Path
+
+from stages.core import lifeline
 
 __all__ = ["JOB_PREFIX", "remove_leftover_job_folders"]
 
@@ -23,17 +24,7 @@ def remove_leftover_job_folders(folder: Path | None = None) -> list[Path]:
     for path in Path(folder or tempfile.gettempdir()).glob(f"{JOB_PREFIX}*"):
         parts = path.name[len(JOB_PREFIX):].split("-")  # <stage>-<pid>-<random>
         pid = int(parts[-2]) if len(parts) >= 3 and parts[-2].isdigit() else 0
-        if pid and not _alive(pid) and path.is_dir():
+        if pid and not lifeline.alive(pid) and path.is_dir():
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process (a reused pid): not ours to judge
-        return True
-    return True

@@ -90,7 +90,7 @@ def stop_when_gone(pid: int, grace_s: float = 5.0) -> threading.Thread:
         except ProcessLookupError:
             fd = -1
         except OSError:  # no pidfd (old kernel): poll
-            while _exists(pid):
+            while alive(pid):
                 time.sleep(0.5)
             fd = -1
         if fd >= 0:
@@ -124,7 +124,8 @@ def _stop_self(grace_s: float) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _exists(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process `pid` exists (another user's process counts: a reused pid is not ours to judge)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

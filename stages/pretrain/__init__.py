@@ -30,7 +30,7 @@ from stages.core.io import atomic_write_text, write_json
 from stages.core.lineage import write_lineage
 from stages.core.model_card import write_model_card
 from stages.core.params import ModelParams, PretrainParams, SynthScale
-from stages.core.progress import ProgressReporter
+from stages.core.progress import trainer_progress
 from stages.core.report import StageReport, curves_markdown, summary_line
 from stages.core.typed_config import to_dict
 from stages.models import load_vlm
@@ -84,7 +84,7 @@ def _scale(params: PretrainParams) -> SynthScale:
 
 def _train(params: PretrainParams, model: ModelParams, train_size: int, out_dir: Path,
            metrics_dir: Path) -> StageReport:
-    from transformers import PrinterCallback, Trainer, TrainingArguments, set_seed
+    from transformers import Trainer, TrainingArguments, set_seed
 
     if not Path(params.base).is_dir():
         raise FileNotFoundError(f"pretrain.base {params.base} is not a folder (the tiny_models stage writes it)")
@@ -114,8 +114,8 @@ def _train(params: PretrainParams, model: ModelParams, train_size: int, out_dir:
     state.wait_for_everyone()
     dataset = GroundingDataset(train, processor)
     trainer = Trainer(model=vlm, args=args, train_dataset=dataset,
-                      data_collator=PadCollator(processor.tokenizer.pad_token_id), callbacks=[_progress_callback()])
-    trainer.remove_callback(PrinterCallback)
+                      data_collator=PadCollator(processor.tokenizer.pad_token_id))
+    trainer_progress(trainer, "pretrain steps", every=20)  # the project's one Trainer progress bar + short lines
     output = trainer.train()
     result: dict = {}
     if main:
@@ -219,31 +219,6 @@ def _scenes_digest(samples: list[GroundingSample]) -> str:
     for s in samples:
         digest.update(repr((s.video, s.expression, s.keyframe, s.boxes)).encode())
     return digest.hexdigest()
-
-
-def _progress_callback():
-    from transformers import TrainerCallback
-
-    class Progress(TrainerCallback):
-        reporter: ProgressReporter | None = None
-
-        def on_train_begin(self, args, state, control, **kwargs) -> None:
-            if state.is_world_process_zero:
-                self.reporter = ProgressReporter(state.max_steps, desc="pretrain steps")
-
-        def on_log(self, args, state, control, logs=None, **kwargs) -> None:
-            if state.is_world_process_zero and logs and "loss" in logs and state.global_step % 20 == 0:
-                log.info("pretrain step %d/%d: loss %.4f", state.global_step, state.max_steps, logs["loss"])
-
-        def on_step_end(self, args, state, control, **kwargs) -> None:
-            if self.reporter is not None:
-                self.reporter.advance()
-
-        def on_train_end(self, args, state, control, **kwargs) -> None:
-            if self.reporter is not None:
-                self.reporter.close()
-
-    return Progress()
 
 
 def _curves(metrics_dir: Path) -> str:
