@@ -126,6 +126,15 @@ def count_results(name: str, entry: dict, workdir: Path) -> dict:
     }
 
 
+def git_commit() -> dict:
+    """The checkout's HEAD and whether its tracked files differ from it (the scratch copies take the files as they
+    are)."""
+    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
+                           text=True).stdout.strip() != ""
+    return {"sha": sha or "unknown", "dirty": dirty}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("modules", nargs="*", help="module names of [tool.vrsflow.mutation] (default: all)")
@@ -147,6 +156,8 @@ def main(argv: list[str] | None = None) -> None:
                    "cores": os.cpu_count(), "workers": 1,
                    "note": "wall_s on a shared 2-core machine with other jobs running at higher priority (mutmut "
                            "runs at nice 19; load_at_start: 1-min load average; cpu_s: CPU seconds mutmut used)"})
+    result["machine"] = {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)}
+    result["commit"] = git_commit()
     result.setdefault("modules", {})
     for name in args.modules or list(modules):
         print(f"mutation: {name} …", flush=True)
@@ -161,6 +172,9 @@ def main(argv: list[str] | None = None) -> None:
             figures = run_module(name, modules[name], base, args.workdir, args.budget_s, args.resume)
             for key in ("wall_s", "cpu_s"):  # a resumed module adds its earlier run's time
                 figures[key] = round(figures[key] + previous.get(key, 0.0), 1)
+        # the code the module's run mutated: its first run's checkout (a resumed run goes on in that copy)
+        figures["commit"] = (result["modules"].get(name, {}).get("commit", result["commit"])
+                             if args.collect or args.resume else result["commit"])
         result["modules"][name] = figures
         print(f"mutation: {name}: {figures['killed']}/{figures['generated']} killed "
               f"({figures['killed_share']:.1%}), {figures['survived']} survived, {figures['timed_out']} timed out, "

@@ -210,3 +210,189 @@ def test_aks_option_without_ground_truth_option_names_the_data_bug():
     message = "aks_option reward on a sample whose ground truth has no aks_option"
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         run(text, json.dumps(gt), components=("aks_option",))
+
+
+# --- the grouped scorer (TRL): SAM2 once per prompt, each distinct request once ------------------------------
+
+
+def _videoseg_gt() -> tuple[np.ndarray, str]:
+    mask = np.zeros((20, 30), dtype=bool)
+    mask[5:15, 10:20] = True
+    return mask, one_frame_gt(mask, task="videoseg")
+
+
+GROUP_TEXTS = [
+    "garbage",  # does not parse: no request
+    completion(bbox_2d_list=[[10, 5, 20, 15]], point_2d_list=[[15, 10]], negative_point_2d_list=[[2, 2]]),
+    completion(bbox_2d_list=[[25, 16, 30, 20]], point_2d_list=[[27, 18]], negative_point_2d_list=[]),  # no overlap
+    completion(bbox_2d_list=[[12, 5, 20, 15], [0, 0, 2, 2]], point_2d_list=[[14, 9], [1, 1]],
+               negative_point_2d_list=[]),  # the second box matches nothing
+    completion(bbox_2d_list=[[10, 5, 20, 15]], point_2d_list=[[15, 10]], negative_point_2d_list=[[2, 2]]),  # repeat
+]
+REQUEST_A = (0, ((10.0, 5.0, 20.0, 15.0),), (((15.0, 10.0, 1), (2.0, 2.0, 0)),))
+REQUEST_B = (0, ((12.0, 5.0, 20.0, 15.0),), (((14.0, 9.0, 1),),))
+
+
+def test_rollout_groups_names_each_rollouts_request():
+    from schemas.answer import GroundTruth
+
+    gt = GroundTruth.from_json(_videoseg_gt()[1])
+    assert score_module.rollout_groups(GROUP_TEXTS, gt) == [None, REQUEST_A, None, REQUEST_B, REQUEST_A]
+
+
+class FakePropagation:
+    """Stands in for `stages.segment.propagate_groups`: records its calls; group i's masks are (2 objects, 1 frame,
+    H, W) with one pixel each, so the union over objects is known."""
+
+    def __init__(self):
+        self.calls = []
+
+    @staticmethod
+    def masks(i: int) -> np.ndarray:
+        out = np.zeros((2, 1, 20, 30), dtype=bool)
+        out[0, 0, i, 0] = True
+        out[1, 0, 0, i + 3] = True
+        return out
+
+    def __call__(self, predictor, frames, groups, threshold=0.0):
+        self.calls.append((predictor, frames, list(groups), threshold))
+        return [self.masks(i) for i in range(len(groups))]
+
+
+def test_precompute_masks_propagates_each_distinct_request_once(monkeypatch):
+    from schemas.answer import GroundTruth
+    from stages import segment
+    from stages.rewards import precompute_masks
+
+    fake = FakePropagation()
+    monkeypatch.setattr(segment, "propagate_groups", fake)
+    gt = GroundTruth.from_json(_videoseg_gt()[1])
+    frames, predictor = [np.zeros((20, 30, 3), np.uint8)], object()
+    masks_for = precompute_masks(GROUP_TEXTS, gt, frames, predictor)
+    assert len(fake.calls) == 1
+    got_predictor, got_frames, groups, threshold = fake.calls[0]
+    assert got_predictor is predictor and got_frames is frames and threshold == 0.0  # SAM2's own threshold
+    assert groups == [segment.BoxGroup(0, [(10.0, 5.0, 20.0, 15.0)], [[(15.0, 10.0, 1), (2.0, 2.0, 0)]]),
+                      segment.BoxGroup(0, [(12.0, 5.0, 20.0, 15.0)], [[(14.0, 9.0, 1)]])]
+    for i, request in enumerate((REQUEST_A, REQUEST_B)):
+        union = masks_for(*request)
+        assert union.shape == (1, 20, 30)  # the union over the objects, per frame
+        assert set(zip(*np.nonzero(union), strict=True)) == {(0, 0, i + 3), (0, i, 0)}
+
+    precompute_masks(GROUP_TEXTS, gt, frames, predictor, threshold=0.25)
+    assert fake.calls[1][3] == 0.25
+    precompute_masks(["garbage", GROUP_TEXTS[2]], gt, frames, predictor)  # no request: SAM2 is not run
+    assert len(fake.calls) == 2
+
+
+def test_precompute_masks_refuses_frames_of_another_size():
+    from schemas.answer import GroundTruth
+    from stages.rewards import precompute_masks
+
+    gt = GroundTruth.from_json(_videoseg_gt()[1])
+    frames = [np.zeros((21, 30, 3), np.uint8), np.zeros((20, 30, 3), np.uint8)]  # the first frame decides
+    message = "frames are (21, 30), ground truth image_size is [20, 30]"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        precompute_masks(GROUP_TEXTS, gt, frames, object())
+
+
+def test_score_group_runs_sam2_only_for_a_consistency_task_with_frames_and_predictor(monkeypatch):
+    from schemas.answer import GroundTruth
+    from stages.rewards import score_group
+
+    mask, gt_json = _videoseg_gt()
+    calls = []
+
+    def fake(texts, gt, frames, predictor, threshold):
+        calls.append((list(texts), gt, frames, predictor, threshold))
+        return lambda position, boxes, prompts=(): mask[None]  # the ground truth itself: consistency 1
+
+    monkeypatch.setattr(score_module, "precompute_masks", fake)
+    params = RewardParams(components=("format", "consistency"), mask_threshold=0.3)
+    texts, frames, predictor = GROUP_TEXTS[1:2], [np.zeros((20, 30, 3), np.uint8)], object()
+    results = score_group(texts, gt_json, params, frames=frames, predictor=predictor)
+    assert calls == [(texts, GroundTruth.from_json(gt_json), frames, predictor, 0.3)]
+    assert [(r["format"], r["consistency"], r["score"]) for r in results] == [(1.0, 1.0, 2.0)]
+    segmenter = "the consistency reward needs a SAM2 segmenter"
+    for missing in ({"frames": None, "predictor": predictor}, {"frames": frames, "predictor": None}):
+        with pytest.raises(RuntimeError, match=segmenter):  # nothing to segment with: not run, and said so
+            score_group(texts, gt_json, params, **missing)
+    ktg = one_frame_gt(mask, task="rcot_ktg")  # a task without the consistency component
+    score_group([completion(bbox_2d_list=[[10, 5, 20, 15]], point_2d_list=[[15, 10]])], ktg, params, frames=frames,
+                predictor=predictor)
+    assert len(calls) == 1
+
+
+# --- verl's entry: params from the file, the SAM2 service, one log line per rollout ------------------------------
+
+
+def _params_file(folder, **reward) -> str:
+    import yaml
+
+    path = folder / "params.yaml"
+    path.write_text(yaml.safe_dump({"reward": reward}))
+    score_module._params_from.cache_clear()
+    return str(path)
+
+
+@pytest.fixture
+def fresh_params_cache():
+    score_module._params_from.cache_clear()
+    yield
+    score_module._params_from.cache_clear()
+
+
+def test_verl_entry_logs_one_sorted_json_line_per_rollout(tmp_path, fresh_params_cache):
+    import os
+    import socket
+
+    from stages.rewards import verl_entry
+
+    path = _params_file(tmp_path, components=["format", "non_repeat"])
+    mask, gt_json = _videoseg_gt()
+    log_dir = tmp_path / "logs" / "step"  # its parent does not exist yet
+    texts = [GROUP_TEXTS[1], "garbage"]
+    results = [verl_entry.compute_score("vrsflow/revos", t, gt_json, None, params_path=path, log_dir=str(log_dir))
+               for t in texts]
+    assert results == [compute_score("vrsflow/revos", t, gt_json, None, params_path=path) for t in texts]
+    assert set(results[0]) == {"score", "parsed", "format", "non_repeat"}  # the file's components, not the defaults
+    log = log_dir / f"reward-{socket.gethostname()}-{os.getpid()}.jsonl"
+    assert [p.name for p in log_dir.iterdir()] == [log.name]
+    expected = "".join(json.dumps({"key": rollout_key(t, gt_json), **r}, sort_keys=True) + "\n"
+                       for t, r in zip(texts, results, strict=True))
+    assert log.read_text() == expected  # appended, one line each, keys sorted
+
+
+def test_verl_entry_reads_params_yaml_in_its_folder_and_logs_nothing_by_default(tmp_path, monkeypatch,
+                                                                                fresh_params_cache):
+    from stages.rewards import verl_entry
+
+    _params_file(tmp_path, components=["non_repeat"])
+    monkeypatch.chdir(tmp_path)
+    before = sorted(tmp_path.iterdir())
+    result = verl_entry.compute_score("vrsflow/revos", GROUP_TEXTS[1], _videoseg_gt()[1])
+    assert result == {"score": 1.0, "parsed": 1.0, "non_repeat": 1.0}
+    assert sorted(tmp_path.iterdir()) == before  # no log folder, no log file
+
+
+def test_verl_entry_needs_the_sam2_service_and_the_sample_id_for_consistency(tmp_path, monkeypatch,
+                                                                             fresh_params_cache):
+    from stages.rewards import sam2_service, verl_entry
+
+    path = _params_file(tmp_path, components=["consistency"])
+    mask, gt_json = _videoseg_gt()
+    asked = []
+    monkeypatch.setattr(sam2_service, "ray_masks_for",
+                        lambda name, sid: asked.append((name, sid)) or (lambda *a: mask[None]))
+    message = ("the consistency reward under verl needs reward_kwargs.sam2_service and extra_info.sample_id in the "
+               "parquet")
+    for extra, service in ((None, "sam2"), ({"sample_id": 7}, ""), ({"other": 1}, "sam2")):
+        with pytest.raises(RuntimeError, match=f"^{re.escape(message)}$"):
+            verl_entry.compute_score("vrsflow/revos", GROUP_TEXTS[1], gt_json, extra, params_path=path,
+                                     sam2_service=service)
+    with pytest.raises(RuntimeError, match=f"^{re.escape(message)}$"):  # the service is not on by default
+        verl_entry.compute_score("vrsflow/revos", GROUP_TEXTS[1], gt_json, {"sample_id": 7}, params_path=path)
+    assert asked == []
+    result = verl_entry.compute_score("vrsflow/revos", GROUP_TEXTS[1], gt_json, {"sample_id": 7}, params_path=path,
+                                      sam2_service="vrsflow-sam2")
+    assert asked == [("vrsflow-sam2", "7")] and result["consistency"] == 1.0
