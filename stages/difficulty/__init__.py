@@ -178,7 +178,10 @@ def _rating_request(sample: dict, teacher: TeacherParams, data_root: Path, attem
         content += [{"type": "text", "text": timestamp_tag(int(t))}, {"type": "image_url", "image_url": {"url": url}}]
     prompt = render_difficulty_prompt(sample["text"], len(sample["timestamps"]))
     content.append({"type": "text", "text": prompt})
+    # every field that changes the reply is in the key: what is sent (model, sampling, token limit, the frames at
+    # the size sent); provider fields are added by the client's cache_key
     key = request_key({"task": "difficulty", "model": teacher.model, "prompt": prompt, "video": sample["video"],
-                       "frames": list(sample["frame_names"]), "attempt": attempt, "temperature": teacher.temperature})
+                       "frames": list(sample["frame_names"]), "attempt": attempt, "temperature": teacher.temperature,
+                       "max_tokens": teacher.max_tokens, "image_size": teacher.image_size})
     return ChatRequest(key=key, messages=[{"role": "user", "content": content}],
                        context={"sample_id": sample["sample_id"]}, response_format={"type": "json_object"})

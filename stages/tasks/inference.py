@@ -182,7 +182,7 @@ def policy_generate(model, processor, max_new_tokens: int, temperature: float = 
     return run
 
 
-def openai_generate(teacher, cache_dir: Path, image_size: int = 448) -> Generate:
+def openai_generate(teacher, cache_dir: Path, image_size: int | None = None) -> Generate:
     """Any OpenAI-compatible endpoint as HTFS's video LLM, through the teacher client (`teacher`: the
     `teacher` params block; retries, rate limit and the response cache as for CoT). Identical chats get
     distinct request keys (their index), so the K answers are K samples."""
@@ -190,6 +190,7 @@ def openai_generate(teacher, cache_dir: Path, image_size: int = 448) -> Generate
     from stages.teacher.client import ChatRequest, TeacherClient
 
     client = TeacherClient(teacher, ResponseCache(Path(cache_dir)))
+    image_size = teacher.image_size if image_size is None else image_size  # longest side sent, pixels
 
     def encode(image: Image.Image) -> dict:
         img = image.convert("RGB")
@@ -206,7 +207,8 @@ def openai_generate(teacher, cache_dir: Path, image_size: int = 448) -> Generate
             content = [encode(next(pictures)) if c["type"] == "image" else c for c in chat[0]["content"]]
             digest = [hashlib.sha256(f.tobytes()).hexdigest() for f in frames]  # the frames' pixels, with the text
             key = request_key({"task": "htfs", "model": teacher.model, "chat": chat, "frames": digest, "index": i,
-                               "temperature": teacher.temperature})
+                               "temperature": teacher.temperature, "max_tokens": teacher.max_tokens,
+                               "image_size": image_size})  # every field that changes the reply, and no other
             requests.append(ChatRequest(key=key, messages=[{"role": "user", "content": content}]))
         results = asyncio.run(client.run_all(requests))
         return [r.text if not r.error else "" for r in results]
