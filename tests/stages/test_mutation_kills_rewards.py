@@ -396,3 +396,92 @@ def test_verl_entry_needs_the_sam2_service_and_the_sample_id_for_consistency(tmp
     result = verl_entry.compute_score("vrsflow/revos", GROUP_TEXTS[1], gt_json, {"sample_id": 7}, params_path=path,
                                       sam2_service="vrsflow-sam2")
     assert asked == [("vrsflow-sam2", "7")] and result["consistency"] == 1.0
+
+
+# --- VideoSeg-R1's SAM2 prompts: each negative point goes to the nearest matched box ----------------------------
+
+
+def nearest_box_oracle(boxes: list, x: int, y: int) -> int:
+    """Index of the box nearest to (x, y) in straight-line distance (0 inside or on it); the first on a tie."""
+    gaps = []
+    for x1, y1, x2, y2 in boxes:
+        dx, dy = x - min(max(x, x1), x2), y - min(max(y, y1), y2)
+        gaps.append(dx * dx + dy * dy)
+    return gaps.index(min(gaps))
+
+
+BOX = st.tuples(st.integers(0, 40), st.integers(0, 40), st.integers(1, 20), st.integers(1, 20)).map(
+    lambda b: (b[0], b[1], b[0] + b[2], b[1] + b[3]))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(BOX, min_size=1, max_size=4), st.data(),
+       st.lists(st.tuples(st.integers(-10, 70), st.integers(-10, 70)), max_size=5))
+@example([(0, 0, 10, 10), (20, 0, 30, 10)], None, [(13, 3), (16, 3), (5, 5), (15, 30)])  # even gap: the first
+@example([(0, 0, 10, 10), (13, 12, 20, 20)], None, [(13, 10)])  # 3 px right of one, 2 px above the other
+@example([(0, 0, 10, 10), (12, 14, 20, 20)], None, [(12.5, 10)])  # 2.5 px right (6.25) vs 4 px above (16)
+@example([(0, 0, 10, 10), (10, 0, 20, 10)], None, [(10, 5), (10.5, 5)])  # on both edges; inside the second
+def test_prompt_points_send_each_negative_point_to_the_nearest_matched_box(boxes, data, negatives):
+    from types import SimpleNamespace
+
+    from stages.rewards.components import Match, prompt_points
+
+    rows = sorted(data.draw(st.sets(st.integers(0, len(boxes) - 1), min_size=1)) if data else range(len(boxes)))
+    positives = [(float(10 * i + 1), float(i + 2)) for i in range(len(boxes))]
+    match = Match(0, np.asarray(boxes, dtype=np.float64), np.zeros((0, 4)), (), np.asarray(rows[::-1]),
+                  np.zeros(len(rows), dtype=int), np.zeros((len(boxes), 0)))
+    answer = SimpleNamespace(points=positives, negative_points=[list(p) for p in negatives])
+    expected = [[(*positives[r], 1)] for r in rows]
+    for x, y in negatives:
+        expected[nearest_box_oracle([boxes[r] for r in rows], x, y)].append((float(x), float(y), 0))
+    assert prompt_points(answer, match) == tuple(tuple(p) for p in expected)
+    # positives alone, negatives alone, neither
+    assert prompt_points(SimpleNamespace(points=positives, negative_points=None), match) == tuple(
+        ((*positives[r], 1),) for r in rows)
+    if negatives:
+        alone = prompt_points(SimpleNamespace(points=None, negative_points=negatives), match)
+        assert alone == tuple(tuple(p[1:]) for p in expected)
+    assert prompt_points(SimpleNamespace(points=None, negative_points=[]), match) == ()
+
+
+def test_consistency_asks_the_segmenter_with_the_prompts_only_when_the_answer_has_points():
+    mask, gt_json = _videoseg_gt()
+    calls = []
+
+    def masks_for(*args):
+        calls.append(args)
+        return mask[None]
+
+    videoseg_text = GROUP_TEXTS[1]
+    result = compute_score("vrsflow/revos", videoseg_text, gt_json, None, masks_for=masks_for,
+                           params=RewardParams(components=("consistency",)))
+    assert result["consistency"] == 1.0 and calls == [REQUEST_A]
+    calls.clear()
+    veason = json.loads(one_frame_gt(mask, task="veason"))
+    text = '<think>It is there.</think><answer>{"keyframe_timestamp": 0, "bbox_2d_list": [[10, 5, 20, 15]]}</answer>'
+    result = compute_score("vrsflow/revos", text, json.dumps(veason), None, masks_for=masks_for,
+                           params=RewardParams(components=("consistency",)))
+    assert result["consistency"] == 1.0 and calls == [(0, ((10.0, 5.0, 20.0, 15.0),))]  # boxes alone
+    half = np.zeros_like(mask)
+    half[5:15, 10:15] = True  # half the target: IoU 0.5
+    result = compute_score("vrsflow/revos", text, json.dumps(veason), None, masks_for=lambda *a: half[None],
+                           params=RewardParams(components=("consistency",)))
+    assert result["consistency"] == 0.5
+    two = "segmenter returned 2 frames for 1 shown frames"
+    with pytest.raises(RuntimeError, match=f"^{two}$"):
+        compute_score("vrsflow/revos", text, json.dumps(veason), None, masks_for=lambda *a: np.stack([mask, mask]),
+                      params=RewardParams(components=("consistency",)))
+    far = text.replace("[[10, 5, 20, 15]]", "[[22, 16, 30, 20]]")  # no overlap: nothing to propagate, 0
+    result = compute_score("vrsflow/revos", far, json.dumps(veason), None, masks_for=masks_for,
+                           params=RewardParams(components=("consistency",)))
+    assert result["consistency"] == 0.0 and len(calls) == 1
+
+
+def test_keyframe_reward_on_a_one_pixel_target():
+    gt = json.loads(one_frame_gt(np.pad(np.ones((1, 1), bool), ((3, 4), (2, 5)))))
+    empty = rle.encode(np.zeros((8, 8), bool))
+    gt.update(timestamps=[0, 1], boxes=gt["boxes"] + [[None]], areas=[[1.0], [0.0]], union_areas=[1.0, 0.0],
+              masks=gt["masks"] + [empty])
+    for t, expected in ((0, 1.0), (1, 0.0)):  # the target's largest area is 1 pixel
+        text = completion(keyframe_timestamp=t, bbox_2d_list=[[2, 3, 3, 4]])
+        assert run(text, json.dumps({**gt, "task": "veason"}), components=("keyframe",))["keyframe"] == expected
