@@ -485,3 +485,41 @@ def test_keyframe_reward_on_a_one_pixel_target():
     for t, expected in ((0, 1.0), (1, 0.0)):  # the target's largest area is 1 pixel
         text = completion(keyframe_timestamp=t, bbox_2d_list=[[2, 3, 3, 4]])
         assert run(text, json.dumps({**gt, "task": "veason"}), components=("keyframe",))["keyframe"] == expected
+
+
+# --- geometry literals --------------------------------------------------------------------------------------------
+
+
+def test_clip_boxes_areas_and_iou_literals():
+    from stages.rewards.geometry import box_areas, clip_boxes, iou_matrix, mask_iou
+
+    clipped = clip_boxes([[-5, -3, 70, 80], [10, 50, 5, 20]], height=40, width=60)
+    assert clipped.tolist() == [[0.0, 0.0, 60.0, 40.0], [10.0, 40.0, 5.0, 20.0]]  # swapped corners stay swapped
+    assert box_areas(clipped).tolist() == [2400.0, 0.0]
+    assert box_areas(np.array([[0.0, 0.0, 3.0, 4.0], [5.0, 1.0, 2.0, 9.0], [1.0, 9.0, 4.0, 2.0]])).tolist() == [
+        12.0, 0.0, 0.0]
+    pred = np.array([[0.0, 0.0, 10.0, 10.0], [1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.5, 0.5]])
+    gt = np.array([[5.0, 0.0, 15.0, 10.0], [2.0, 2.0, 2.0, 2.0], [0.0, 0.0, 0.5, 0.5]])
+    iou = iou_matrix(pred, gt)
+    assert iou.tolist() == [[50 / 150, 0.0, 0.25 / 100], [0.0, 0.0, 0.0], [0.0, 0.0, 1.0]]  # empty union: 0
+    assert iou_matrix(pred, np.zeros((0, 4))).shape == (3, 0) and iou_matrix(np.zeros((0, 4)), gt).shape == (0, 3)
+    one = np.zeros((3, 3), dtype=bool)
+    one[1, 1] = True
+    assert (mask_iou(one, np.zeros_like(one)), mask_iou(one, one), mask_iou(~one, ~one)) == (0.0, 1.0, 1.0)
+    assert mask_iou(np.zeros_like(one), np.zeros_like(one)) == 1.0
+    assert mask_iou(one, np.ones_like(one)) == 1 / 9
+
+
+def test_rcot_match_pairs_several_boxes_and_divides_by_the_larger_count():
+    mask = np.zeros((100, 100), dtype=bool)
+    mask[0:20, 0:20] = True
+    mask[50:80, 50:80] = True
+    gt = one_frame_gt(mask, task="rcot_ktg", boxes=[[0, 0, 20, 20], [50, 50, 80, 80]])
+    text = completion(bbox_2d_list=[[50, 50, 80, 80], [0, 0, 20, 20], [90, 90, 100, 100]],
+                      point_2d_list=[[65, 65], [10, 10], [95, 95]])
+    # pred 0 = object 1, pred 1 = object 0 (each 3 of 3), pred 2 matches nothing: (3 + 3) / (3 · 3)
+    assert run(text, gt, components=("rcot_match",), threshold_size=100)["rcot_match"] == pytest.approx(2 / 3)
+    # two predictions for one object: one is matched (3 of 3), the sum divided by 3 · 2
+    text = completion(bbox_2d_list=[[52, 50, 80, 80], [50, 50, 80, 80]], point_2d_list=[[65, 65], [65, 65]])
+    one = one_frame_gt(np.pad(np.ones((30, 30), bool), ((50, 20), (50, 20))), task="rcot_ktg")
+    assert run(text, one, components=("rcot_match",), threshold_size=100)["rcot_match"] == pytest.approx(3 / 6)
