@@ -116,14 +116,9 @@ def _no_heartbeats_unless_asked():
 def _check(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from stages.core.params import apply_overrides, read_params_file
+    from stages.core.params import apply_overrides, cli_overrides, read_params_file
 
-    overrides = {}
-    for item in args.set_param:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise UsageError(f"-S {item!r}: expected key=value")
-        overrides[key] = value
+    overrides = cli_overrides(args.set_param, UsageError)
     try:
         if args.served:  # as a run started from the UI: plus the served-run policy (flows/serve_request.py)
             from flows.serve_request import ServedPolicy, check_overrides

@@ -14,7 +14,7 @@ overrides (`apply_overrides`), which are checked before DVC is called.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -631,6 +631,18 @@ KEY_PATTERN = r"[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)*"
 
 def apply_overrides(raw: Mapping[str, Any], overrides: Mapping[str, Any]) -> tuple[Params, dict[str, Any]]:
     """Lay `{"dotted.key": value}` overrides over a params mapping and validate the result.
+
+def cli_overrides(items: Iterable[str], error: type[Exception] = ValueError) -> dict[str, str]:
+    """`-S key=value` command-line items as `{"key": "value"}` for `apply_overrides` (the last of a repeated key
+    wins, as in `dvc exp run -S`); an item without "=" raises `error` (the caller's usage-error type) naming it."""
+    overrides = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise error(f"-S {item!r}: expected key=value")
+        overrides[key] = value
+    return overrides
+
 
     A string value is read as `dvc exp run -S` reads it (a YAML scalar or list: "32" → 32, "[a, b]" → a
     list), except for text params, which take the string as it is.

@@ -12,15 +12,10 @@ from pathlib import Path
 
 def load_settings(args: argparse.Namespace):
     """The params the commands use: the params file (defaults when it does not exist) with -S overrides."""
-    from stages.core.params import Params, apply_overrides, read_params_file
+    from stages.core.params import Params, apply_overrides, cli_overrides, read_params_file
     from stages.segment_video.source import InputError
 
-    overrides = {}
-    for item in args.set_param:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise InputError(f"-S {item!r}: expected key=value")
-        overrides[key] = value
+    overrides = cli_overrides(args.set_param, InputError)
     raw = read_params_file(args.params) if Path(args.params).is_file() else {}
     if not raw and not overrides:
         return Params()

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 from stages.core.params import Params, ParamsError, apply_overrides, load_params, read_params_file
 from stages.core.typed_config import build, to_dict
@@ -125,3 +127,23 @@ def test_floats_as_dvc_writes_them(tmp_path: Path) -> None:
     assert params.grpo.learning_rate == 1e-5 and params.grpo.kl_coef == 5e-3
     with pytest.raises(ParamsError, match="grpo.learning_rate: expected a number, got str '1e-05'"):
         load_params(write(tmp_path, "grpo:\n  learning_rate: '1e-05'\n"))  # quoted text stays text
+
+
+@given(st.lists(st.tuples(st.text(alphabet="abcz._", min_size=1, max_size=6), st.text(max_size=8)), max_size=6))
+def test_cli_overrides_split_at_the_first_equals_and_the_last_repeat_wins(pairs) -> None:
+    from stages.core.params import cli_overrides
+
+    expected: dict[str, str] = {}
+    for key, value in pairs:  # the dict built from the pairs themselves, not by splitting strings
+        expected[key] = value
+    assert cli_overrides([f"{key}={value}" for key, value in pairs]) == expected
+
+
+def test_cli_overrides_name_an_item_without_equals_with_the_callers_error() -> None:
+    from stages.core.params import cli_overrides
+
+    class UsageProblem(Exception):
+        pass
+
+    with pytest.raises(UsageProblem, match=r"-S 'sft\.epochs': expected key=value"):
+        cli_overrides(["sft.lr=1", "sft.epochs"], UsageProblem)
