@@ -523,3 +523,40 @@ def test_rcot_match_pairs_several_boxes_and_divides_by_the_larger_count():
     text = completion(bbox_2d_list=[[52, 50, 80, 80], [50, 50, 80, 80]], point_2d_list=[[65, 65], [65, 65]])
     one = one_frame_gt(np.pad(np.ones((30, 30), bool), ((50, 20), (50, 20))), task="rcot_ktg")
     assert run(text, one, components=("rcot_match",), threshold_size=100)["rcot_match"] == pytest.approx(3 / 6)
+
+
+# --- score_answer's bookkeeping, the registry's messages, compute_score's default params ------------------------
+
+
+def test_an_unparsed_completion_under_the_length_penalty_reports_no_factor():
+    mask, gt_json = _videoseg_gt()
+    gt = json.loads(gt_json)
+    gt["token_budget"] = 4
+    result = run("<think>a b c</think><answer>{broken</answer>", json.dumps(gt), components=("format", "non_repeat"),
+                 length_penalty=True, failure_score=-1.0)
+    assert result == {"score": -1.0 + 0.5, "parsed": 0.0, "format": 0.5, "non_repeat": 0.0, "length_penalty": 0.0}
+    message = "reward.length_penalty needs ground-truth token_budget (difficulty stage)"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        run(GROUP_TEXTS[1], gt_json, components=("format",), length_penalty=True)
+
+
+@pytest.mark.parametrize(("names", "message"), [
+    (["format", "iou", "spatial", "area"],
+     "unknown reward component(s) ['iou', 'area']; known: ['aks_option', 'consistency', 'format', 'keyframe', "
+     "'negative_point', 'non_repeat', 'rcot_match', 'spatial']"),
+    (["format", "spatial", "format"], "reward components repeat: ['format', 'spatial', 'format']"),
+    ([], "reward.components is empty"),
+])
+def test_resolve_components_messages(names, message):
+    from stages.rewards import resolve_components
+
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        resolve_components(names)
+
+
+def test_compute_score_without_params_uses_the_embedded_defaults():
+    mask, gt_json = _videoseg_gt()
+    default = compute_score("vrsflow/revos", GROUP_TEXTS[1], gt_json, None, masks_for=lambda *a: mask[None])
+    assert default == compute_score("vrsflow/revos", GROUP_TEXTS[1], gt_json, None, params=RewardParams(),
+                                    masks_for=lambda *a: mask[None])
+    assert set(default) == {"score", "parsed", *RewardParams().components}
