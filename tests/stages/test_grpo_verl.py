@@ -121,7 +121,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
     sam2 = Sam2Params(checkpoint=str(base / "tiny/sam2/model.pt"), config=str(base / "tiny/sam2/config.yaml"))
     grpo = GrpoParams(engine="verl", model_path=str(base / "tiny/qwen25vl"), shards_dir=str(base / "shards/grpo"),
                       verl_parquet=str(base / "shards/exports/verl/grpo.parquet"),
-                      out_dir=str(base / "models/grpo"), batch_size=2, num_generations=N, max_steps=STEP,
+                      out_dir=str(base / "models/grpo"), checkpoint_dir=str(base / "models/ckpt"),
+                      batch_size=2, num_generations=N, max_steps=STEP,
                       lora_r=4, lora_alpha=8, target_modules=("q_proj",), save_every_steps=2,
                       verl=GrpoVerlParams(n_gpus_per_node=1, sam2_service=SERVICE, sam2_gpus=0.0,
                                           out_dir=str(base / "job")))

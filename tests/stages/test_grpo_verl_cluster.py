@@ -114,7 +114,8 @@ def make_job(world: dict, name: str, n: int = 8, nnodes: int = 1, placement: str
 
     base = world["base"]
     grpo = GrpoParams(engine="verl", model_path=str(world["qwen"]), verl_parquet=str(world["parquet"][parquet]),
-                      out_dir=str(base / name / "models/grpo"), batch_size=16, num_generations=8, max_steps=2,
+                      out_dir=str(base / name / "models/grpo"), checkpoint_dir=str(base / name / "models/ckpt"),
+                      batch_size=16, num_generations=8, max_steps=2,
                       lora_r=lora_r, lora_alpha=8, train_vision=train_vision,
                       verl=GrpoVerlParams(n_gpus_per_node=n, nnodes=nnodes, sam2_placement=placement, sam2_gpus=1.0,
                                           out_dir=str(base / name / "job")))
