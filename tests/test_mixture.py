@@ -4,24 +4,21 @@ Unit level: a three-layout index (ReVOS, MeViS, Ref-YouTube-VOS, plus data.root'
 counts equal what the raw files hold, read here with plain `json` (never the readers under test); exact
 per-source shares in the sample; one named line for a missing or malformed source.
 
-End to end (slow): `vrsflow repro shard` in a throwaway repository (ci profile) on three synthetic sources —
-ingest, sample, keyframes, cot, filter, difficulty and shard — with the per-source counts of the index, the
-pools, the keyframes tables and the shards asserted from the raw meta files; the whole DAG (SFT, GRPO,
-evaluate) on the same mixture is `test_mixture_whole_dag`.
+End to end: the ci profile is a three-source mixture, so tests/test_pipeline.py's `vrsflow repro` runs every
+stage on it, with the per-source counts of the index, the pools, the keyframes, the shards, SFT and GRPO
+asserted from the raw meta files.
 """
 
 from __future__ import annotations
 
 import json
-import sys
-import tarfile
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from stages.core.params import DataParams, IngestParams, SampleParams, SourceParams, SynthParams, SynthScale
-from tests.pipeline_repo import make_repo, profile_overrides, sh
+from tests.pipeline_repo import profile_overrides
 
 SHARES = {"revos": 2.0, "mevis": 1.0, "refytvos": 1.0}
 
@@ -264,67 +261,32 @@ def test_refdavis_train_split_reads_four_annotator_expressions_per_object(tmp_pa
         assert bench.videos[video].frame_dir == tmp_path / "davis/train/JPEGImages" / video
 
 
-# -- end to end through `vrsflow repro` -------------------------------------------------------------------------
+def test_mevis_masks_are_streamed_not_loaded_whole(tmp_path: Path) -> None:
+    """Memory bounded by one entry, not by mask_dict.json (MeViS train's is several GB): reading a 6 MB
+    mask_dict (1000 anno_ids, 300 named) keeps a traced peak under a tenth of it; named anno_ids read back equal."""
+    import tracemalloc
 
+    from stages.ingest.benchmarks import read_benchmark
 
-def _mixture_repo(tmp_path_factory: pytest.TempPathFactory, project_root: Path, name: str,
-                  target: list[str]) -> tuple[Path, list[dict]]:
-    dest = tmp_path_factory.mktemp(name) / "repo"
-    base = dest / "data" / "raw"
-    sources = _sources(base, Path("data/raw/synth"))  # revos: the synth stage's output, read in the repro
-    for s in sources[1:]:
-        s["root"] = str(Path("data/raw") / s["layout"])
-    make_repo(project_root, dest, profile="ci", params_overrides={"data.sources": sources, "sample.grpo_size": 8})
-    _write_sources(base, _scale(project_root))
-    sh([sys.executable, "-m", "flows.cli", "repro", *target], dest, timeout=1500)
-    return dest, sources
-
-
-@pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory, project_root: Path, prefect_api: str) -> tuple[Path, list[dict]]:
-    # the session's Prefect API (tests/conftest.py), as tests/test_pipeline.py uses
-    return _mixture_repo(tmp_path_factory, project_root, "mixture-repo", ["shard"])
-
-
-def _absolute(dest: Path, sources: list[dict]) -> list[dict]:
-    return [{**s, "root": str(dest / s["root"])} for s in sources]
-
-
-@pytest.mark.slow  # 326 s measured here at load 16 on 2 cores (could not be shown to stay under 60 s)
-def test_repro_carries_exact_per_source_counts_to_the_shards(repo: tuple[Path, list[dict]]) -> None:
-    dest, sources = repo
-    names = list(SHARES)
-    absolute = _absolute(dest, sources)
-    videos = pd.read_parquet(dest / "data/index/videos.parquet")
-    expressions = pd.read_parquet(dest / "data/index/expressions.parquet")
-    got = {n: (int((videos["source"] == n).sum()), int((expressions["source"] == n).sum())) for n in ["root", *names]}
-    assert got == expected_index(absolute, dest / "data/raw/synth")
-    ci_k = 3  # profiles/ci.yaml sample.sft_first_k
-    expected = {"sft": expected_first_k(absolute, ci_k), "grpo": {"revos": 4, "mevis": 2, "refytvos": 2}}
-    for pool, counts in expected.items():
-        sample = pd.read_parquet(dest / f"data/sample/{pool}.parquet")
-        keyframes = pd.read_parquet(dest / f"data/keyframes/{pool}.parquet")
-        assert sample["video"].map(lambda v: source_of(v, names)).value_counts().to_dict() == counts
-        assert sorted(keyframes["sample_id"]) == sorted(sample["sample_id"])  # carried unchanged
-        with tarfile.open(next((dest / f"data/shards/{pool}").glob("*.tar"))) as tar:
-            keys = {m.name.split(".", 1)[0] for m in tar.getmembers()}
-        by_source: dict[str, int] = {}
-        for key in keys:
-            head = key.split("_", 1)[0]
-            by_source[head if head in names else "root"] = by_source.get(head if head in names else "root", 0) + 1
-        assert by_source == counts
-    metrics = json.loads((dest / "metrics/sample.json").read_text())
-    assert {k: v for k, v in metrics.items() if k.startswith("grpo.source.")} == {
-        "grpo.source.mevis": 2, "grpo.source.refytvos": 2, "grpo.source.revos": 4}
-    out = sh([sys.executable, "-m", "flows.cli", "lineage", "data/shards"], dest)
-    assert all(f"source:{n}" in out for n in ["root", *names])
-
-
-@pytest.mark.slow
-def test_mixture_whole_dag(tmp_path_factory: pytest.TempPathFactory, project_root: Path, prefect_api: str) -> None:
-    """Every stage (SFT, GRPO, evaluate and the benchmark table included) on the three-source mixture."""
-    dest, _ = _mixture_repo(tmp_path_factory, project_root, "mixture-dag", [])
-    out = sh([sys.executable, "-m", "flows.cli", "lineage", "models/grpo"], dest)
-    assert all(f"source:{n}" in out for n in ["root", *SHARES])
-    assert json.loads((dest / "metrics/grpo.json").read_text())
-    assert "up to date" in sh([sys.executable, "-m", "dvc", "status"], dest)
+    split = tmp_path / "train"
+    split.mkdir()
+    frames = [f"{i:05d}" for i in range(6)]
+    masks = {str(a): [{"size": [720, 1280], "counts": f"{a}:{t}:" + "x" * 1000} for t in range(len(frames))]
+             for a in range(1, 1001)}
+    meta = {f"v{v:03d}": {"frames": frames, "expressions": {
+        str(i): {"exp": f"object {i}", "obj_id": [i], "anno_id": [v * 10 + i + 1]} for i in range(10)}}
+        for v in range(30)}
+    (split / "mask_dict.json").write_text(json.dumps(masks))
+    (split / "meta_expressions.json").write_text(json.dumps({"videos": meta}))
+    size = (split / "mask_dict.json").stat().st_size
+    del masks
+    tracemalloc.start()
+    try:
+        bench = read_benchmark("mevis", tmp_path, "train")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert size > 5e6 and peak < size / 10, (size, peak)
+    truth = json.loads((split / "mask_dict.json").read_text())
+    assert len(bench.masks) == 300 and all(bench.masks[a] == truth[a] for a in ("1", "150", "300"))
+    assert sum(len(v.expressions) for v in bench.videos.values()) == 300

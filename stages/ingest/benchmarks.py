@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,7 +87,7 @@ class Benchmark:
     split: str
     videos: dict[str, Video]
     has_masks: bool
-    masks: dict[str, list] = field(default_factory=dict)  # mevis/revos: anno_id → RLE | None per frame
+    masks: Mapping = field(default_factory=dict)  # mevis/revos: anno_id → RLE | None per frame (SpilledMasks)
 
     def track(self, video: str, exp_id: str) -> list[np.ndarray | None]:
         """The expression's ground truth per frame of the video: bool mask, or None where not annotated."""
@@ -131,6 +133,73 @@ def _load_json(path: Path) -> Any:
         raise BenchmarkFormatError(f"{path}: malformed JSON: {err}") from err
 
 
+class SpilledMasks(Mapping):
+    """anno_id (str) → its per-frame RLE list, read from a large `mask_dict.json` in one streamed pass (ijson)
+    into an unnamed temporary file: memory holds one entry at a time plus an offset per anno_id, never the
+    file (MeViS train's is several GB). Only the anno_ids in `wanted` are kept; a repeated key keeps its last
+    value, as `json.load` would.
+
+    Raises:
+        BenchmarkFormatError: the file is missing or malformed (named).
+    """
+
+    def __init__(self, path: Path, wanted: set[str]) -> None:
+        self._file = tempfile.TemporaryFile()  # removed when closed or collected
+        self._where: dict[str, tuple[int, int]] = {}
+        try:
+            for key, value in revos.iter_json_object(path):
+                if key in wanted:
+                    data = json.dumps(value, separators=(",", ":")).encode()
+                    self._where[key] = (self._file.tell(), len(data))
+                    self._file.write(data)
+        except revos.RevosFormatError as err:
+            self._file.close()
+            raise BenchmarkFormatError(str(err)) from err
+
+    def __getitem__(self, key: str) -> list:
+        offset, size = self._where[key]
+        self._file.seek(offset)
+        return json.loads(self._file.read(size))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._where)
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._where
+
+
+def _named_annos(meta: dict) -> set[str]:
+    """Every anno_id an expression of the meta file names (as mask_dict keys)."""
+    out = set()
+    for entry in meta.values():
+        for e in (entry.get("expressions") or {}).values() if isinstance(entry, dict) else ():
+            if isinstance(e, dict) and isinstance(e.get("anno_id"), list):
+                out.update(str(a) for a in e["anno_id"])
+    return out
+
+
+class _JsonObjectWriter:
+    """A JSON object written to `path` one entry at a time (compact, in the order given): a large mask_dict
+    never held whole in memory."""
+
+    def __init__(self, path: Path) -> None:
+        self._handle = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed by close()
+        self._handle.write("{")
+        self._first = True
+
+    def add(self, key: str, value: Any) -> None:
+        self._handle.write(("" if self._first else ",") + json.dumps(str(key)) + ":"
+                           + json.dumps(value, sort_keys=True, separators=(",", ":")))
+        self._first = False
+
+    def close(self) -> None:
+        self._handle.write("}")
+        self._handle.close()
+
+
 def _videos_of(path: Path) -> dict:
     data = _load_json(path)
     if not isinstance(data, dict) or not isinstance(data.get("videos"), dict):
@@ -138,12 +207,13 @@ def _videos_of(path: Path) -> dict:
     return data["videos"]
 
 
-def _rle_track(masks: dict, annos: list[int], n: int) -> list[np.ndarray | None]:
+def _rle_track(masks: Mapping, annos: list[int], n: int) -> list[np.ndarray | None]:
+    tracks = {a: masks[str(a)] for a in annos}  # each anno_id read once (a SpilledMasks read parses it)
     out = []
     for t in range(n):
         union = None
         for a in annos:
-            rle = masks[str(a)][t]
+            rle = tracks[a][t]
             if rle:
                 m = mask_utils.decode({"size": rle["size"], "counts": rle["counts"].encode("ascii")
                                        if isinstance(rle["counts"], str) else rle["counts"]}).astype(bool)
@@ -201,7 +271,7 @@ def _check_type(value: Any, where: str, path: Path) -> int:
 def _read_revos(name: str, root: Path, split: str, problems: Problems) -> Benchmark:
     path = revos.meta_path(root, split)
     meta, _ = revos.load_meta(path)
-    masks = {k: v for k, v in revos.iter_json_object(root / revos.MASK_DICT)}
+    masks = SpilledMasks(root / revos.MASK_DICT, _named_annos(meta))
     videos = {}
     for key, entry in sorted(meta.items()):
         v = Video(key, list(entry["frames"]), root / "JPEGImages" / key)
@@ -216,7 +286,7 @@ def _read_mevis(name: str, root: Path, split: str, problems: Problems) -> Benchm
     path = meta_file(name, root, split)
     meta = _videos_of(path)
     has_masks = (name, split) not in SERVER_SPLITS
-    masks = _load_json(root / split / "mask_dict.json") if has_masks else {}
+    masks = SpilledMasks(root / split / "mask_dict.json", _named_annos(meta)) if has_masks else {}
     videos = {}
     for key, entry in sorted(meta.items()):
         frames = entry.get("frames")
@@ -308,15 +378,17 @@ def to_revos(bench: Benchmark, out: Path, link_frames: bool = False) -> Path:
     Split "train" of the benchmark goes to `meta_expressions_train_.json`, any other to `valid`; the other
     meta file is written empty. anno_ids are numbered 1, 2, … per distinct (video, target); a frame without
     annotation (or a server split) gets a null RLE. Frames are copied, or with `link_frames` each video's
-    folder is a symbolic link to the published one (training sources: nothing copied).
+    folder is a symbolic link to the published one (training sources: nothing copied). mask_dict.json and the
+    foreground file are written a video at a time (anno_ids ascending): memory holds one video's masks.
     """
     out = Path(out)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     split = "train" if bench.split == "train" else "valid"
     meta: dict[str, dict] = {}
-    mask_dict: dict[str, list] = {}
-    foreground: dict[str, dict] = {}
+    mask_writer = _JsonObjectWriter(out / revos.MASK_DICT)
+    foreground_writer = _JsonObjectWriter(out / revos.FOREGROUND)
+    n_annos = 0
     for key, v in sorted(bench.videos.items()):
         if not v.expressions:
             continue
@@ -335,6 +407,7 @@ def to_revos(bench: Benchmark, out: Path, link_frames: bool = False) -> Path:
         with Image.open(dst / f"{v.frames[0]}.jpg") as img:
             width, height = img.size
         targets: dict[str, int] = {}
+        mask_dict: dict[str, list] = {}  # this video's
         exps = {}
         for exp_id, e in v.expressions.items():
             annos: list[int] = []
@@ -344,7 +417,8 @@ def to_revos(bench: Benchmark, out: Path, link_frames: bool = False) -> Path:
             for part in parts if bench.has_masks else []:
                 target = json.dumps(part, sort_keys=True)
                 if target not in targets:
-                    targets[target] = len(mask_dict) + 1
+                    n_annos += 1
+                    targets[target] = n_annos
                     track = (_rle_track(bench.masks, part, len(v.frames)) if bench.name in ("revos", "mevis")
                              else bench.track(key, exp_id))
                     mask_dict[str(targets[target])] = [_encode(m) if m is not None and m.any() else None
@@ -357,13 +431,15 @@ def to_revos(bench: Benchmark, out: Path, link_frames: bool = False) -> Path:
             for t, rle in enumerate(mask_dict[str(anno)]):
                 if rle:
                     union[t] |= mask_utils.decode({"size": rle["size"], "counts": rle["counts"].encode()}).astype(bool)
-        foreground[key] = {"masks_rle": [_encode(m) for m in union],
-                           "foreground_ratio": [round(float(m.mean()), 6) for m in union]}
+        for anno in sorted(targets.values()):
+            mask_writer.add(str(anno), mask_dict[str(anno)])
+        foreground_writer.add(key, {"masks_rle": [_encode(m) for m in union],
+                                    "foreground_ratio": [round(float(m.mean()), 6) for m in union]})
         meta[key] = {"vid_id": key, "height": height, "width": width, "frames": list(v.frames), "expressions": exps}
     for name in revos.SPLITS:
         write_json(revos.meta_path(out, name), {"videos": meta if name == split else {}})
-    (out / revos.MASK_DICT).write_text(json.dumps(mask_dict, sort_keys=True, separators=(",", ":")))
-    (out / revos.FOREGROUND).write_text(json.dumps(foreground, sort_keys=True, separators=(",", ":")))
+    mask_writer.close()
+    foreground_writer.close()
     return out
 
 
