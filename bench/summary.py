@@ -48,6 +48,8 @@ KNOWN = {
     "reader_check": ("(scratch folder; bench/results/reader_check.json `how`)",
                      "train-split readers equal the official MeViS / ReferFormer loaders; MeViS missing predictions "
                      "scored as the dataset authors' eval_mevis.py, ReasonVOS as its authors' script"),
+    "grounding_probe": ("probe_grounding.py (variants by environment)",
+                        "diagnosis for issue 24: does the tiny Qwen2.5-VL learn where a named shape is on one frame?"),
     "mixture_scale": ("bench_mixture.py", "ingest → shard on a synthetic MeViS + Ref-YouTube-VOS + ReVOS union at "
                       "published counts; peak memory bounded by one video, not by the union"),
     "learning": ("bench_learning.py --seeds 0 1 2 --repo DIR",
@@ -209,6 +211,11 @@ def measured(name: str, figures: dict) -> str:
                    if "target_speedup" in figures else ""))
     if name == "learning":
         return _learning(figures)
+    if name == "grounding_probe":
+        return "; ".join(
+            f"{tag} (`{r['command'].split(' python')[0]}`, {r['steps_done']} steps): held-out box IoU "
+            + ", ".join(f"{v['box_iou']} at {k}" for k, v in r["eval_96_held_out"].items())
+            for tag, r in sorted(figures["runs"].items())) + f"; mean box {figures['mean_box_iou_192_held_out']}"
     if name == "ingest":
         return _ingest(figures)
     if name == "sft":

@@ -1,0 +1,161 @@
+"""Probe (issue 24): can the tiny Qwen2.5-VL learn WHERE a named shape is, at its simplest?
+
+One synth frame at 112 px, "Box the <colour> <texture> <kind>." → "[x1, y1, x2, y2]" (train-size pixels), full
+fine-tuning from a random tiny model (stages.models.tiny_qwen), AdamW with warm-up and cosine decay; greedy box IoU
+on held-out frames (another seed stream) against the constant mean-box baseline. Variants by environment variable:
+ORDER=img_first|text_first (the image before or after the words), NL (layers), HID (hidden size), THETA (the
+language model's rope theta), CUE=1 (a fixed left→right / top→bottom colour ramp blended into every frame: an
+absolute-position cue in the pixels), STEPS, BS, LR, NV (training videos), TAG, WORK (scratch folder).
+Logs the mean loss per 100 steps and an evaluation every 500; bench/results/grounding_probe.json holds the figures
+of the runs made. Usage: TAG=A ORDER=img_first THETA=10 python bench/probe_grounding.py
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from stages.core.params import SynthScale, TinyModelsParams  # noqa: E402
+from stages.models import load_vlm  # noqa: E402
+from stages.models.tiny_qwen import build_tiny_qwen  # noqa: E402
+from stages.sft.data import PadCollator, assistant_labels  # noqa: E402
+from stages.synth.render import background, render_frame  # noqa: E402
+from stages.synth.scene import simulate_video  # noqa: E402
+
+SIZE = int(os.environ.get("SIZE", "112"))
+ORDER = os.environ.get("ORDER", "img_first")
+TAG = os.environ.get("TAG", "x")
+
+
+def iou(a, b) -> float:
+    ix = max(0, min(a[2], b[2]) - max(a[0], b[0]))
+    iy = max(0, min(a[3], b[3]) - max(a[1], b[1]))
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - ix * iy
+    return ix * iy / union if union > 0 else 0.0
+
+
+def position_cue(img: np.ndarray) -> np.ndarray:
+    height, width = img.shape[:2]
+    ramp = np.zeros_like(img, dtype=np.float32)
+    ramp[..., 0] = np.linspace(0, 255, width)[None, :]
+    ramp[..., 1] = np.linspace(0, 255, height)[:, None]
+    return (img.astype(np.float32) * 0.6 + ramp * 0.4).astype(np.uint8)
+
+
+def samples(seed: int, n_videos: int, per_video: int = 3) -> list[dict]:
+    out = []
+    for v in range(n_videos):
+        rng = np.random.default_rng([seed, v])
+        video = simulate_video(rng, SynthScale())
+        bg = background(video)
+        for t in rng.choice(video.n_frames, size=min(per_video, video.n_frames), replace=False):
+            img, visible = render_frame(video, bg, int(t))
+            if os.environ.get("CUE"):
+                img = position_cue(img)
+            image = Image.fromarray(img).resize((SIZE, SIZE), Image.Resampling.BICUBIC)
+            sx, sy = SIZE / video.width, SIZE / video.height
+            for obj in video.objects:
+                seen = visible[obj.obj_id]
+                if seen.area < 30:
+                    continue
+                ys, xs = np.nonzero(seen.patch)
+                y0, x0 = seen.window[0], seen.window[2]
+                box = [round((xs.min() + x0) * sx), round((ys.min() + y0) * sy),
+                       round((xs.max() + 1 + x0) * sx), round((ys.max() + 1 + y0) * sy)]
+                out.append({"text": f"the {obj.name}", "image": image, "box": box})
+    return out
+
+
+def chat(sample: dict, answer: bool = True) -> list[dict]:
+    parts = [{"type": "image"}, {"type": "text", "text": f"Box {sample['text']}."}]
+    if ORDER == "text_first":
+        parts = parts[::-1]
+    messages = [{"role": "user", "content": parts}]
+    if answer:
+        messages.append({"role": "assistant", "content": [{"type": "text", "text": json.dumps(sample["box"])}]})
+    return messages
+
+
+@torch.no_grad()
+def evaluate(model, processor, held_out: list[dict]) -> tuple[float, str]:
+    model.eval()
+    processor.tokenizer.padding_side = "left"
+    ious, text = [], ""
+    for i in range(0, len(held_out), 32):
+        batch = held_out[i:i + 32]
+        x = processor(text=[processor.apply_chat_template(chat(s, False), tokenize=False, add_generation_prompt=True)
+                            for s in batch], images=[[s["image"]] for s in batch], padding=True, return_tensors="pt")
+        out = model.generate(**x, max_new_tokens=20, do_sample=False)
+        for s, text in zip(batch, processor.batch_decode(out[:, x["input_ids"].shape[1]:], skip_special_tokens=True),
+                           strict=True):
+            try:
+                ious.append(iou(json.loads(text), s["box"]))
+            except (ValueError, TypeError, IndexError, KeyError):
+                ious.append(0.0)
+    processor.tokenizer.padding_side = "right"
+    model.train()
+    return round(float(np.mean(ious)), 4), text
+
+
+def main() -> None:
+    torch.set_num_threads(int(os.environ.get("THREADS", "1")))
+    train, held_out = samples(1000, int(os.environ.get("NV", "400"))), samples(2000, 25)
+    mean_box = np.mean([s["box"] for s in train], axis=0).round().tolist()
+    baseline = round(float(np.mean([iou(mean_box, s["box"]) for s in held_out])), 4)
+    print(TAG, "samples", len(train), len(held_out), "mean-box IoU", baseline, flush=True)
+    folder = Path(os.environ.get("WORK", "/tmp")) / f"probe_tiny_{TAG}"
+    build_tiny_qwen(TinyModelsParams(hidden_size=int(os.environ.get("HID", "256")),
+                                     num_layers=int(os.environ.get("NL", "2")), max_image_side=SIZE), folder)
+    if os.environ.get("THETA"):
+        from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+        config = json.loads((folder / "config.json").read_text())
+        for block in (config, config.get("text_config", {})):
+            if block.get("rope_parameters"):
+                block["rope_parameters"]["rope_theta"] = float(os.environ["THETA"])
+        (folder / "config.json").write_text(json.dumps(config))
+        torch.manual_seed(0)
+        Qwen2_5_VLForConditionalGeneration(Qwen2_5_VLConfig.from_pretrained(folder)).save_pretrained(folder)
+    model, processor = load_vlm(str(folder), "float32")
+    processor.tokenizer.padding_side = "right"
+    encoded = []
+    for s in train:
+        x = dict(processor(text=[processor.apply_chat_template(chat(s), tokenize=False)], images=[[s["image"]]],
+                           return_tensors="pt"))
+        x["labels"] = assistant_labels(x["input_ids"], processor.tokenizer)
+        encoded.append(x)
+    collate = PadCollator(processor.tokenizer.pad_token_id)
+    batch_size, steps = int(os.environ.get("BS", "16")), int(os.environ.get("STEPS", "1500"))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=float(os.environ.get("LR", "1e-3")), weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda k: min(1, (k + 1) / 50) * 0.5 * (1 + math.cos(math.pi * k / steps)))
+    rng, started, losses = np.random.default_rng(0), time.time(), []
+    model.train()
+    for step in range(1, steps + 1):
+        batch = collate([encoded[i] for i in rng.choice(len(encoded), batch_size, replace=False)])
+        loss = model(**batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+        if step % 100 == 0:
+            print(TAG, step, round(float(np.mean(losses[-100:])), 4), round(time.time() - started), flush=True)
+        if step % 500 == 0:
+            print(TAG, "eval", step, evaluate(model, processor, held_out[:96]), flush=True)
+    print(TAG, "final", evaluate(model, processor, held_out), round(time.time() - started), flush=True)
+
+
+if __name__ == "__main__":
+    main()
