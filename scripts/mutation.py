@@ -62,6 +62,12 @@ def scratch_copy(workdir: Path, base: dict, entry: dict) -> None:
             shutil.copytree(src, workdir / name, ignore=IGNORE)
         elif src.exists():
             shutil.copy2(src, workdir / name)
+    write_config(workdir, base, entry)
+
+
+def write_config(workdir: Path, base: dict, entry: dict) -> None:
+    """The scratch copy's [tool.mutmut]: the project's, narrowed to the module's files and tests (mutmut keeps every
+    verdict a change of it cannot affect: a new timeout re-checks only the timed-out mutants)."""
     text = (workdir / "pyproject.toml").read_text()
     start = text.index("[tool.mutmut]\n")
     end = text.find("\n[", start + 1)
@@ -89,6 +95,7 @@ def run_module(name: str, entry: dict, base: dict, workroot: Path, budget_s: flo
             sys.exit(f"mutation: {changed} changed since module {name}'s scratch copy was made; run it without "
                      "--resume")
         shutil.copytree(ROOT / "tests", workdir / "tests", ignore=IGNORE, dirs_exist_ok=True)
+        write_config(workdir, base, entry)
         retest = count_results(name, entry, workdir)["not_killed"]
     load = os.getloadavg()[0]
     cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
