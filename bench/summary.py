@@ -45,13 +45,14 @@ KNOWN = {
                       "per-stage overhead down: one Prefect API per repro, imports off each stage's start"),
     "orchestration-default": ("bench_orchestration.py --profile default",
                               "orchestration ≤ 5 % of the default run; default run ≤ 6 min on 2 cores"),
-    "reader_check": ("(scratch folder; bench/results/reader_check.json `how`)",
+    "reader_check": ("bench_reader_check.py --mevis-repo … --videolisa-repo … --referformer-repo …",
                      "train-split readers equal the official MeViS / ReferFormer loaders; MeViS missing predictions "
                      "scored as the dataset authors' eval_mevis.py, ReasonVOS as its authors' script"),
     "grounding_probe": ("probe_grounding.py (variants by environment)",
                         "diagnosis for issue 24: does the tiny Qwen2.5-VL learn where a named shape is on one frame?"),
-    "mixture_scale": ("bench_mixture.py", "ingest → shard on a synthetic MeViS + Ref-YouTube-VOS + ReVOS union at "
-                      "published counts; peak memory bounded by one video, not by the union"),
+    "mixture_scale": ("bench_mixture_scale.py --scale S1 S2",
+                      "ingest → shard on a synthetic MeViS + Ref-YouTube-VOS + ReVOS union at published counts; "
+                      "peak memory bounded by one video, not by the union"),
     "learning": ("bench_learning.py --seeds 0 1 2 --repo DIR",
                  "the default run learns to segment (issue 24): pre-trained base → after SFT parse ≥ 95 %, J&F ≥ 40 "
                  "and ≥ half the ceiling (ground-truth answers, same segmenter)"),
@@ -240,6 +241,14 @@ def measured(name: str, figures: dict) -> str:
             f"generated ({m['not_checked']} not checked{', run incomplete' if not m['complete'] else ''}; "
             f"{m['wall_s']:.0f} s wall) — target {m['target']:.0%}: {_met(m['meets_target'])}"
             for mod, m in sorted(figures["modules"].items()))
+    if name == "mixture_scale":
+        small, large = figures["runs"][0], figures["runs"][-1]
+        return (f"scale {small['scale']} → {large['scale']} of the real counts (union {small['union_expressions']} "
+                f"→ {large['union_expressions']} expressions, ×{figures['union_ratio']}; pools fixed): peak RSS MiB "
+                + ", ".join(f"{stage} {small['stages'][stage]['peak_rss_mib']:.0f} → "
+                            f"{large['stages'][stage]['peak_rss_mib']:.0f}" for stage in small["stages"])
+                + "; wall s " + ", ".join(f"{stage} {small['stages'][stage]['wall_s']:.0f} → "
+                                          f"{large['stages'][stage]['wall_s']:.0f}" for stage in small["stages"]))
     if name == "reader_check":
         h = figures["headline"]
         return (f"MeViS train reader equal to load_mevis_json: {h['mevis_train_equal']} "
