@@ -17,7 +17,8 @@ def shard_flow(params_path: str = "params.yaml") -> dict:
     """Write data/shards and metrics/shard.json."""
     params = load_params(params_path)
     report = run_stage("shard", write_shards, params.shard, frames_root(params.data), Path("data/keyframes"),
-                       Path("data/filter"), Path("data/difficulty"), Path("data/shards"), params.runner)
+                       Path("data/filter"), Path("data/difficulty"), Path("data/shards"), params.runner,
+                       tuple(s.name for s in params.data.sources))
     report.write_metrics(Path("metrics/shard.json"))
     return report.metrics
 

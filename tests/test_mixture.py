@@ -290,3 +290,47 @@ def test_mevis_masks_are_streamed_not_loaded_whole(tmp_path: Path) -> None:
     truth = json.loads((split / "mask_dict.json").read_text())
     assert len(bench.masks) == 300 and all(bench.masks[a] == truth[a] for a in ("1", "150", "300"))
     assert sum(len(v.expressions) for v in bench.videos.values()) == 300
+
+
+# -- per-source results in training (the whole DAG: tests/test_pipeline.py) ---------------------------------------
+
+
+def test_grpo_reward_per_source_is_the_mean_of_that_sources_rollouts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TRL's reward function logs, per step, each drawn source's mean score; the curve turns the log into
+    `source.<name>.reward` columns (empty where a step drew none of it) and the summary averages them."""
+    import math
+
+    from stages.core.params import RewardParams
+    from stages.grpo import trl_engine
+    from stages.grpo.curves import curve_from_trl, source_summary
+
+    monkeypatch.setattr(trl_engine, "score_group",  # a score per completion: its length (the scorer is tested apart)
+                        lambda texts, *a, **k: [{"score": float(len(t)), "format": 1.0} for t in texts])
+    logged: dict[str, list[float]] = {}
+    reward = trl_engine.GroupReward(RewardParams())
+    texts = ["a", "abc", "abcdef", "ab", "abcd", "abcdefgh"]  # 3 prompts × 2 rollouts, prompt-major
+    scores = reward(prompts=[None] * 6, completions=texts, ground_truth=["{}"] * 6,
+                    sample_id=["s1", "s1", "s2", "s2", "s3", "s3"], source=["mevis"] * 2 + ["revos"] * 4,
+                    log_metric=lambda name, value: logged.setdefault(name, []).append(value))
+    assert scores == [1.0, 3.0, 6.0, 2.0, 4.0, 8.0]
+    assert logged["reward_source/mevis"] == [2.0] and logged["reward_source/revos"] == [5.0]
+    history = [{"step": 1, "reward": 4.0, "reward_source/mevis": 2.0, "reward_source/revos": 5.0},
+               {"step": 2, "reward": 3.0, "reward_source/revos": 3.0}, {"train_runtime": 1.0}]
+    rows = curve_from_trl(history)
+    assert rows[0]["source.mevis.reward"] == 2.0 and "source.mevis.reward" not in rows[1]
+    summary = source_summary(rows)
+    assert summary == {"source.mevis.reward_mean": 2.0, "source.mevis.steps": 1,
+                       "source.revos.reward_mean": 4.0, "source.revos.steps": 2}
+    assert all(not math.isnan(v) for v in summary.values())
+
+
+def test_sft_reports_per_source_samples_only_for_a_mixture() -> None:
+    from types import SimpleNamespace
+
+    from stages.sft import source_samples
+
+    train = [SimpleNamespace(key=f"k{i}", meta={"source": s}) for i, s in enumerate(["revos"] * 40 + ["mevis"] * 3)]
+    by_source = source_samples(train)
+    assert {name: len(samples) for name, samples in by_source.items()} == {"mevis": 3, "revos": 32}
+    assert by_source["revos"] == train[:32]  # the first samples, in key order
+    assert source_samples(train[:40]) == {}  # one source: nothing extra to compute

@@ -1,10 +1,12 @@
 """The whole DAG end to end through real DVC and a real Prefect server, in throwaway git repositories.
 
-With the `ci` params profile (profiles/ci.yaml) every stage runs through `dvc repro` and its Prefect flow;
-the outputs hold the values the params and the raw data determine; data and checkpoints go to a local-folder
-DVC remote, and a fresh clone that pulls is up to date. A second build from scratch with the serial runner
-(and shard once more with Dask) gives byte-identical tables and shards; forced SFT and GRPO reruns give the
-same checkpoints; a SIGTERM stops a stage within seconds, marks its Prefect run crashed and the rerun resumes.
+With the `ci` params profile (profiles/ci.yaml) every stage runs through `dvc repro` and its Prefect flow, on
+three training sources of three layouts (ReVOS, MeViS, Ref-YouTube-VOS, all synthetic); the outputs hold the
+values the params and the raw data determine (per source: index, pools, keyframes, shards, SFT and GRPO); data
+and checkpoints go to a local-folder DVC remote, and a fresh clone that pulls is up to date. A second build
+from scratch with the serial runner (and shard once more with Dask) gives byte-identical tables and shards;
+forced SFT and GRPO reruns give the same checkpoints; a SIGTERM stops a stage within seconds, marks its Prefect
+run crashed and the rerun resumes.
 
 The tests of this module share repositories and run in file order.
 """
@@ -101,22 +103,79 @@ def test_every_stage_ran_as_a_prefect_flow(repo: Path, started: datetime) -> Non
         assert (f"dvc-{stage}", "COMPLETED") in runs, (stage, runs)
 
 
+# the published meta file of each training-source layout, relative to its root (oracle: read with json only)
+META = {"revos": "meta_expressions_{split}_.json", "mevis": "{split}/meta_expressions.json",
+        "refytvos": "meta_expressions/{split}/meta_expressions.json"}
+
+
+def raw_targets(repo: Path, layout: str, root: str, split: str) -> dict[str, list[int]]:
+    """Oracle: video → the number of targets of each expression, in published order, from the raw meta file
+    (a Ref-YouTube-VOS expression names one object; the others list their anno_ids)."""
+    videos = json.loads((repo / root / META[layout].format(split=split)).read_text())["videos"]
+    return {video: [1 if layout == "refytvos" else len(e["anno_id"])
+                    for _, e in sorted(entry["expressions"].items(), key=lambda kv: int(kv[0]))]
+            for video, entry in videos.items()}
+
+
+def exact_shares(size: int, shares: dict[str, float]) -> dict[str, int]:
+    """Oracle: a pool split by the shares; the ci profile's sizes split exactly (no rounding to re-derive)."""
+    total = sum(shares.values())
+    exact = {name: size * share / total for name, share in shares.items()}
+    assert all(float(q).is_integer() for q in exact.values()), exact
+    return {name: int(q) for name, q in exact.items()}
+
+
+def source_of_key(key: str, names: list[str]) -> str:
+    """Oracle: a source's video keys, sample ids and shard keys start with its name, data.root's do not."""
+    head = key.replace("/", "_").split("_", 1)[0]
+    return head if head in names else "root"
+
+
+def count_by_source(keys, names: list[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for key in keys:
+        out[source_of_key(key, names)] = out.get(source_of_key(key, names), 0) + 1
+    return out
+
+
 def test_outputs_hold_the_values_params_and_data_determine(repo: Path, ci: dict[str, object]) -> None:
     metrics = {p.stem: json.loads(p.read_text()) for p in (repo / "metrics").glob("*.json")}
-    raw = repo / "data" / "raw" / "synth"
-    meta = {split: json.loads((raw / f"meta_expressions_{split}_.json").read_text())["videos"]
-            for split in ("train", "valid")}
-    assert len(meta["train"]) == ci["synth.default.n_videos_train"] and len(meta["valid"]) == 2
-    n_expressions = sum(len(v["expressions"]) for videos in meta.values() for v in videos.values())
-    assert metrics["ingest"]["videos"] == 6 and metrics["ingest"]["expressions"] == n_expressions
-    assert len(pd.read_parquet(repo / "data/index/expressions.parquet")) == n_expressions
+    sources = ci["data.sources"]
+    names = [s["name"] for s in sources]
+    assert len(sources) == 3 and len({s["layout"] for s in sources}) == 3  # a three-source, three-layout mixture
+    raw = {s["name"]: raw_targets(repo, s["layout"], s["root"], s["split"]) for s in sources}
+    raw["root"] = raw_targets(repo, "revos", "data/raw/synth", "valid")  # data.root: the evaluation videos
+    assert len(raw["revos"]) == ci["synth.default.n_videos_train"] and len(raw["root"]) == 2
+    # the index: every source's videos and expressions, under its own name
+    expected_index = {name: (len(videos), sum(len(e) for e in videos.values())) for name, videos in raw.items()}
+    index_videos = pd.read_parquet(repo / "data/index/videos.parquet")
+    index_expressions = pd.read_parquet(repo / "data/index/expressions.parquet")
+    assert {name: (int((index_videos["source"] == name).sum()), int((index_expressions["source"] == name).sum()))
+            for name in raw} == expected_index
+    assert metrics["ingest"]["videos"] == sum(v for v, _ in expected_index.values())
+    assert metrics["ingest"]["expressions"] == sum(e for _, e in expected_index.values())
+    assert (index_videos["video"].map(lambda v: source_of_key(v, names)) == index_videos["source"]).all()
 
-    # pools: the first k targeted expressions of each training video; sizes from params; disjoint
+    # pools: SFT = of the first k targeted expressions of each training video, sft_size split 2 : 1 : 1; GRPO
+    # = grpo_size split so from the rest; eval = data.root's valid split
     k = ci["sample.sft_first_k"]
-    sft_expected = sum(min(k, sum(e["type_id"] != 2 for e in v["expressions"].values()))
-                       for v in meta["train"].values())
+    shares = {s["name"]: s["share"] for s in sources}
+    first_k = {name: sum(min(k, sum(n > 0 for n in exps)) for exps in raw[name].values()) for name in names}
+    targeted = {name: sum(n > 0 for exps in raw[name].values() for n in exps) for name in names}
+    expected = {"sft": exact_shares(ci["sample.sft_size"], shares),
+                "grpo": exact_shares(ci["sample.grpo_size"], shares), "eval": {"root": ci["sample.eval_size"]}}
+    for name in names:  # every quota can be met, so the counts are exactly the quotas
+        assert first_k[name] >= expected["sft"][name]
+        assert targeted[name] - expected["sft"][name] >= expected["grpo"][name]
+    sft_expected = ci["sample.sft_size"]
     pools = {name: pd.read_parquet(repo / f"data/sample/{name}.parquet") for name in ("sft", "grpo", "eval")}
-    assert {name: len(pool) for name, pool in pools.items()} == {"sft": sft_expected, "grpo": 2, "eval": 3}
+    keyframes = {name: pd.read_parquet(repo / f"data/keyframes/{name}.parquet") for name in pools}
+    for name, pool in pools.items():
+        assert count_by_source(pool["video"], names) == expected[name], name
+        assert sorted(keyframes[name]["sample_id"]) == sorted(pool["sample_id"])  # carried unchanged
+        if name != "eval":
+            assert {kk: v for kk, v in metrics["sample"].items() if kk.startswith(f"{name}.source.")} == {
+                f"{name}.source.{s}": n for s, n in expected[name].items()}
     ids = [set(zip(pool["video"], pool["exp_id"], strict=True)) for pool in pools.values()]
     assert not (ids[0] & ids[1] or ids[0] & ids[2] or ids[1] & ids[2])
 
@@ -127,24 +186,48 @@ def test_outputs_hold_the_values_params_and_data_determine(repo: Path, ci: dict[
     rejected = pd.read_parquet(repo / "data/filter/rejected.parquet")
     assert len(accepted) + len(rejected) == sft_expected
     assert metrics["filter"]["accepted"] == len(accepted) > 0
-    assert len(pd.read_parquet(repo / "data/difficulty/scores.parquet")) == sft_expected + 2 + 3
+    assert len(pd.read_parquet(repo / "data/difficulty/scores.parquet")) == sum(
+        ci[f"sample.{pool}_size"] for pool in ("sft", "grpo", "eval"))
 
     # shards: counts per pool, and the manifest's checksums are the tar files' own
     manifest = json.loads((repo / "data/shards/manifest.json").read_text())
     assert {pool: manifest[pool]["count"] for pool in ("sft", "grpo", "eval")} == {
-        "sft": len(accepted), "grpo": 2, "eval": 3}
+        "sft": len(accepted), "grpo": ci["sample.grpo_size"], "eval": ci["sample.eval_size"]}
+    # per source: the accepted SFT traces, and the GRPO and eval pools, as drawn
+    expected["sft"] = count_by_source(accepted["sample_id"], names)
     for pool in ("sft", "grpo", "eval"):
+        assert manifest[pool]["sources"] == dict(sorted(expected[pool].items())), pool
+        assert {kk: v for kk, v in metrics["shard"].items() if kk.startswith(f"{pool}.source.")} == {
+            f"{pool}.source.{s}": n for s, n in expected[pool].items()}
+        keys_by_source: dict[str, int] = {}
         for shard in manifest[pool]["shards"]:
             tar = repo / "data/shards" / pool / shard["name"]
             assert hashlib.sha256(tar.read_bytes()).hexdigest() == shard["sha256"]
             with tarfile.open(tar) as members:
                 keys = {name.split(".")[0] for name in members.getnames()}
+                for member in members.getmembers():
+                    if member.name.endswith(".json"):  # the source each sample's meta names
+                        source = json.loads(members.extractfile(member).read())["source"]
+                        assert source == source_of_key(member.name, names)
+                        keys_by_source[source] = keys_by_source.get(source, 0) + 1
             assert len(keys) == shard["count"]
+        assert keys_by_source == expected[pool], pool
 
     # training curves: one row per optimizer step
     sft_steps = math.ceil(len(accepted) * ci["sft.epochs"] / 1)
     assert len(pd.read_csv(repo / "metrics/sft_curve.tsv", sep="\t")) == sft_steps
     assert len(pd.read_csv(repo / "metrics/grpo_curve.csv")) == ci["grpo.max_steps"]
+    # per source: SFT's loss before / after on its samples; GRPO's reward per step of the source it drew
+    for name, n in expected["sft"].items():
+        assert metrics["sft"][f"source.{name}.samples"] == n
+        assert metrics["sft"][f"source.{name}.loss_samples"] == min(n, 32)
+        assert 0 < metrics["sft"][f"source.{name}.loss_before"] < 100
+        assert 0 < metrics["sft"][f"source.{name}.loss_after"] < 100
+    grpo_curve = pd.read_csv(repo / "metrics/grpo_curve.csv")
+    drawn = grpo_curve[[c for c in grpo_curve.columns if c.startswith("source.")]]
+    assert ci["grpo.batch_size"] == 1 and (drawn.notna().sum(axis=1) == 1).all()  # one prompt, one source a step
+    assert (drawn.max(axis=1) - grpo_curve["reward"]).abs().max() < 1e-4  # that step's reward is its source's
+    assert sum(v for kk, v in metrics["grpo"].items() if kk.endswith(".steps")) == ci["grpo.max_steps"]
     for folder in ("models/sft/merged", "models/grpo/merged"):
         assert (repo / folder / "model.safetensors").stat().st_size > 0
     # evaluation: every expression of the eval pool answered and scored
@@ -166,6 +249,7 @@ def test_lineage_cli_reaches_raw_data(repo: Path) -> None:
     assert out.index("ingest") < out.index("synth")
     out = sh([sys.executable, "-m", "flows.cli", "lineage", "models/grpo"], repo)
     assert all(stage in out for stage in ("grpo", "sft", "shard", "synth"))
+    assert all(f"source:{name}" in out for name in ("root", "revos", "mevis", "refytvos"))  # every training source
 
 
 @pytest.fixture(scope="module")

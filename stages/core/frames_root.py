@@ -11,11 +11,21 @@ from pathlib import Path
 
 from stages.core.params import DataParams, SourceParams
 
-__all__ = ["FramesRootError", "frames_dir_of", "frames_root"]
+__all__ = ["ROOT_SOURCE", "FramesRootError", "frames_dir_of", "frames_root", "source_of"]
+
+ROOT_SOURCE = "root"  # the source of data.root's (unqualified) rows
 
 
 class FramesRootError(ValueError):
     """The links folder cannot be built: the message names the source or the path and what is wrong."""
+
+
+def source_of(video: str, sources: tuple[str, ...] | list[str]) -> str:
+    """The source of an indexed video key: `<name>/…` for a training source named in `sources` (ingest
+    qualifies their keys so), else data.root's ("root"; a source may not share a name with a top-level frame
+    folder of data.root, `frames_root` refuses it)."""
+    head = video.split("/", 1)[0]
+    return head if head in sources else ROOT_SOURCE
 
 
 def frames_dir_of(source: SourceParams) -> Path:

@@ -130,6 +130,9 @@ class SynthParams:
     out_dir: ExpPath[str] = "data/raw/synth"
     source: Exp[str] = "SYNTH"  # first component of the video keys (SYNTH/train/v0003)
     layout: Exp[Literal["revos", "mevis", "reasonvos", "refytvos", "refdavis"]] = "revos"  # on-disk layout written
+    # training-source layouts also written, each a root of its own at <out_dir>/<layout> (same scale and seed,
+    # its own video keys), for `data.sources` (profiles/ci.yaml: a three-source mixture)
+    mixture: Exp[tuple[Literal["mevis", "refytvos", "refdavis"], ...]] = ()
     default: SynthScale = field(default_factory=SynthScale)
     large: SynthScale = field(
         default_factory=lambda: SynthScale(

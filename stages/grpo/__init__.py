@@ -20,7 +20,14 @@ from stages.core.model_card import write_model_card
 from stages.core.output_lock import hold_outputs
 from stages.core.params import GrpoParams, RewardParams, Sam2Params
 from stages.core.report import StageReport
-from stages.grpo.curves import curve_from_trl, curves_markdown, summary_window, window_summary, write_curve
+from stages.grpo.curves import (
+    curve_from_trl,
+    curves_markdown,
+    source_summary,
+    summary_window,
+    window_summary,
+    write_curve,
+)
 from stages.rewards import check_params
 
 log = logging.getLogger(__name__)
@@ -69,7 +76,7 @@ def _run_grpo(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, curve_pa
     write_curve(rows, curve_path)
     summary = window_summary(rows, summary_window(grpo.window, len(samples), grpo.batch_size))
     summary.update({"samples": len(samples), "wall_s": round(result["wall_s"], 3),
-                    "reward_s": round(result["reward_s"], 3)})
+                    "reward_s": round(result["reward_s"], 3), **source_summary(rows)})
     write_lineage(out_dir, "grpo", {"grpo": grpo, "reward": reward, "sam2": sam2}, seed=grpo.seed,
                   inputs={"shards": Path(grpo.shards_dir), "model": Path(grpo.model_path),
                           **({"sam2": Path(sam2.checkpoint)} if "consistency" in reward.components else {})},

@@ -22,8 +22,11 @@ CURVE_COLUMNS = ("step", "reward", "reward_std", "kl", "response_length")
 TRL_KEYS = {"reward": "reward", "reward_std": "reward_std", "kl": "kl", "response_length": "completions/mean_length"}
 
 
-def curve_from_trl(log_history: Sequence[dict], component_prefix: str = "reward_components/") -> list[dict]:
-    """One row per logged training step from TRL's `trainer.state.log_history`."""
+def curve_from_trl(log_history: Sequence[dict], component_prefix: str = "reward_components/",
+                   source_prefix: str = "reward_source/") -> list[dict]:
+    """One row per logged training step from TRL's `trainer.state.log_history`; with several training sources a
+    `source.<name>.reward` column each (the mean score of that source's rollouts in the step, empty when the
+    step drew none of it)."""
     rows = []
     for entry in log_history:
         if "reward" not in entry or "step" not in entry:
@@ -34,6 +37,8 @@ def curve_from_trl(log_history: Sequence[dict], component_prefix: str = "reward_
         for key, value in entry.items():
             if key.startswith(component_prefix):
                 row[f"reward_{key[len(component_prefix):]}"] = float(value)
+            elif key.startswith(source_prefix):
+                row[f"source.{key[len(source_prefix):]}.reward"] = float(value)
         rows.append(row)
     rows.sort(key=lambda r: r["step"])
     return rows
@@ -105,8 +110,11 @@ def curves_markdown(path: Path) -> str:
 
     columns = list(read_curve_table(path)[0]) if Path(path).is_file() and read_curve_table(path) else []
     rewards = ["reward"] + sorted(c for c in columns if c.startswith("reward_") and c != "reward_std")
+    sources = sorted(c for c in columns if c.startswith("source.") and c.endswith(".reward"))
     return "\n".join([
         curve_markdown(path, "step", rewards, "GRPO reward per step", "reward (mean over the step's rollouts)"),
+        *([curve_markdown(path, "step", sources, "GRPO reward per training source",
+                          "reward (mean over the step's rollouts of the source)")] if sources else []),
         curve_markdown(path, "step", ["response_length"], "GRPO response length", "tokens (mean)"),
         curve_markdown(path, "step", ["kl"], "GRPO KL to the reference model", "KL"),
     ]) if columns else ""
@@ -116,6 +124,17 @@ def summary_window(window: int, pool_size: int, batch_size: int) -> int:
     """`window` steps, or when 0 the steps of one pass over the GRPO pool, so that the first and the
     last window score the same prompts and prompt difficulty cancels out of their difference."""
     return window or max(1, -(-pool_size // max(1, batch_size)))
+
+
+def source_summary(rows: Sequence[dict]) -> dict[str, float]:
+    """Per training source: the mean of its per-step reward over the steps that drew it, and how many did."""
+    out: dict[str, float] = {}
+    for column in sorted({k for r in rows for k in r if k.startswith("source.") and k.endswith(".reward")}):
+        values = [r[column] for r in rows if column in r and not np.isnan(r[column])]
+        name = column[len("source."):-len(".reward")]
+        out[f"source.{name}.reward_mean"] = float(np.mean(values)) if values else float("nan")
+        out[f"source.{name}.steps"] = len(values)
+    return out
 
 
 def window_summary(rows: Sequence[dict], window: int) -> dict[str, float]:

@@ -1,8 +1,9 @@
 """GRPO data: the shard stage's GRPO WebDataset tars → a `datasets.Dataset` for TRL's GRPOTrainer.
 
 One row per prompt: `prompt` (chat messages: `<ts>` text + image placeholder per frame, then the
-question), `images` (the shown frames, PIL), `ground_truth` (GroundTruth JSON, docs/contracts.md) and
-`sample_id`. Extra columns reach the reward function as keyword arguments.
+question), `images` (the shown frames, PIL), `ground_truth` (GroundTruth JSON, docs/contracts.md),
+`sample_id` and `source` (the training source: the per-source reward curve). Extra columns reach the
+reward function as keyword arguments.
 
 Frames stay JPEG-encoded (the shard's own bytes) until a row is read: the dataset holds the compressed
 pool, not decoded pixels (10K prompts × 6 frames at 560 px would be ~56 GB decoded).
@@ -52,17 +53,19 @@ def prompt_messages(meta: dict) -> list[dict]:
 
 
 def build_dataset(samples: list[dict]):
-    """A `datasets.Dataset` with prompt, images, ground_truth and sample_id columns."""
+    """A `datasets.Dataset` with prompt, images, ground_truth, sample_id and source columns."""
     from datasets import Dataset, Features, List, Value
     from datasets import Image as ImageFeature
 
     rows = [{"prompt": prompt_messages(s["meta"]), "images": s["frames"],
-             "ground_truth": json.dumps(s["meta"]["ground_truth"], sort_keys=True), "sample_id": s["sample_id"]}
+             "ground_truth": json.dumps(s["meta"]["ground_truth"], sort_keys=True), "sample_id": s["sample_id"],
+             "source": s["meta"].get("source", "root")}  # shards written before sources were named: data.root
             for s in samples]
     features = Features({
         "prompt": List({"role": Value("string"), "content": List({"type": Value("string"), "text": Value("string")})}),
         "images": List(ImageFeature()),
         "ground_truth": Value("string"),
         "sample_id": Value("string"),
+        "source": Value("string"),
     })
     return Dataset.from_list(rows, features=features)

@@ -31,6 +31,7 @@ from stages.rewards import score_group
 
 log = logging.getLogger(__name__)
 COMPONENT_PREFIX = "reward_components/"
+SOURCE_PREFIX = "reward_source/"  # mean score of the step's rollouts of one training source
 
 
 class GroupReward:
@@ -43,7 +44,7 @@ class GroupReward:
         self.seconds = 0.0  # time spent scoring (reported)
 
     def __call__(self, prompts, completions, ground_truth, sample_id, images=None, completion_ids=None,
-                 log_metric=None, **kwargs: Any) -> list[float]:
+                 log_metric=None, source=None, **kwargs: Any) -> list[float]:
         start = time.perf_counter()
         texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]
         order: dict[str, list[int]] = {}
@@ -62,6 +63,9 @@ class GroupReward:
             for key in results[0]:
                 if key != "score":
                     log_metric(f"{COMPONENT_PREFIX}{key}", float(np.mean([r[key] for r in results])))
+            for name in sorted(set(source or [])):  # only the sources this step drew: the others stay empty
+                log_metric(f"{SOURCE_PREFIX}{name}",
+                           float(np.mean([r["score"] for r, s in zip(results, source, strict=True) if s == name])))
         self.seconds += time.perf_counter() - start
         return [r["score"] for r in results]
 

@@ -44,9 +44,9 @@ import pyarrow.parquet as pq
 
 from schemas.index import ExpressionsSchema, QuarantineSchema, SourcesSchema, TracksSchema, VideosSchema
 from stages.core import mask_table
-from stages.core.frames_root import frames_dir_of, frames_root  # noqa: F401 (frames_root: re-exported)
+from stages.core.frames_root import ROOT_SOURCE, frames_dir_of, frames_root  # noqa: F401 (re-exported)
 from stages.core.ids import expression_id
-from stages.core.io import read_table, write_table
+from stages.core.io import write_table
 from stages.core.lineage import write_lineage
 from stages.core.params import DataParams, IngestParams, SourceParams
 from stages.core.report import StageReport, summary_line
@@ -56,7 +56,6 @@ from stages.ingest.benchmarks import read_benchmark, to_revos
 from stages.ingest.checks import IngestError, Problems
 
 log = logging.getLogger(__name__)
-ROOT_SOURCE = "root"  # the `source` value of data.root's rows
 ANNO_STRIDE = 10**9  # source i's anno_ids are i · ANNO_STRIDE + the published anno_id (data.root keeps its own)
 TYPE_SOURCE = {"revos": "annotation", "mevis": "layout", "refytvos": "layout", "refdavis": "layout"}
 
@@ -140,10 +139,11 @@ def _merge(params: IngestParams, data: DataParams, parts: list[_Part], out_dir: 
     videos, expressions, tracks, quarantine = [], [], [], []
     kept_annos: dict[int, set[int]] = {}
     for part in parts:
-        v = read_table(part.index / "videos.parquet", VideosSchema)
-        e = read_table(part.index / "expressions.parquet", ExpressionsSchema)
-        t = read_table(part.index / "tracks.parquet", TracksSchema)
-        q = read_table(part.index / "quarantine.parquet", QuarantineSchema)
+        # the parts were validated when ingest wrote them a moment ago (the merged tables are, again, below)
+        v = pd.read_parquet(part.index / "videos.parquet")
+        e = pd.read_parquet(part.index / "expressions.parquet")
+        t = pd.read_parquet(part.index / "tracks.parquet")
+        q = pd.read_parquet(part.index / "quarantine.parquet")
         v, e = v[v["split"] == part.split], e[e["split"] == part.split]
         annos = {int(a) for ids in e["anno_ids"] for a in ids}
         t = t[t["anno_id"].isin(annos)]

@@ -36,7 +36,15 @@ from stages.core.report import StageReport, curves_markdown, summary_line
 from stages.core.typed_config import to_dict
 from stages.models import load_vlm
 from stages.models.trainable import freeze_vision, last_complete_checkpoint, lora_targets, trainable_vision_parameters
-from stages.sft.data import PadCollator, SftDataset, encode_prompts, index_shards, meta_json, read_shards
+from stages.sft.data import (
+    PadCollator,
+    SftDataset,
+    encode_example,
+    encode_prompts,
+    index_shards,
+    meta_json,
+    read_shards,
+)
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +73,31 @@ def format_rate(model, processor, samples: list[dict], max_new_tokens: int, batc
         outputs += processor.batch_decode(generated[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
     ok = [(a := parse_answer(o)) is not None and a.well_formed for o in outputs]
     return (sum(ok) / len(ok) if ok else 0.0), outputs
+
+
+SOURCE_LOSS_SAMPLES = 32  # per training source: the first samples (key order) whose loss is reported
+
+
+def source_samples(train: list, limit: int = SOURCE_LOSS_SAMPLES) -> dict[str, list]:
+    """Training source → its first `limit` samples (key order); {} when the pool has one source."""
+    by_source: dict[str, list] = {}
+    for sample in train:
+        by_source.setdefault(str(sample.meta.get("source", "root")), []).append(sample)
+    return {name: samples[:limit] for name, samples in sorted(by_source.items())} if len(by_source) > 1 else {}
+
+
+@torch.no_grad()
+def source_losses(model, processor, by_source: dict[str, list]) -> dict[str, float]:
+    """Per training source: the mean loss (assistant tokens, as in training) of `model` over its samples."""
+    model.eval()
+    out = {}
+    for name, samples in by_source.items():
+        losses = []
+        for sample in samples:
+            inputs = encode_example(processor, {"meta": sample.meta, "frames": sample.load_frames()})
+            losses.append(float(model(**{k: v.to(model.device) for k, v in inputs.items()}).loss))
+        out[name] = round(float(np.mean(losses)), 6)
+    return out
 
 
 def prompt_batches(processor, samples: list[dict], batch_size: int = 8) -> list[dict]:
@@ -135,6 +168,8 @@ def _train_sft(params: SftParams, model_params: ModelParams, shards_dir: Path, o
     held_out = read_shards(Path(shards_dir) / "eval")[: params.format_eval_samples] if main else []
     prompts = prompt_batches(processor, held_out)  # encoded once for the before and after checks
     before = format_rate(model, processor, held_out, params.max_new_tokens, batches=prompts)[0] if main else 0.0
+    by_source = source_samples(train) if main else {}  # several training sources: their loss before and after
+    before_sources = source_losses(model, processor, by_source)
     state.wait_for_everyone()
 
     set_seed(params.seed)
@@ -159,7 +194,8 @@ def _train_sft(params: SftParams, model_params: ModelParams, shards_dir: Path, o
     result: dict = {}
     if main:
         result = _finish(params, model_params, processor, out_dir, held_out, prompts, before, curve, steps,
-                         train, dataset, output.metrics, Path(shards_dir), Path(metrics_dir), state.num_processes)
+                         train, dataset, output.metrics, Path(shards_dir), Path(metrics_dir), state.num_processes,
+                         by_source, before_sources)
         shutil.rmtree(checkpoint_dir, ignore_errors=True)  # finished: nothing to resume
     state.wait_for_everyone()
     return StageReport("sft", metrics=result, markdown=_curves(Path(metrics_dir)) if main else "")
@@ -200,13 +236,16 @@ def _progress_callback():
 
 def _finish(params: SftParams, model_params: ModelParams, processor, out_dir: Path, held_out: list[dict],
             prompts: list[dict], before: float, curve: list[dict], steps: int, train: list, dataset: SftDataset,
-            train_metrics: dict, shards_dir: Path, metrics_dir: Path, processes: int) -> dict:
-    """Main process: merged weights, format rate after, curve, metrics, lineage, model card."""
+            train_metrics: dict, shards_dir: Path, metrics_dir: Path, processes: int,
+            by_source: dict[str, list], before_sources: dict[str, float]) -> dict:
+    """Main process: merged weights, format rate after, curve, metrics (per training source too: training
+    samples, loss before and after on up to SOURCE_LOSS_SAMPLES of them), lineage, model card."""
     if params.lora_r > 0:
         _merge(model_params, out_dir)
     processor.save_pretrained(out_dir / "merged")
     merged, _ = load_vlm(out_dir / "merged", model_params.dtype)
     after, samples_out = format_rate(merged, processor, held_out, params.max_new_tokens, batches=prompts)
+    after_sources = source_losses(merged, processor, by_source)
     _write_curve(metrics_dir / "sft_curve.tsv", curve)
     runtime = float(train_metrics.get("train_runtime", 0.0))
     tokens = sum(int(item["attention_mask"].sum()) for item in dataset.cache.values())
@@ -216,6 +255,11 @@ def _finish(params: SftParams, model_params: ModelParams, processor, out_dir: Pa
                "samples_per_s": round(float(train_metrics.get("train_samples_per_second", 0.0)), 3),
                "tokens_per_s": round(tokens * params.epochs / runtime, 1)
                if runtime > 0 and len(dataset.cache) == len(train) else 0.0}
+    trained = {name: sum(1 for s in train if s.meta.get("source", "root") == name) for name in by_source}
+    for name in by_source:
+        metrics.update({f"source.{name}.samples": trained[name], f"source.{name}.loss_samples": len(by_source[name]),
+                        f"source.{name}.loss_before": before_sources[name],
+                        f"source.{name}.loss_after": after_sources[name]})
     write_json(out_dir / "format_eval.json", {"outputs": samples_out[:4], "rate": after})
     write_lineage(out_dir, "sft", {"sft": params, "model": model_params}, seed=params.seed,
                   inputs={"shards": shards_dir, "base_model": Path(model_params.path)},  # the base is raw data too

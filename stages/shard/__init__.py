@@ -33,6 +33,7 @@ from schemas.answer import GroundTruth
 from schemas.cot import AcceptedSchema, DifficultySchema
 from schemas.sample import POOLS, KeyframesSchema
 from stages.core import revos
+from stages.core.frames_root import source_of
 from stages.core.io import read_table, write_json
 from stages.core.lineage import write_lineage
 from stages.core.params import ShardParams
@@ -86,7 +87,7 @@ def _sample_record(job: tuple, encode=frame_jpeg, truth=ground_truth) -> dict:
     gt = truth(sample, extra.get("difficulty"), task.name, description)
     meta = {"sample_id": sample["sample_id"], "pool": sample["pool"], "video": sample["video"],
             "expression_id": sample["expression_id"], "expression": sample["text"], "type": sample["type"],
-            "task": task.name, "timestamps": view.timestamps,
+            "task": task.name, "timestamps": view.timestamps, "source": extra["source"],
             "question": task.question(sample["text"], view.timestamps, description or ""),
             "ground_truth": json.loads(gt.to_json()), **extra.get("sft", {})}
     record["json"] = json.dumps(meta, sort_keys=True).encode()
@@ -167,7 +168,7 @@ def _imap_units(units: list[list[tuple]], runner: RunnerParams) -> Iterator[list
 
 
 def write_shards(params: ShardParams, data_root: Path, keyframes_dir: Path, filter_dir: Path, difficulty_dir: Path,
-                 out_dir: Path, runner: RunnerParams | None = None) -> StageReport:
+                 out_dir: Path, runner: RunnerParams | None = None, sources: tuple[str, ...] = ()) -> StageReport:
     """Write `out_dir/{sft,grpo,eval}/shard-NNNNNN.tar`, `manifest.json` and the exports.
 
     Args:
@@ -176,6 +177,8 @@ def write_shards(params: ShardParams, data_root: Path, keyframes_dir: Path, filt
         keyframes_dir, filter_dir, difficulty_dir: upstream stage folders.
         out_dir: `data/shards`.
         runner: where frames are resized and encoded.
+        sources: the names of `data.sources`: each sample's meta and the manifest name its source (`root` for
+            data.root's rows; `stages.core.frames_root.source_of`), the manifest counts per source.
     """
     out_dir = Path(out_dir)
     difficulty = read_table(Path(difficulty_dir) / "scores.parquet", DifficultySchema).set_index("sample_id")
@@ -194,6 +197,7 @@ def write_shards(params: ShardParams, data_root: Path, keyframes_dir: Path, filt
                 sft = {"response": trace["response"], "template_id": trace["template_id"], "teacher": trace["teacher"]}
                 key = f"{trace['sample_id']}_t{trace['trace_index']}"
                 extra = {"sft": sft, "task": trace["task"], "difficulty": _row(difficulty, sample["sample_id"]),
+                         "source": source_of(sample["video"], sources),
                          "description": _description(descriptions, sample["sample_id"], trace["task"])}
                 jobs.append((key, sample, extra, Path(data_root), params.jpeg_quality))
         else:
@@ -202,6 +206,7 @@ def write_shards(params: ShardParams, data_root: Path, keyframes_dir: Path, filt
                 for task in tasks:  # the sample stage gives GRPO / eval samples one task each
                     key = sample["sample_id"] if len(tasks) == 1 else f"{sample['sample_id']}_{task}"
                     extra = {"task": task, "difficulty": _row(difficulty, sample["sample_id"]),
+                             "source": source_of(sample["video"], sources),
                              "description": _description(descriptions, sample["sample_id"], task)}
                     jobs.append((key, sample, extra, Path(data_root), params.jpeg_quality))
         jobs_by_pool[pool] = jobs
@@ -232,7 +237,11 @@ def write_shards(params: ShardParams, data_root: Path, keyframes_dir: Path, filt
                           for p, e in manifest.items() for s in e["shards"]])
     metrics = {f"{p}.samples": c for p, c in counts.items()}
     metrics.update({f"{p}.shards": len(e["shards"]) for p, e in manifest.items()})
-    return StageReport("shard", metrics=dict(sorted(metrics.items())), tables={"shards": table})
+    metrics.update({f"{p}.source.{s}": n for p, e in manifest.items() for s, n in e["sources"].items()})
+    per_source = pd.DataFrame([{"pool": p, "source": s, "samples": n} for p, e in manifest.items()
+                               for s, n in e["sources"].items()], columns=["pool", "source", "samples"])
+    return StageReport("shard", metrics=dict(sorted(metrics.items())),
+                       tables={"shards": table, "samples per source": per_source})
 
 
 def _descriptions(accepted: pd.DataFrame) -> dict[tuple[str, str], str]:
@@ -263,6 +272,7 @@ class _PoolWriter:
         self.per_shard = per_shard
         self.sinks: list = []
         self.count = 0
+        self.sources: dict[str, int] = {}
         self.sink: wds.ShardWriter | None = None
         folder.mkdir(parents=True, exist_ok=True)
         for old in folder.glob("shard-*.tar"):
@@ -277,9 +287,11 @@ class _PoolWriter:
         for add in self.sinks:
             add(record)
         self.count += 1
+        source = json.loads(record["json"])["source"]
+        self.sources[source] = self.sources.get(source, 0) + 1
 
     def close(self) -> dict:
-        """The pool's manifest entry: count, and name, bytes, sha256 and count of each tar."""
+        """The pool's manifest entry: count, count per source, and name, bytes, sha256 and count of each tar."""
         if self.sink is not None:
             self.sink.close()
         shards = []
@@ -290,7 +302,7 @@ class _PoolWriter:
                     digest.update(block)
             shards.append({"name": path.name, "bytes": path.stat().st_size, "sha256": digest.hexdigest(),
                            "count": min(self.per_shard, self.count - i * self.per_shard)})
-        return {"count": self.count, "shards": shards}
+        return {"count": self.count, "sources": dict(sorted(self.sources.items())), "shards": shards}
 
 
 def user_text(meta: dict, image_token: str) -> str:

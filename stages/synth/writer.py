@@ -7,6 +7,7 @@ import json
 import logging
 import shutil
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,7 @@ from stages.synth.scene import simulate_video
 log = logging.getLogger(__name__)
 SPLITS = ("train", "valid")
 TYPE_NAMES = {0: "referring", 1: "reasoning", 2: "no_target"}
+MIXTURE_SOURCE = {"mevis": "MV", "refytvos": "YT", "refdavis": "DV"}  # first key component of synth.mixture's roots
 
 
 def encode_window(patch: np.ndarray, window: tuple[int, int, int, int], height: int, width: int) -> dict | None:
@@ -172,6 +174,10 @@ def generate_synthetic(params: SynthParams, out_dir: Path, runner: RunnerParams 
     counts = _counts(meta)
     if params.layout != "revos":
         _rewrite_layout(params.layout, out_dir)
+    for layout in params.mixture:  # training-source roots of their own (same scale and seed, own video keys)
+        sub = replace(params, layout=layout, source=MIXTURE_SOURCE[layout], mixture=())
+        sub_counts = generate_synthetic(sub, out_dir / layout, runner).metrics
+        counts.update({f"mixture.{layout}.{k}": v for k, v in sub_counts.items() if k.startswith("train.")})
     write_lineage(out_dir, "synth", params, seed=params.seed, counts=counts, code_modules=["stages.synth"])
     table = pd.DataFrame(
         [{"split": split, "type": TYPE_NAMES[e["type_id"]], "instances": _instances(e)}

@@ -222,7 +222,7 @@ def test_empty_filter_output_gives_empty_sft_pool(upstream: Path, tmp_path: Path
     accepted = read_table(upstream / "filter" / "accepted.parquet", AcceptedSchema)
     accepted.iloc[:0].to_parquet(base / "filter" / "accepted.parquet")
     out = shard(base, tmp_path / "out", replace(ShardParams(), export_sharegpt=True))
-    assert json.loads((out / "manifest.json").read_text())["sft"] == {"count": 0, "shards": []}
+    assert json.loads((out / "manifest.json").read_text())["sft"] == {"count": 0, "sources": {}, "shards": []}
 
 
 # --- frames decoded once per video, streamed, byte-identical to the per-sample definition --------------------
