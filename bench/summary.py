@@ -237,6 +237,7 @@ def measured(name: str, figures: dict) -> str:
                 f"target {_met(figures['rss_within_target'])}")
     if name == "mutation":
         return "; ".join(
+            f"{mod}: not run yet (target {m['target']:.0%})" if m.get("run") is False else
             f"{mod}: {m['killed']} killed, {m['survived']} survived, {m['timed_out']} timed out of {m['generated']} "
             f"generated ({m['not_checked']} not checked{', run incomplete' if not m['complete'] else ''}; "
             f"{m['wall_s']:.0f} s wall) — target {m['target']:.0%}: {_met(m['meets_target'])}"

@@ -207,8 +207,17 @@ def main(argv: list[str] | None = None) -> None:
         print(f"mutation: {name}: {figures['killed']}/{figures['generated']} killed "
               f"({figures['killed_share']:.1%}), {figures['survived']} survived, {figures['timed_out']} timed out, "
               f"{figures['not_checked']} not checked, {figures.get('wall_s')} s", flush=True)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+        write_result(args.out, result, modules)
+
+
+def write_result(out: Path, result: dict, modules: dict) -> None:
+    """The JSON, every module of the table in it: one not run yet is there with `run: false`, `complete: false`."""
+    for name, entry in modules.items():
+        if "generated" not in result["modules"].get(name, {}):
+            result["modules"][name] = {"files": entry["mutate"], "tests": entry["tests"], "target": entry.get("target"),
+                                       "run": False, "complete": False, "meets_target": False}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
 
 
 if __name__ == "__main__":
