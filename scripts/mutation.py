@@ -82,10 +82,10 @@ def run_module(name: str, entry: dict, base: dict, workroot: Path, budget_s: flo
     """Mutate one module in its scratch copy and count the outcomes; with `budget_s`, stop mutmut after that many
     seconds and count what it checked (the rest are `not_checked`); with `resume`, go on in the existing copy
     (mutmut keeps its test statistics and every result already there): the copy's tests are brought up to date
-    first (mutmut collects statistics for the new ones) and every mutant not killed so far is checked again against
-    them before the unchecked ones. The mutated source must be unchanged since the copy was made."""
+    first (mutmut collects statistics for the new ones) and every mutant not killed so far loses its verdict, so it is
+    checked again against them with the unchecked ones. The mutated source must be unchanged since the copy was
+    made."""
     workdir = workroot / name
-    retest: list[str] = []
     if not (resume and (workdir / "mutants").is_dir()):
         scratch_copy(workdir, base, entry)
     else:
@@ -96,28 +96,22 @@ def run_module(name: str, entry: dict, base: dict, workroot: Path, budget_s: flo
                      "--resume")
         shutil.copytree(ROOT / "tests", workdir / "tests", ignore=IGNORE, dirs_exist_ok=True)
         write_config(workdir, base, entry)
-        retest = count_results(name, entry, workdir)["not_killed"]
+        retest = set(count_results(name, entry, workdir)["not_killed"])
+        for meta in (workdir / "mutants").rglob("*.meta"):  # checked again: mutmut runs what has no verdict
+            data = json.loads(meta.read_text())
+            data["exit_code_by_key"] = {k: None if k in retest else v for k, v in data["exit_code_by_key"].items()}
+            meta.write_text(json.dumps(data, indent=4))
     load = os.getloadavg()[0]
     cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
-    code = 0
     with open(workdir / "mutmut-run.log", "a" if resume else "w") as log:
-        # first the survivors against the current tests (named mutants are run again), then the unchecked ones
-        for names in ([retest] if retest else []) + [[]]:
-            left = None if budget_s is None else budget_s - (time.monotonic() - start)
-            if left is not None and left <= 0:
-                break
-            proc = subprocess.Popen(["nice", "-n", "19", *MUTMUT, "run", "--max-children", "1", *names],
-                                    cwd=workdir, env=ENV, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
-            try:
-                code = proc.wait(timeout=left)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGTERM)
-                code = proc.wait()
-                break
-            if code != 0:
-                break
+        proc = subprocess.Popen(["nice", "-n", "19", *MUTMUT, "run", "--max-children", "1"], cwd=workdir, env=ENV,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            code = proc.wait(timeout=budget_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGTERM)
+            code = proc.wait()
     wall = time.monotonic() - start
     cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (cpu_after.ru_utime + cpu_after.ru_stime) - (cpu_before.ru_utime + cpu_before.ru_stime)
