@@ -35,6 +35,7 @@ from stages.synth.scene import simulate_video  # noqa: E402
 SIZE = int(os.environ.get("SIZE", "112"))
 ORDER = os.environ.get("ORDER", "img_first")
 TAG = os.environ.get("TAG", "x")
+TASK = os.environ.get("TASK", "box")  # box: "Box the <name>." → box; colour: "Colour of the <kind>?" → colour name
 
 
 def iou(a, b) -> float:
@@ -72,17 +73,23 @@ def samples(seed: int, n_videos: int, per_video: int = 3) -> list[dict]:
                 y0, x0 = seen.window[0], seen.window[2]
                 box = [round((xs.min() + x0) * sx), round((ys.min() + y0) * sy),
                        round((xs.max() + 1 + x0) * sx), round((ys.max() + 1 + y0) * sy)]
+                if TASK == "colour":  # what colour is the <kind>: content only, no position (kinds unique here)
+                    if sum(o.kind == obj.kind for o in video.objects if visible[o.obj_id].area >= 30) == 1:
+                        out.append({"text": f"the {obj.kind}", "image": image, "box": box, "answer": obj.colour})
+                    continue
                 out.append({"text": f"the {obj.name}", "image": image, "box": box})
     return out
 
 
 def chat(sample: dict, answer: bool = True) -> list[dict]:
-    parts = [{"type": "image"}, {"type": "text", "text": f"Box {sample['text']}."}]
+    words = f"Colour of {sample['text']}?" if TASK == "colour" else f"Box {sample['text']}."
+    parts = [{"type": "image"}, {"type": "text", "text": words}]
     if ORDER == "text_first":
         parts = parts[::-1]
     messages = [{"role": "user", "content": parts}]
     if answer:
-        messages.append({"role": "assistant", "content": [{"type": "text", "text": json.dumps(sample["box"])}]})
+        reply = sample["answer"] if TASK == "colour" else json.dumps(sample["box"])
+        messages.append({"role": "assistant", "content": [{"type": "text", "text": reply}]})
     return messages
 
 
@@ -98,6 +105,9 @@ def evaluate(model, processor, held_out: list[dict]) -> tuple[float, str]:
         out = model.generate(**x, max_new_tokens=20, do_sample=False)
         for s, text in zip(batch, processor.batch_decode(out[:, x["input_ids"].shape[1]:], skip_special_tokens=True),
                            strict=True):
+            if TASK == "colour":
+                ious.append(float(text.strip() == s["answer"]))
+                continue
             try:
                 ious.append(iou(json.loads(text), s["box"]))
             except (ValueError, TypeError, IndexError, KeyError):
@@ -110,9 +120,15 @@ def evaluate(model, processor, held_out: list[dict]) -> tuple[float, str]:
 def main() -> None:
     torch.set_num_threads(int(os.environ.get("THREADS", "1")))
     train, held_out = samples(1000, int(os.environ.get("NV", "400"))), samples(2000, 25)
-    mean_box = np.mean([s["box"] for s in train], axis=0).round().tolist()
-    baseline = round(float(np.mean([iou(mean_box, s["box"]) for s in held_out])), 4)
-    print(TAG, "samples", len(train), len(held_out), "mean-box IoU", baseline, flush=True)
+    if TASK == "colour":
+        answers = [s["answer"] for s in train]
+        majority = max(set(answers), key=answers.count)
+        baseline = round(float(np.mean([s["answer"] == majority for s in held_out])), 4)
+        print(TAG, "samples", len(train), len(held_out), "majority-colour accuracy", baseline, flush=True)
+    else:
+        mean_box = np.mean([s["box"] for s in train], axis=0).round().tolist()
+        baseline = round(float(np.mean([iou(mean_box, s["box"]) for s in held_out])), 4)
+        print(TAG, "samples", len(train), len(held_out), "mean-box IoU", baseline, flush=True)
     folder = Path(os.environ.get("WORK", "/tmp")) / f"probe_tiny_{TAG}"
     build_tiny_qwen(TinyModelsParams(hidden_size=int(os.environ.get("HID", "256")),
                                      num_layers=int(os.environ.get("NL", "2")), max_image_side=SIZE), folder)
