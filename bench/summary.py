@@ -213,12 +213,12 @@ def measured(name: str, figures: dict) -> str:
     if name == "learning":
         return _learning(figures)
     if name == "grounding_probe":
-        return "; ".join(
+        return ("; ".join(
             f"{tag} (`{r['command'].split(' python')[0]}`, {r['steps_done']} steps): held-out "
             + ("colour accuracy " if r.get("task") == "colour" else "box IoU ")
             + ", ".join(f"{v.get('box_iou', v.get('accuracy'))} at {k}" for k, v in r["eval_96_held_out"].items())
             for tag, r in sorted(figures["runs"].items())) + f"; mean box {figures['mean_box_iou_192_held_out']}"
-            + f"; majority colour {figures['colour_baseline']['majority_colour_accuracy_108_held_out']}"
+            + f"; majority colour {figures['colour_baseline']['majority_colour_accuracy_108_held_out']}")
     if name == "ingest":
         return _ingest(figures)
     if name == "sft":
