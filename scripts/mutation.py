@@ -166,6 +166,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="stop each module's mutmut run after this many seconds and record what it checked")
     parser.add_argument("--resume", action="store_true",
                         help="go on in the existing scratch copies (after --budget-s), checking what is left")
+    parser.add_argument("--add-cpu-s", type=float, default=None,
+                        help="with --collect: the collected run's CPU seconds, measured outside (e.g. from /proc)")
     parser.add_argument("--collect", action="store_true",
                         help="record the results already in the scratch copies (an interrupted run), run nothing")
     args = parser.parse_args(argv)
@@ -184,11 +186,21 @@ def main(argv: list[str] | None = None) -> None:
     for name in args.modules or list(modules):
         print(f"mutation: {name} …", flush=True)
         if args.collect:
-            figures = {**result["modules"].get(name, {}), **count_results(name, modules[name], args.workdir / name)}
+            previous = result["modules"].get(name, {})
+            figures = {**previous, **count_results(name, modules[name], args.workdir / name)}
             metas = [p.stat().st_mtime for p in (args.workdir / name / "mutants").rglob("*.meta")]
             figures["complete"] = figures["not_checked"] == 0
-            if metas and "wall_s" not in figures:  # from the copy's creation to the last result written
-                figures["wall_s"] = round(max(metas) - (args.workdir / name / "pyproject.toml").stat().st_mtime, 1)
+            # this run's wall: from its start (the copy's config was written then, by the first run or --resume) to
+            # the last result written; added to the earlier runs' recorded time (collecting twice counts it once)
+            started = (args.workdir / name / "pyproject.toml").stat().st_mtime
+            again = previous.get("collected_since") == started
+            before = {k: previous.get(f"{k}_before_collect" if again else k, 0.0) for k in ("wall_s", "cpu_s")}
+            if metas:
+                figures.update(wall_s=round(before["wall_s"] + max(metas) - started, 1),
+                               cpu_s=round(before["cpu_s"] + (args.add_cpu_s or 0.0), 1), collected_since=started,
+                               wall_s_before_collect=before["wall_s"], cpu_s_before_collect=before["cpu_s"])
+                if args.add_cpu_s is None:
+                    figures["cpu_s_note"] = "cpu_s leaves out the collected run (its CPU time was not measured)"
         else:
             previous = result["modules"].get(name, {}) if args.resume else {}
             figures = run_module(name, modules[name], base, args.workdir, args.budget_s, args.resume)
