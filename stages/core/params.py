@@ -632,9 +632,6 @@ FORBIDDEN_IN_OVERRIDES = frozenset(";&|$`<>\"'\\")
 KEY_PATTERN = r"[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)*"
 
 
-def apply_overrides(raw: Mapping[str, Any], overrides: Mapping[str, Any]) -> tuple[Params, dict[str, Any]]:
-    """Lay `{"dotted.key": value}` overrides over a params mapping and validate the result.
-
 def cli_overrides(items: Iterable[str], error: type[Exception] = ValueError) -> dict[str, str]:
     """`-S key=value` command-line items as `{"key": "value"}` for `apply_overrides` (the last of a repeated key
     wins, as in `dvc exp run -S`); an item without "=" raises `error` (the caller's usage-error type) naming it."""
@@ -646,6 +643,9 @@ def cli_overrides(items: Iterable[str], error: type[Exception] = ValueError) -> 
         overrides[key] = value
     return overrides
 
+
+def apply_overrides(raw: Mapping[str, Any], overrides: Mapping[str, Any]) -> tuple[Params, dict[str, Any]]:
+    """Lay `{"dotted.key": value}` overrides over a params mapping and validate the result.
 
     A string value is read as `dvc exp run -S` reads it (a YAML scalar or list: "32" → 32, "[a, b]" → a
     list), except for text params, which take the string as it is.
