@@ -560,3 +560,46 @@ def test_compute_score_without_params_uses_the_embedded_defaults():
     assert default == compute_score("vrsflow/revos", GROUP_TEXTS[1], gt_json, None, params=RewardParams(),
                                     masks_for=lambda *a: mask[None])
     assert set(default) == {"score", "parsed", *RewardParams().components}
+
+
+# --- third round: rcot_match without a target, a Veason-R1 rollout's request, a short segmenter reply -------------
+
+
+def test_rcot_match_without_a_target_or_without_a_box():
+    empty = np.zeros((40, 40), dtype=bool)
+    no_target = json.loads(one_frame_gt(empty, task="rcot_ktg"))
+    no_target["boxes"], no_target["areas"] = [[None]], [[0.0]]
+    mask = np.zeros((40, 40), dtype=bool)
+    mask[10:20, 10:20] = True
+    target = one_frame_gt(mask, task="rcot_ktg")
+    nothing = completion(bbox_2d_list=[], point_2d_list=[])
+    a_box = completion(bbox_2d_list=[[10, 10, 20, 20]], point_2d_list=[[15, 15]])
+    for text, gt, expected in ((nothing, json.dumps(no_target), 1.0),  # nothing to find, nothing claimed
+                               (a_box, json.dumps(no_target), 0.0), (nothing, target, 0.0), (a_box, target, 1.0)):
+        assert run(text, gt, components=("rcot_match",))["rcot_match"] == expected
+
+
+def test_rollout_groups_reads_a_veason_answers_own_keyframe():
+    from schemas.answer import GroundTruth
+
+    mask = np.zeros((20, 30), dtype=bool)
+    mask[5:15, 10:20] = True
+    gt = json.loads(one_frame_gt(mask, task="veason"))
+    gt.update(timestamps=[0, 4], boxes=gt["boxes"] * 2, areas=gt["areas"] * 2, union_areas=gt["union_areas"] * 2,
+              masks=gt["masks"] * 2)
+    text = '<think>It is there.</think><answer>{"keyframe_timestamp": 4, "bbox_2d_list": [[10, 5, 20, 15]]}</answer>'
+    unshown = text.replace('"keyframe_timestamp": 4', '"keyframe_timestamp": 2')
+    assert score_module.rollout_groups([text, unshown], GroundTruth.from_json(json.dumps(gt))) == [
+        (1, ((10.0, 5.0, 20.0, 15.0),), ()), None]  # the answer's frame (position 1); a frame not shown: none
+
+
+def test_precompute_masks_refuses_a_segmenter_reply_short_of_a_group(monkeypatch):
+    from schemas.answer import GroundTruth
+    from stages import segment
+    from stages.rewards import precompute_masks
+
+    monkeypatch.setattr(segment, "propagate_groups", lambda predictor, frames, groups, threshold: [
+        FakePropagation.masks(0)])  # one group's masks for two groups
+    gt = GroundTruth.from_json(_videoseg_gt()[1])
+    with pytest.raises(ValueError, match="zip"):
+        precompute_masks(GROUP_TEXTS, gt, [np.zeros((20, 30, 3), np.uint8)], object())
