@@ -313,7 +313,7 @@ def test_score_group_runs_sam2_only_for_a_consistency_task_with_frames_and_predi
     results = score_group(texts, gt_json, params, frames=frames, predictor=predictor)
     assert calls == [(texts, GroundTruth.from_json(gt_json), frames, predictor, 0.3)]
     assert [(r["format"], r["consistency"], r["score"]) for r in results] == [(1.0, 1.0, 2.0)]
-    segmenter = "the consistency reward needs a SAM2 segmenter"
+    segmenter = "^" + re.escape("the consistency reward needs a SAM2 segmenter (masks_for); none was configured") + "$"
     for missing in ({"frames": None, "predictor": predictor}, {"frames": frames, "predictor": None}):
         with pytest.raises(RuntimeError, match=segmenter):  # nothing to segment with: not run, and said so
             score_group(texts, gt_json, params, **missing)
@@ -603,3 +603,32 @@ def test_precompute_masks_refuses_a_segmenter_reply_short_of_a_group(monkeypatch
     gt = GroundTruth.from_json(_videoseg_gt()[1])
     with pytest.raises(ValueError, match="zip"):
         precompute_masks(GROUP_TEXTS, gt, [np.zeros((20, 30, 3), np.uint8)], object())
+
+
+# --- fourth round: IoU of boxes apart in one direction, the empty matching, clipping at the bottom, spatial's pairs -
+
+
+def test_iou_is_zero_for_boxes_that_overlap_in_x_only_and_the_empty_matching_is_empty():
+    from stages.rewards.geometry import hungarian, iou_matrix
+
+    pred = np.array([[0.0, 0.0, 10.0, 10.0]])
+    assert iou_matrix(pred, np.array([[2.0, 20.0, 8.0, 30.0]])).tolist() == [[0.0]]  # below it
+    assert iou_matrix(pred, np.array([[20.0, 2.0, 30.0, 8.0]])).tolist() == [[0.0]]  # beside it
+    for shape in ((0, 3), (3, 0), (0, 0)):
+        rows, cols = hungarian(np.zeros(shape))
+        assert rows.tolist() == [] and cols.tolist() == [] and rows.dtype.kind == cols.dtype.kind == "i"
+
+
+def test_spatial_clips_a_box_at_the_image_bottom_and_sums_the_matched_pairs_only():
+    mask = np.zeros((20, 30), dtype=bool)
+    mask[5:15, 10:20] = True
+    gt = json.loads(one_frame_gt(mask, task="veason"))
+    text = '<think>It is there.</think><answer>{"keyframe_timestamp": 0, "bbox_2d_list": [[10, 5, 20, 40]]}</answer>'
+    assert run(text, json.dumps(gt), components=("spatial",))["spatial"] == pytest.approx(100 / 150)  # y2 40 → 20
+    two = np.zeros((20, 30), dtype=bool)
+    two[0:10, 0:20] = True
+    gt = json.loads(one_frame_gt(two, task="veason", boxes=[[0, 0, 10, 10], [10, 0, 20, 10]]))
+    text = ('<think>It is there.</think><answer>{"keyframe_timestamp": 0, "bbox_2d_list": [[0, 0, 10, 10], '
+            '[5, 0, 20, 10]]}</answer>')
+    # pairs: box 0 – object 0 (IoU 1), box 1 – object 1 (IoU 100/150); box 1 – object 0 (50/200) is not a pair
+    assert run(text, json.dumps(gt), components=("spatial",))["spatial"] == pytest.approx((1 + 100 / 150) / 2)
