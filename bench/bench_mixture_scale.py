@@ -7,7 +7,7 @@ them). `synth` writes the videos (MeViS: as many as its ~13 expressions a video 
 the meta files of MeViS and Ref-YouTube-VOS are then cut to the exact expression count (the first
 expressions of each video, spread evenly). Untimed.
 
-Timed, each stage in its own process (peak RSS = that stage's own, `ru_maxrss`), serial runner: ingest
+Timed, each stage in its own process (peak RSS = that stage's own, VmHWM), serial runner: ingest
 (data.sources = the three roots), sample, keyframes, cot (template teacher, offline), filter, difficulty,
 shard. The pools have a fixed size at every scale (`--sft-size`, `--grpo-size`, `--eval-size`), so what
 grows with the scale is the union the stages read, not the samples they process. Run it at two scales to
@@ -102,6 +102,15 @@ def params_for(base: Path, args: argparse.Namespace):
     return data, sample
 
 
+def peak_rss_mib() -> float:
+    """This process's own peak RSS: VmHWM of its address space (`ru_maxrss` would not do: on Linux it keeps,
+    across exec, the peak of the process that spawned it — here the driver, which built the data)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def run_stage(stage: str, base: Path, args: argparse.Namespace) -> dict:
     """One stage in this process (the child): its wall time and this process's peak RSS."""
     from stages.core.frames_root import frames_root
@@ -119,7 +128,7 @@ def run_stage(stage: str, base: Path, args: argparse.Namespace) -> dict:
     data, sample = params_for(base, args)
     serial = RunnerParams(kind="serial")
     teacher = TeacherParams()
-    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss_before = peak_rss_mib()
     start = time.perf_counter()
     if stage == "ingest":
         from stages.ingest.sources import ingest_data
@@ -157,21 +166,29 @@ def run_stage(stage: str, base: Path, args: argparse.Namespace) -> dict:
     keep = {k: v for k, v in report.metrics.items() if isinstance(v, int | float) and (
         k in ("videos", "expressions", "tracks", "quarantined") or ".source." in k or k.startswith("source.")
         or k.endswith(".total") or k.endswith(".samples"))}
-    return {"wall_s": round(wall, 2), "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                                                            1),
+    return {"wall_s": round(wall, 2), "peak_rss_mib": round(peak_rss_mib(), 1),
             "rss_before_stage_mib": round(rss_before, 1), "metrics": keep}
 
 
 def one_scale(scale: float, work: Path, args: argparse.Namespace) -> dict:
     base = work / f"scale-{scale:g}"
-    shutil.rmtree(base, ignore_errors=True)
-    base.mkdir(parents=True)
+    built = base / "built.json"
     start = time.perf_counter()
-    written = build(base, scale)
+    reused = bool(args.reuse and built.is_file())
+    if reused:  # the roots of an earlier run at this scale (same code, same seed)
+        written = json.loads(built.read_text())
+        for name in ("index", "frames", "sample", "keyframes", "cot", "cot_cache", "filter", "difficulty",
+                     "difficulty_cache", "shards"):
+            shutil.rmtree(base / name, ignore_errors=True)
+    else:
+        shutil.rmtree(base, ignore_errors=True)
+        base.mkdir(parents=True)
+        written = build(base, scale)
+        built.write_text(json.dumps(written))
     figures: dict = {"scale": scale, "targets": targets(scale), "written": written,
                      "union_expressions": sum(c["expressions"] for c in written.values()),
                      "union_videos": sum(c["videos"] for c in written.values()),
-                     "build_s": round(time.perf_counter() - start, 1),
+                     "build_s": round(time.perf_counter() - start, 1), "roots_reused": reused,
                      "raw_bytes": {name: sum(p.stat().st_size for p in (base / name).rglob("*") if p.is_file())
                                    for name in written},
                      "stages": {}}
@@ -196,6 +213,7 @@ def main() -> None:
     parser.add_argument("--sft-size", type=int, default=120)
     parser.add_argument("--grpo-size", type=int, default=120)
     parser.add_argument("--eval-size", type=int, default=20)
+    parser.add_argument("--reuse", action="store_true", help="keep the synthetic roots of an earlier run")
     parser.add_argument("--out", default=None, help="results file (default bench/results/mixture_scale.json)")
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)
     parser.add_argument("--base", default="", help=argparse.SUPPRESS)
