@@ -44,3 +44,15 @@ def test_union_of_one_and_of_none():
 def test_unreadable_rle_message():
     with pytest.raises(rle.RLEError, match="^unreadable RLE: Expected bytes, got int$"):
         rle.areas_and_boxes([{"size": [4, 4], "counts": 12}])
+
+
+def test_areas_are_int64_and_encode_takes_any_zero_one_array():
+    mask = np.zeros((3, 4), dtype=bool)
+    mask[1, 2] = mask[2, 2] = True
+    areas, boxes = rle.areas_and_boxes([rle.encode(mask), None])
+    assert areas.dtype == np.int64 and areas.tolist() == [2, 0]
+    assert boxes.dtype == np.float64 and boxes[0].tolist() == [2.0, 1.0, 3.0, 3.0] and np.isnan(boxes[1]).all()
+    assert rle.areas_and_boxes([None])[0].dtype == np.int64
+    expected = rle.encode(mask)
+    for dtype in (np.uint8, np.int64, np.float64, np.int32):
+        assert rle.encode(mask.astype(dtype)) == expected
