@@ -59,3 +59,21 @@ def test_refusal_message_is_one_line_naming_the_rule():
         _check_name("y" * 101)  # the name is cut to 80 characters in the message
     with pytest.raises(RequestRefused):
         _check_name(None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    (None, "null"), (True, "true"), (False, "false"), (3, "3"), (0.5, "0.5"), ("a b", "'a b'"),
+    ([1, "x", None, True, False], "[1,'x',null,true,false]"), ((2, 0.25), "[2,0.25]"),
+])
+def test_dvc_value_spells_each_value_as_hydra_reads_it_back(value, text):
+    """`dvc exp run -S` parses overrides with Hydra's grammar: the text is the canonical spelling, and Hydra's own
+    parser reads the value back."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from flows.serve_request import dvc_value
+
+    assert dvc_value(value) == text
+    parsed = OverridesParser.create().parse_override(f"k={text}").value()
+    assert parsed == (list(value) if isinstance(value, tuple) else value)
+    with pytest.raises(RequestRefused, match="^cannot pass a dict to dvc$"):
+        dvc_value({"a": 1})
