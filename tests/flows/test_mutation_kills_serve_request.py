@@ -77,3 +77,24 @@ def test_dvc_value_spells_each_value_as_hydra_reads_it_back(value, text):
     assert parsed == (list(value) if isinstance(value, tuple) else value)
     with pytest.raises(RequestRefused, match="^cannot pass a dict to dvc$"):
         dvc_value({"a": 1})
+
+
+def test_present_walks_the_dotted_key_through_mappings_only():
+    from flows.serve_request import _present
+
+    raw = {"a": {"b": {"c": 1}, "l": [1, 2]}, "x": None}
+    assert [_present(raw, k) for k in ("a", "a.b", "a.b.c", "x")] == [True, True, True, True]
+    assert [_present(raw, k) for k in ("b", "a.c", "a.b.c.d", "a.l.0", "x.y", "a.b.d")] == [False] * 6
+
+
+def test_an_absolute_path_into_the_project_is_named_so_even_through_a_symlink_out(tmp_path):
+    from flows.serve_request import path_problem
+
+    project, outside = tmp_path / "project", tmp_path / "outside"
+    project.mkdir()
+    outside.mkdir()
+    (project / "link").symlink_to(outside)
+    assert path_problem(str(project / "link" / "f"), project) == (
+        "is an absolute path into the project: give it relative to the project")
+    assert path_problem("link/f", project).startswith("leads outside the project through a symlink")
+    assert path_problem("", project) is None and path_problem("data/x", project) is None
