@@ -98,3 +98,16 @@ def test_an_absolute_path_into_the_project_is_named_so_even_through_a_symlink_ou
         "is an absolute path into the project: give it relative to the project")
     assert path_problem("link/f", project).startswith("leads outside the project through a symlink")
     assert path_problem("", project) is None and path_problem("data/x", project) is None
+
+
+def test_a_relative_path_through_a_symlink_into_an_allowed_root_is_allowed(tmp_path, monkeypatch):
+    from flows.serve_request import path_problem
+
+    project, outside = tmp_path / "project", tmp_path / "outside"
+    project.mkdir()
+    outside.mkdir()
+    (project / "link").symlink_to(outside)
+    monkeypatch.chdir(tmp_path)  # the value is relative to the project, not to the working folder
+    assert path_problem("link/f", project, [str(outside)]) is None
+    assert path_problem(str(outside / "f"), project, [str(outside)]) is None
+    assert path_problem("link/f", project, [str(tmp_path / "elsewhere")]).startswith("leads outside the project")
