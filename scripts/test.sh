@@ -7,5 +7,6 @@ source .venv/bin/activate
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 ruff check .
 # -rs lists every skip with its reason; a skip whose named dependency is installed fails instead
-# (tests/skip_guard.py: no silent skips)
-python -m pytest -rs "$@"
+# (tests/skip_guard.py: no silent skips); --durations names the slowest tests, so that a run near the 20-minute
+# budget says where its time went
+python -m pytest -rs --durations=15 "$@"
