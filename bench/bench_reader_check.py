@@ -332,7 +332,8 @@ def scorer_checks(official: Path, work: Path, skimage_path: str) -> dict:
         "fixture": f"synthetic ReasonVOS, {len(bench.videos)} prediction folders, rows shifted; {gone} removed",
         "authors eval_reason_vos.py (showlab/VideoLISA)": official_rv,
         "vrsflow --missing authors": vrs("reasonvos", pred, rv, "authors"),
-        "vrsflow --missing zero": vrs("reasonvos", pred, rv, "zero"), "official_stdout_tail": stdout[-300:]}
+        "vrsflow --missing zero": vrs("reasonvos", pred, rv, "zero"),
+        "official_stdout_tail": stdout.replace(str(work.parent), "<scratch>")[-300:]}  # no path of this machine
     print(json.dumps(results["reasonvos_missing_rule"], indent=1), flush=True)
     return results
 

@@ -55,13 +55,28 @@ def machine() -> dict:
     return info
 
 
+def portable_command(argv: list[str]) -> str:
+    """The command line as a results file records it: paths inside the project relative to it, any other absolute
+    path as `<its last component>` (a results file is committed; this machine's folders mean nothing elsewhere)."""
+    root = RESULTS.parents[1]
+
+    def portable(token: str) -> str:
+        flag, eq, value = token.partition("=") if token.startswith("--") and "=" in token else ("", "", token)
+        if value.startswith("/"):
+            path = Path(value)
+            value = path.relative_to(root).as_posix() if path.is_relative_to(root) else f"<{path.name}>"
+        return f"{flag}{eq}{value}"
+
+    return " ".join(["python", *(portable(token) for token in argv)])
+
+
 def write_result(name: str, figures: dict, baseline: str, code: tuple[str, ...] = ("stages", "bench", "schemas"),
                  out: Path | None = None) -> Path:
     """Write `bench/results/<name>.json` (or `out`) and print it; returns the path.
 
     `code`: the repo paths the figures depend on (the commit record says whether they were modified).
     """
-    record = {"name": name, "baseline": baseline, "command": " ".join(["python", *sys.argv]),
+    record = {"name": name, "baseline": baseline, "command": portable_command(sys.argv),
               "figures": figures, "commit": commit(code), "machine": machine(),
               "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
     path = Path(out) if out is not None else RESULTS / f"{name}.json"

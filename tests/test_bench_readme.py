@@ -51,3 +51,17 @@ def test_every_row_states_its_baseline_target_and_measurement() -> None:
         assert baseline and baseline != "—", name
         assert measured and not measured.startswith("figures in the file"), name
 
+
+
+def test_results_files_hold_no_path_of_this_machine() -> None:
+    """A committed results file is read on other machines: no absolute path of the one that wrote it."""
+    for path in sorted((ROOT / "bench" / "results").glob("*.json")):
+        found = re.findall(r"(?<![\w<>.])/(?:tmp|work|root|home|Users)/[^\s\"]*", path.read_text())
+        assert not found, f"{path.name}: {found[:3]}"
+
+
+def test_recorded_command_keeps_project_paths_relative_and_hides_others() -> None:
+    from bench.results_io import portable_command
+
+    argv = [str(ROOT / "bench" / "bench_x.py"), "--work", "/tmp/scratch-7/run", f"--root={ROOT / 'data'}", "--n", "3"]
+    assert portable_command(argv) == "python bench/bench_x.py --work <run> --root=data --n 3"
