@@ -214,7 +214,10 @@ class TeacherClient:
             raise RetryableError(f"connection error: {_short(err)}") from err
         except (openai.APIResponseValidationError, ValueError) as err:
             raise RetryableError(f"malformed response body: {_short(err)}") from err
-        return _parse(request.key, response)
+        try:
+            return _parse(request.key, response)
+        except (AttributeError, TypeError, ValueError, IndexError, KeyError) as err:  # JSON, not a completion's shape
+            raise RetryableError(f"malformed response body: {_short(err)}") from err
 
 
 def outcome(error: str) -> str:
