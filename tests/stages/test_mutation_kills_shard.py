@@ -1,0 +1,357 @@
+"""The shard stage pinned for the mutation run (scripts/mutation.sh shard, docs/testing.md), on hand-made upstream
+tables: which traces and samples become records under which keys, each record's frames (at its task's view) and
+meta, descriptions, difficulty, sources, the manifest, tars per shard, metrics, tables, lineage and both exports."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+import webdataset as wds
+from PIL import Image
+
+import schemas.answer
+import stages.shard as shard_module
+from schemas.cot import AcceptedSchema, DifficultySchema
+from schemas.sample import KeyframesSchema
+from stages.core import rle
+from stages.core.io import write_table
+from stages.core.params import ShardParams
+from stages.core.runner import RunnerParams
+from stages.shard import export_sharegpt, export_verl, ground_truth, user_text, write_shards
+from stages.tasks import get_task
+from stages.tasks.views import task_ground_truth
+
+SIDE = 16  # original frames: 16 × 16
+TRAIN, KEY = 8, 12  # train size and keyframe size
+FRAMES = ["00000", "00002", "00004"]
+QUALITY = 90
+TEACHER = "template-teacher-v1"
+
+
+def _frames(root: Path, video: str, shade: int) -> None:
+    folder = root / "JPEGImages" / video
+    folder.mkdir(parents=True)
+    for i, name in enumerate(FRAMES):
+        pixels = np.zeros((SIDE, SIDE, 3), dtype=np.uint8)
+        pixels[:, : 4 + 4 * i] = (shade, 40 * i, 255 - shade)
+        Image.fromarray(pixels).save(folder / f"{name}.jpg", quality=95)
+
+
+def _mask(x1: int, y1: int, x2: int, y2: int) -> str:
+    mask = np.zeros((SIDE, SIDE), dtype=bool)
+    mask[y1:y2, x1:x2] = True
+    return json.dumps(rle.encode(mask))
+
+
+def keyframes_row(sample_id: str, pool: str, video: str, tasks: list[str], keyframe_pos: int = 2) -> dict:
+    """Sampled frames 0, 2, 4 (timestamps the same); one object, absent from the first frame."""
+    timestamps = [0, 2, 4]
+    return {
+        "sample_id": sample_id, "pool": pool, "expression_id": f"e-{sample_id}", "video": video, "exp_id": "0",
+        "split": "train", "text": "the red square", "type": "referring", "n_instances": 1, "anno_ids": [1],
+        "stratum": "referring/1", "motion": 0.1, "level": None, "tasks": tasks,
+        "height": SIDE, "width": SIDE, "n_video_frames": 6, "frame_indices": [0, 2, 4], "frame_names": FRAMES,
+        "timestamps": timestamps, "keyframe_pos": keyframe_pos, "keyframe_idx": timestamps[keyframe_pos],
+        "keyframe_timestamp": timestamps[keyframe_pos], "keyframe_mode": "max_area", "topk_indices": [2, 4],
+        "boxes": [[None], [[1.0, 1.0, 3.0, 3.0]], [[4.0, 1.0, 7.0, 3.0]]],
+        "areas": [[0.0], [4.0], [6.0]], "union_areas": [0.0, 4.0, 6.0],
+        "union_masks": [_mask(0, 0, 0, 0), _mask(2, 2, 6, 6), _mask(8, 2, 14, 6)],
+        "ktg_points": [[5.0, 2.0]], "aks_valid": [4], "aks_invalid": [0], "aks_option": "A",
+        "aks_frame_idx": 4, "aks_frame_name": "00004", "aks_boxes": [[4.0, 1.0, 7.0, 3.0]], "aks_areas": [6.0],
+        "aks_union_mask": _mask(8, 2, 14, 6), "keyframe_size": KEY,
+        "video_union_areas": [0.0, 0.0, 16.0, 0.0, 24.0, 0.0],
+        "train_size": TRAIN, "seed": 0,
+    }
+
+
+def trace(sample_id: str, index: int, task: str, text: str, pool: str = "sft") -> dict:
+    return {"request_key": hashlib.sha256(f"{sample_id}/{index}".encode()).hexdigest(), "sample_id": sample_id,
+            "pool": pool, "trace_index": index, "task": task, "template_set": "veason", "template_id": f"tpl-{index}",
+            "teacher": TEACHER, "backend": "template", "keyframe_timestamp": 4, "text": text, "finish_reason": "stop",
+            "prompt_tokens": 1, "completion_tokens": 1, "reasoning_tokens": 0, "latency_s": 0.1, "attempts": 1,
+            "error": "", "response": f"<think>{task} {index}</think><answer>{{}}</answer>"}
+
+
+DESCRIPTION = "A red square moves to the right."
+ROWS = {
+    "sft": [keyframes_row("vidA__0", "sft", "vidA", ["veason"])],
+    # one sample with two tasks: one record per task; a KTG task needs the sample's VDG description
+    "grpo": [keyframes_row("src1_vidB__0", "grpo", "src1/vidB", ["veason"]),
+             keyframes_row("vidA__2", "grpo", "vidA", ["veason", "rcot_ktg"])],
+    # the same sample id as in sft with another keyframe: each pool's record carries its own ground truth
+    "eval": [keyframes_row("vidA__0", "eval", "vidA", ["veason"], keyframe_pos=1)],
+}
+TRACES = [  # stored out of order: the stage sorts by (sample_id, trace_index)
+    trace("vidA__0", 3, "rcot_ktg", "Step 1: ktg"),
+    trace("vidA__0", 0, "veason", "Step 1: first"),
+    trace("vidA__0", 2, "rcot_vdg", f"  {DESCRIPTION}\n"),
+    trace("vidA__0", 4, "rcot_vdg", "A later description."),  # not the one given: the first accepted is
+    trace("vidA__0", 1, "veason", "Step 1: second"),
+    trace("vidA__2", 0, "rcot_vdg", "The square in grpo.", pool="grpo"),  # no sft record; its description counts
+]
+
+
+def difficulty_row(sample_id: str, pool: str) -> dict:
+    return {"sample_id": sample_id, "pool": pool, "expression_id": f"e-{sample_id}", "scene_complexity": 2,
+            "segmentation_challenge": 3, "temporal_ambiguity": 4, "motion_complexity": 5, "linguistic_ambiguity": 6,
+            "difficulty": 4.0, "level": "medium", "token_budget": 320, "backend": "heuristic"}
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("shard_kills")
+    _frames(base / "root", "vidA", 250)
+    _frames(base / "root", "src1/vidB", 60)
+    for pool, rows in ROWS.items():
+        write_table(pd.DataFrame(rows), KeyframesSchema, base / "keyframes" / f"{pool}.parquet")
+    write_table(pd.DataFrame(TRACES), AcceptedSchema, base / "filter" / "accepted.parquet")
+    write_table(pd.DataFrame([difficulty_row("vidA__0", "sft"), difficulty_row("vidA__2", "grpo")]),
+                DifficultySchema, base / "difficulty" / "scores.parquet")
+    return base
+
+
+def run(base: Path, out: Path, params: ShardParams, runner: RunnerParams | None = None):
+    return write_shards(params, base / "root", base / "keyframes", base / "filter", base / "difficulty", out,
+                        runner, sources=("src1",))
+
+
+@pytest.fixture(scope="module")
+def shards(upstream: Path) -> tuple[Path, object]:
+    out = upstream / "shards"
+    (out / "sft").mkdir(parents=True)
+    (out / "sft" / "shard-000009.tar").write_bytes(b"stale")  # outputs are rewritten whole
+    report = run(upstream, out, ShardParams(samples_per_shard=2, jpeg_quality=QUALITY))
+    return out, report
+
+
+def pool_records(folder: Path) -> list[dict]:
+    urls = sorted(str(p) for p in folder.glob("shard-*.tar"))
+    return list(wds.WebDataset(urls, shardshuffle=False, empty_check=False)) if urls else []
+
+
+def reference_jpeg(path: Path, size: int) -> bytes:
+    """Decode at the largest DCT scale covering size², RGB, bicubic to size², JPEG at QUALITY (written out here)."""
+    with Image.open(path) as img:
+        img.draft("RGB", (size, size))
+        small = img.convert("RGB").resize((size, size), Image.Resampling.BICUBIC)
+    buffer = io.BytesIO()
+    small.save(buffer, format="JPEG", quality=QUALITY)
+    return buffer.getvalue()
+
+
+def expected_meta(pool: str, row: dict, task: str, description: str | None, difficulty: dict | None,
+                  source: str, sft: dict | None = None) -> dict:
+    keyframe_view = get_task(task).view == "keyframe"
+    timestamps = [row["keyframe_timestamp"]] if keyframe_view else [0, 2, 4]
+    gt = task_ground_truth(row, get_task(task), difficulty, description)
+    return {"sample_id": row["sample_id"], "pool": pool, "video": row["video"], "expression_id": row["expression_id"],
+            "expression": "the red square", "type": "referring", "task": task, "timestamps": timestamps,
+            "source": source, "question": get_task(task).question("the red square", timestamps, description or ""),
+            "ground_truth": json.loads(gt.to_json()), **(sft or {})}
+
+
+def test_records_keys_meta_and_frames(upstream: Path, shards: tuple[Path, object]) -> None:
+    out, _ = shards
+    sft, grpo, ev = (pool_records(out / p) for p in ("sft", "grpo", "eval"))
+    assert [r["__key__"] for r in sft] == ["vidA__0_t0", "vidA__0_t1", "vidA__0_t2", "vidA__0_t3", "vidA__0_t4"]
+    assert [r["__key__"] for r in grpo] == ["src1_vidB__0", "vidA__2_veason", "vidA__2_rcot_ktg"]
+    assert [r["__key__"] for r in ev] == ["vidA__0"]
+    by_trace = {(t["sample_id"], t["trace_index"]): t for t in TRACES}
+    sft_row, (vid_b, vid_a2), eval_row = ROWS["sft"][0], ROWS["grpo"], ROWS["eval"][0]
+    difficulty = {"vidA__0": difficulty_row("vidA__0", "sft"), "vidA__2": difficulty_row("vidA__2", "grpo")}
+    expected = {
+        ("sft", f"vidA__0_t{i}"): expected_meta(
+            "sft", sft_row, by_trace["vidA__0", i]["task"], DESCRIPTION if i == 3 else None, difficulty["vidA__0"],
+            "root", {"response": by_trace["vidA__0", i]["response"], "template_id": f"tpl-{i}", "teacher": TEACHER})
+        for i in range(5)}
+    expected["grpo", "src1_vidB__0"] = expected_meta("grpo", vid_b, "veason", None, None, "src1")
+    expected["grpo", "vidA__2_veason"] = expected_meta("grpo", vid_a2, "veason", None, difficulty["vidA__2"], "root")
+    expected["grpo", "vidA__2_rcot_ktg"] = expected_meta("grpo", vid_a2, "rcot_ktg", "The square in grpo.",
+                                                         difficulty["vidA__2"], "root")
+    expected["eval", "vidA__0"] = expected_meta("eval", eval_row, "veason", None, difficulty["vidA__0"], "root")
+    for pool, records in (("sft", sft), ("grpo", grpo), ("eval", ev)):
+        for record in records:
+            meta = expected[pool, record["__key__"]]
+            assert record["json"] == json.dumps(meta, sort_keys=True).encode(), (pool, record["__key__"])
+            names = [str(meta["timestamps"][0]).zfill(5)] if meta["task"] == "rcot_ktg" else FRAMES
+            size = KEY if meta["task"] == "rcot_ktg" else TRAIN
+            frames = sorted(k for k in record if k.startswith("frame_"))
+            assert frames == [f"frame_{i}.jpg" for i in range(len(names))], record["__key__"]
+            for i, name in enumerate(names):
+                path = upstream / "root" / "JPEGImages" / meta["video"] / f"{name}.jpg"
+                assert record[f"frame_{i}.jpg"] == reference_jpeg(path, size), (record["__key__"], i)
+    # literals for what the oracle above takes from the views: sizes, keyframes, difficulty, description
+    ktg = json.loads(sft[3]["json"])
+    assert ktg["timestamps"] == [4] and ktg["ground_truth"]["image_size"] == [KEY, KEY]
+    assert ktg["ground_truth"]["description"] == DESCRIPTION and ktg["ground_truth"]["token_budget"] == 320
+    assert json.loads(sft[0]["json"])["ground_truth"]["description"] is None
+    assert json.loads(grpo[0]["json"])["ground_truth"]["difficulty"] is None
+    assert json.loads(ev[0]["json"])["ground_truth"]["keyframe_timestamp"] == 2
+    assert json.loads(sft[0]["json"])["ground_truth"]["keyframe_timestamp"] == 4
+
+
+def test_manifest_metrics_tables_and_lineage(shards: tuple[Path, object]) -> None:
+    out, report = shards
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert not (out / "sft" / "shard-000009.tar").exists()
+
+    def entry(pool: str, counts: list[int], sources: dict) -> dict:
+        shards_ = []
+        for i, count in enumerate(counts):
+            data = (out / pool / f"shard-{i:06d}.tar").read_bytes()
+            shards_.append({"name": f"shard-{i:06d}.tar", "bytes": len(data),
+                            "sha256": hashlib.sha256(data).hexdigest(), "count": count})
+        return {"count": sum(counts), "sources": sources, "shards": shards_}
+
+    expected = {"sft": entry("sft", [2, 2, 1], {"root": 5}), "grpo": entry("grpo", [2, 1], {"root": 2, "src1": 1}),
+                "eval": entry("eval", [1], {"root": 1})}
+    assert manifest == expected
+    assert sorted(p.name for p in (out / "grpo").glob("*.tar")) == ["shard-000000.tar", "shard-000001.tar"]
+    assert report.stage == "shard"
+    assert report.metrics == {"eval.samples": 1, "eval.shards": 1, "eval.source.root": 1, "grpo.samples": 3,
+                              "grpo.shards": 2, "grpo.source.root": 2, "grpo.source.src1": 1, "sft.samples": 5,
+                              "sft.shards": 3, "sft.source.root": 5}
+    assert list(report.metrics) == sorted(report.metrics)
+    assert list(report.tables) == ["shards", "samples per source"]
+    assert report.tables["shards"].to_dict("records") == [
+        {"pool": p, "shard": s["name"], "samples": s["count"], "bytes": s["bytes"]}
+        for p in ("sft", "grpo", "eval") for s in expected[p]["shards"]]
+    assert report.tables["samples per source"].to_dict("records") == [
+        {"pool": "sft", "source": "root", "samples": 5}, {"pool": "grpo", "source": "root", "samples": 2},
+        {"pool": "grpo", "source": "src1", "samples": 1}, {"pool": "eval", "source": "root", "samples": 1}]
+    record = json.loads((out / "lineage.json").read_text())
+    assert record["stage"] == "shard" and record["counts"] == {"eval": 1, "grpo": 3, "sft": 5}
+    assert record["params"] == {"samples_per_shard": 2, "jpeg_quality": QUALITY, "export_sharegpt": True,
+                                "export_verl": True}
+    assert sorted(record["inputs"]) == ["difficulty", "filter", "keyframes"]
+    assert record["inputs"]["filter"]["path"] == (out.parent / "filter").as_posix()
+    assert record["extra"] == {"shards": {p: {s["name"]: s["sha256"] for s in e["shards"]}
+                                          for p, e in expected.items()}}
+    digest = hashlib.sha256()  # the code version: schemas/answer.py, then stages/shard's .py files (by module name)
+    files = [Path(schemas.answer.__file__), *sorted(Path(shard_module.__file__).parent.rglob("*.py"))]
+    for file in files:
+        digest.update(file.name.encode() + file.read_bytes())
+    assert record["code_version"]["sha256"] == digest.hexdigest()
+
+
+def test_sharegpt_export_of_the_stage(shards: tuple[Path, object]) -> None:
+    out, _ = shards
+    folder = out / "exports" / "sharegpt"
+    sft = pool_records(out / "sft")
+    rows = json.loads((folder / "sft.json").read_text())
+    assert len(rows) == 5
+    for row, record in zip(rows, sft, strict=True):
+        meta = json.loads(record["json"])
+        names = [f"images/{record['__key__']}_frame_{i}.jpg" for i in range(len(meta["timestamps"]))]
+        tags = "".join(f"<{t}s><image>" for t in meta["timestamps"])
+        assert row == {"messages": [{"role": "user", "content": f"{tags}\n{meta['question']}"},
+                                    {"role": "assistant", "content": meta["response"]}], "images": names}
+        for i, name in enumerate(names):
+            assert (folder / name).read_bytes() == record[f"frame_{i}.jpg"]
+    assert json.loads((folder / "dataset_info.json").read_text()) == {"vrsflow_sft": {
+        "file_name": "sft.json", "formatting": "sharegpt", "columns": {"messages": "messages", "images": "images"},
+        "tags": {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant"}}}
+
+
+def test_verl_export_of_the_stage(shards: tuple[Path, object]) -> None:
+    out, _ = shards
+    for pool in ("grpo", "eval"):
+        records = pool_records(out / pool)
+        table = pq.read_table(out / "exports" / "verl" / f"{pool}.parquet").to_pylist()
+        assert len(table) == len(records)
+        for index, (row, record) in enumerate(zip(table, records, strict=True)):
+            meta = json.loads(record["json"])
+            tags = "".join(f"<{t}s><image>" for t in meta["timestamps"])
+            assert row == {
+                "data_source": "vrsflow/revos",
+                "prompt": [{"role": "user", "content": f"{tags}\n{meta['question']}"}],
+                "images": [{"bytes": record[f"frame_{i}.jpg"]} for i in range(len(meta["timestamps"]))],
+                "ability": "video_reasoning_segmentation",
+                "reward_model": {"style": "rule", "ground_truth": json.dumps(meta["ground_truth"], sort_keys=True)},
+                "extra_info": {"index": index, "sample_id": meta["sample_id"], "split": pool,
+                               "expression": "the red square"}}
+
+
+def test_exports_off_and_threads_give_the_same_tars(upstream: Path, shards: tuple[Path, object],
+                                                    tmp_path: Path) -> None:
+    out, _ = shards
+    plain = tmp_path / "plain"
+    run(upstream, plain, ShardParams(samples_per_shard=2, jpeg_quality=QUALITY, export_sharegpt=False,
+                                     export_verl=False), RunnerParams(kind="threads", workers=2))
+    assert not (plain / "exports").exists()
+    for pool in ("sft", "grpo", "eval"):
+        for path in sorted((out / pool).glob("*.tar")):
+            assert (plain / pool / path.name).read_bytes() == path.read_bytes()
+
+
+# ---------------------------------------------------------------- the exports and helpers on their own
+
+
+def _record(key: str, n_frames: int, pool: str = "grpo") -> dict:
+    meta = {"sample_id": key, "pool": pool, "expression": f"expr {key}", "timestamps": list(range(n_frames)),
+            "question": "Q?", "ground_truth": {"b": 1, "a": [2]}, "response": f"<think>{key}</think>"}
+    record = {"__key__": key, "json": json.dumps(meta).encode()}
+    record.update({f"frame_{i}.jpg": bytes([i, len(key)]) for i in range(n_frames)})
+    return record
+
+
+def test_export_verl_in_row_groups_of_64(tmp_path: Path) -> None:
+    records = [_record(f"k{i}", 1 + i % 2) for i in range(130)]
+    export_verl(records, tmp_path / "v" / "grpo.parquet")
+    meta = pq.ParquetFile(tmp_path / "v" / "grpo.parquet").metadata
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [64, 64, 2]
+    rows = pq.read_table(tmp_path / "v" / "grpo.parquet").to_pylist()
+    assert [r["extra_info"]["index"] for r in rows] == list(range(130))
+    assert rows[129]["images"] == [{"bytes": bytes([0, 4])}, {"bytes": bytes([1, 4])}]
+    assert rows[129]["reward_model"]["ground_truth"] == '{"a": [2], "b": 1}'
+    assert rows[129]["prompt"][0]["content"] == "<0s><image><1s><image>\nQ?"
+    export_verl([], tmp_path / "empty" / "eval.parquet")
+    empty = pq.read_table(tmp_path / "empty" / "eval.parquet")
+    assert empty.num_rows == 0 and empty.column_names == ["data_source"]
+
+
+def test_export_sharegpt_helper(tmp_path: Path) -> None:
+    export_sharegpt([_record("a", 2, "sft"), _record("b", 1, "sft")], tmp_path / "sg")
+    rows = json.loads((tmp_path / "sg" / "sft.json").read_text())
+    assert rows == [
+        {"messages": [{"role": "user", "content": "<0s><image><1s><image>\nQ?"},
+                      {"role": "assistant", "content": "<think>a</think>"}],
+         "images": ["images/a_frame_0.jpg", "images/a_frame_1.jpg"]},
+        {"messages": [{"role": "user", "content": "<0s><image>\nQ?"},
+                      {"role": "assistant", "content": "<think>b</think>"}],
+         "images": ["images/b_frame_0.jpg"]}]
+    assert (tmp_path / "sg" / "images" / "a_frame_1.jpg").read_bytes() == bytes([1, 1])
+    assert (tmp_path / "sg" / "dataset_info.json").is_file()
+
+
+def test_user_text_and_default_ground_truth_task() -> None:
+    assert user_text({"timestamps": [0, 12], "question": "Where?"}, "<img>") == "<0s><img><12s><img>\nWhere?"
+    row = keyframes_row("vidA__2", "grpo", "vidA", ["rcot_kfg", "veason"])
+    default = ground_truth(row, None)  # the sample's first task
+    assert default.task == "rcot_kfg" and default.difficulty is None
+    assert ground_truth(row, {"difficulty": 5.5, "token_budget": 64}, "veason").token_budget == 64
+
+
+def test_dask_units_go_in_windows_of_32_per_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[list] = []
+
+    def fake_map(fn, items, runner):
+        calls.append(list(items))
+        return [[("p", item)] for item in items]
+
+    monkeypatch.setattr(shard_module, "map_ordered", fake_map)
+    units = [[i] for i in range(70)]
+    got = list(shard_module._imap_units(units, RunnerParams(kind="dask", workers=2)))
+    assert got == [[("p", [i])] for i in range(70)]
+    assert [len(c) for c in calls] == [64, 6] and calls[1][0] == [64]
+    calls.clear()
+    monkeypatch.setattr(shard_module, "_unit_records", lambda unit: [("serial", unit)])
+    assert list(shard_module._imap_units([[0]], RunnerParams(kind="dask", workers=2))) == [[("serial", [0])]]
+    assert calls == []  # one unit: no cluster
