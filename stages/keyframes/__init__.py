@@ -64,14 +64,13 @@ def select_keyframes(params: KeyframesParams, seed: int, data_root: Path, index_
     """
     data_root, index_dir, sample_dir, out_dir = map(Path, (data_root, index_dir, sample_dir, out_dir))
     pools = {p: read_table(sample_dir / f"{p}.parquet", SampleSchema) for p in POOLS}
-    videos = read_table(index_dir / "videos.parquet", VideosSchema).set_index("video", drop=False).to_dict("index")
+    videos = read_table(index_dir / "videos.parquet", VideosSchema).set_index("video").to_dict("index")
     tracks = read_table(index_dir / "tracks.parquet", TracksSchema)
     wanted = {int(a) for pool in pools.values() for ids in pool["anno_ids"] for a in ids}
     rles = _read_rles(index_dir / mask_table.FILE, wanted)
     geometry = _geometry(tracks[tracks["anno_id"].isin(wanted)])
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    quarantine: list[dict] = []
+    quarantine: list[dict] = []  # write_table and write_lineage make out_dir
     counts: dict[str, int] = {}
     for pool_name, pool in pools.items():
         jobs = [_job(row, videos, geometry, rles, params, seed) for row in pool.to_dict("records")]
@@ -108,11 +107,13 @@ def _read_rles(path: Path, wanted: set[int]) -> dict[int, list[dict | None]]:
 
 def _geometry(tracks: pd.DataFrame) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """anno_id → (areas (T,), boxes (T, 4)) from the tracks table (one sort, then array slices)."""
+    if tracks.empty:  # only no-target samples
+        return {}
     ordered = tracks.sort_values(["anno_id", "frame_idx"])
     annos = ordered["anno_id"].to_numpy()
     areas = ordered["area"].to_numpy()
-    boxes = ordered[["x1", "y1", "x2", "y2"]].to_numpy(dtype=float)
-    starts = np.flatnonzero(np.r_[True, annos[1:] != annos[:-1]]) if len(annos) else np.zeros(0, dtype=int)
+    boxes = ordered[["x1", "y1", "x2", "y2"]].to_numpy()  # TracksSchema: float columns
+    starts = np.flatnonzero(np.r_[True, annos[1:] != annos[:-1]])
     ends = np.r_[starts[1:], len(annos)]
     return {int(annos[s]): (areas[s:e], boxes[s:e]) for s, e in zip(starts, ends, strict=True)}
 
@@ -131,8 +132,8 @@ def _job(row: dict, videos: dict, geometry: dict, rles: dict, params: KeyframesP
         if len(rles[a]) != T:
             raise ValueError(f"{row['expression_id']}: anno_id {a} has {len(rles[a])} RLEs in {mask_table.FILE}, "
                              f"the video has {T} frames")
-    areas = np.stack([geometry[a][0] for a in annos]) if annos else np.zeros((0, T))
-    boxes = np.stack([geometry[a][1] for a in annos]) if annos else np.zeros((0, T, 4))
+    areas = np.array([geometry[a][0] for a in annos]).reshape(len(annos), T)
+    boxes = np.array([geometry[a][1] for a in annos]).reshape(len(annos), T, 4)
     row_seed = derive_seed(seed, "keyframes", row["sample_id"])
     return _Job(row, video, areas, boxes, [rles[a] for a in annos], params, row_seed)
 

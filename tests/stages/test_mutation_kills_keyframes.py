@@ -1,5 +1,8 @@
 """Keyframe rules that the mutation run (scripts/mutation.sh keyframes, docs/testing.md) found unpinned.
 
+Second round: the stage itself — its report, quarantine rows, lineage, progress series, per-sample seeds, the
+union of overlapping targets, the top-k draw, and each input error's whole message.
+
 The sampling rule's docstring promises more than "the anchor is in": the stride is the widest that fits N
 frames on the anchor's phase, and of that grid the N consecutive points that keep the anchor as central as
 possible are taken. Both are checked here against a brute force over every stride and every window.
@@ -7,10 +10,27 @@ possible are taken. Both are checked here against a brute force over every strid
 
 from __future__ import annotations
 
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from stages.core import mask_table
+from stages.core.io import derive_seed
+from stages.core.lineage import code_hash
+from stages.core.params import KeyframesParams, SampleParams
+from stages.core.progress import add_listener, remove_listener
+from stages.core.runner import RunnerParams
+from stages.keyframes import _geometry, select_keyframes
 from stages.keyframes.frames import sample_frames
+from stages.sample import sample_pools
+from tests.revos_factory import VideoSpec, encode, rect_mask, write_root
+from tests.stages.test_sample import write_index
 
 
 def brute_force(T: int, N: int, anchor: int) -> tuple[int, int]:
@@ -46,3 +66,168 @@ def test_even_n_puts_the_anchor_at_the_lower_middle():
     assert sample_frames(100, 6, 50) == [18, 34, 50, 66, 82, 98]
     assert sample_frames(100, 5, 50) == [2, 26, 50, 74, 98]  # odd N: exactly central, stride ⌊99/4⌋ = 24
     assert sample_frames(100, 6, 2) == [2, 21, 40, 59, 78, 97]  # at the start: as central as the grid allows
+
+
+# --- the stage: its report, quarantine, lineage, seeds and input errors (second round, 2026-11-26) ----------------
+
+N = 6
+GROWING = [(2, 2, 4 + t, 4 + t) for t in range(10)]  # area (2 + t)²: the last frames are the largest
+# two overlapping squares (union 100 + 100 − 16 = 184) that are both absent in frame 3
+LEFT = [(2, 2, 12, 12) if t != 3 else None for t in range(N)]
+RIGHT = [(8, 8, 18, 18) if t != 3 else None for t in range(N)]
+
+
+def specs() -> list[VideoSpec]:
+    return [
+        VideoSpec("K/train/pair", n_frames=N, objects={11: LEFT, 12: RIGHT},
+                  expressions=[{"exp": "both squares", "obj_id": [0, 1], "anno_id": [11, 12], "type_id": 1}]),
+        VideoSpec("K/train/ghost", n_frames=5, objects={21: [None] * 5},
+                  expressions=[{"exp": "the ghost", "obj_id": [0], "anno_id": [21], "type_id": 0}]),
+        VideoSpec("K/train/grow", n_frames=10, objects={31: GROWING},
+                  expressions=[{"exp": "the growing square", "obj_id": [0], "anno_id": [31], "type_id": 0}]),
+        VideoSpec("K/valid/short", split="valid", n_frames=3, objects={41: [(1, 1, 5, 5)] * 3},
+                  expressions=[{"exp": "the small square", "obj_id": [0], "anno_id": [41], "type_id": 0},
+                               {"exp": "the purple cat", "obj_id": [], "anno_id": [], "type_id": 2}]),
+    ]
+
+
+@pytest.fixture(scope="module")
+def stage_inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("kf-stage")
+    write_root(base / "root", specs())
+    write_index(base / "index", specs())
+    sample_pools(SampleParams(sft_first_k=1, grpo_size=0), 0, base / "index", base / "sample")
+    return base
+
+
+def run_stage(base: Path, out: Path, params: KeyframesParams | None = None, seed: int = 7, **kw):
+    return select_keyframes(params or KeyframesParams(n_frames=N, top_k=3, train_size=112), seed, base / "root",
+                            base / "index", base / "sample", out, **kw)
+
+
+def test_report_quarantine_lineage_and_progress_of_a_run(stage_inputs: Path, tmp_path: Path) -> None:
+    seen: list[tuple[str, int, int]] = []
+
+    def listener(desc: str, done: int, total: int) -> None:
+        seen.append((desc, done, total))
+
+    add_listener(listener)
+    try:
+        report = run_stage(stage_inputs, tmp_path / "a" / "b" / "kf")  # parents made; no runner: serial
+    finally:
+        remove_listener(listener)
+    out = tmp_path / "a" / "b" / "kf"
+    tables = {p: pd.read_parquet(out / f"{p}.parquet") for p in ("sft", "grpo", "eval")}
+    by_video = {r["video"]: r for t in tables.values() for r in t.to_dict("records")}
+    assert report.stage == "keyframes"
+    # pools: sft = the first expression of each training video (the ghost's is quarantined), eval = valid's two
+    assert {p: len(t) for p, t in tables.items()} == {"sft": 2, "grpo": 0, "eval": 2}
+    assert report.metrics == {"eval": 2, "eval.aks_B": 1, "eval.short_videos": 2, "grpo": 0, "grpo.aks_B": 0,
+                              "grpo.short_videos": 0, "quarantined": 1, "sft": 2, "sft.aks_B": 0,
+                              "sft.short_videos": 0}  # the 6-frame video is not short (T = N)
+    quarantine = pd.read_parquet(out / "quarantine.parquet")
+    assert quarantine[["stage", "kind", "file"]].to_dict("records") == [
+        {"stage": "keyframes", "kind": "sample", "file": str(stage_inputs / "root" / "mask_dict.json")}]
+    assert quarantine["reason"].iloc[0].endswith(
+        ": target is empty in every frame of K/train/ghost (5 frames, anno_ids [21])")
+    reasons = report.tables["quarantined samples"]
+    assert list(reasons.columns) == ["item", "reason"]
+    assert reasons.to_dict("records") == quarantine[["item", "reason"]].to_dict("records")
+    lineage = json.loads((out / "lineage.json").read_text())
+    assert sorted(lineage["inputs"]) == ["index", "sample"]
+    assert lineage["inputs"]["index"]["path"] == (stage_inputs / "index").as_posix()
+    assert lineage["inputs"]["sample"]["path"] == (stage_inputs / "sample").as_posix()
+    assert lineage["seed"] == 7 and lineage["counts"] == report.metrics
+    assert lineage["code_version"]["sha256"] == code_hash(
+        ["stages.keyframes", "stages.core.mask_table", "schemas.sample"])
+    # progress: one series per pool, named after it, ending at the pool's sample count
+    finals = {desc: total for desc, done, total in seen if done == total}
+    assert finals == {"keyframes sft": 3, "keyframes eval": 2}
+    # the union of two overlapping squares, and 0 where both are absent (the frame size is still known)
+    pair = by_video["K/train/pair"]
+    assert list(pair["video_union_areas"]) == [184.0, 184.0, 184.0, 0.0, 184.0, 184.0]
+    # seeds: each sample's draws use derive_seed(seed, "keyframes", sample_id), as the docstring says
+    for row in by_video.values():
+        assert row["seed"] == derive_seed(7, "keyframes", row["sample_id"])
+    # a rerun into the same folder gives the same bytes
+    run_stage(stage_inputs, out)
+    for pool, table in tables.items():
+        assert pd.read_parquet(out / f"{pool}.parquet").equals(table)
+
+
+def test_the_keyframe_is_drawn_among_the_top_k_frames(stage_inputs: Path, tmp_path: Path) -> None:
+    run_stage(stage_inputs, tmp_path / "kf", runner=RunnerParams(kind="serial"))
+    rows = pd.read_parquet(tmp_path / "kf" / "sft.parquet").set_index("video")
+    grow = rows.loc["K/train/grow"]
+    assert list(grow["topk_indices"]) == [9, 8, 7]  # areas (2 + t)², the three largest, largest first
+    assert grow["keyframe_idx"] in (7, 8, 9)
+    assert list(grow["video_union_areas"]) == [float((2 + t) ** 2) for t in range(10)]
+
+
+def test_only_no_target_samples_have_no_geometry() -> None:
+    empty = pd.DataFrame({c: pd.Series(dtype=float) for c in ("anno_id", "frame_idx", "area", "x1", "y1", "x2",
+                                                                 "y2")})
+    assert _geometry(empty) == {}
+
+
+def rewrite(path: Path, frame: pd.DataFrame) -> None:
+    frame.to_parquet(path, index=False)
+
+
+@pytest.fixture
+def inputs_copy(stage_inputs: Path, tmp_path: Path) -> Path:
+    for name in ("root", "index", "sample"):
+        shutil.copytree(stage_inputs / name, tmp_path / name)
+    return tmp_path
+
+
+def test_a_video_missing_from_the_videos_table_is_named(inputs_copy: Path) -> None:
+    videos = pd.read_parquet(inputs_copy / "index" / "videos.parquet")
+    rewrite(inputs_copy / "index" / "videos.parquet", videos[videos["video"] != "K/train/grow"])
+    sample = pd.read_parquet(inputs_copy / "sample" / "sft.parquet")
+    sid = sample.loc[sample["video"] == "K/train/grow", "sample_id"].iloc[0]
+    with pytest.raises(ValueError, match=re.escape(
+            f"sample {sid}: video K/train/grow is not in the videos table (stale index?)")):
+        run_stage(inputs_copy, inputs_copy / "kf")
+
+
+@pytest.mark.parametrize("drop", ["one", "all"])
+def test_an_anno_id_with_missing_track_rows_is_named(inputs_copy: Path, drop: str) -> None:
+    tracks = pd.read_parquet(inputs_copy / "index" / "tracks.parquet")
+    gone = (tracks["anno_id"] == 31) & ((tracks["frame_idx"] == 4) if drop == "one" else True)
+    rewrite(inputs_copy / "index" / "tracks.parquet", tracks[~gone])
+    sample = pd.read_parquet(inputs_copy / "sample" / "sft.parquet")
+    eid = sample.loc[sample["video"] == "K/train/grow", "expression_id"].iloc[0]
+    have = 9 if drop == "one" else 0
+    with pytest.raises(ValueError, match=re.escape(
+            f"{eid}: anno_id 31 has {have} track rows, the video has 10 frames (tracks table out of date?)")):
+        run_stage(inputs_copy, inputs_copy / "kf")
+
+
+def test_an_anno_id_with_too_few_masks_is_named(inputs_copy: Path) -> None:
+    index = inputs_copy / "index"
+    table = pd.read_parquet(index / mask_table.FILE)
+    writer = mask_table.MaskTableWriter(index / mask_table.FILE)
+    for spec in specs():
+        for anno, boxes in spec.objects.items():
+            masks = [encode(rect_mask(b, spec.height, spec.width)) for b in boxes]
+            writer.add(anno, masks[:-1] if anno == 31 else masks, spec.height, spec.width)
+    writer.close()
+    assert len(pd.read_parquet(index / mask_table.FILE)) == len(table) - 1
+    sample = pd.read_parquet(inputs_copy / "sample" / "sft.parquet")
+    eid = sample.loc[sample["video"] == "K/train/grow", "expression_id"].iloc[0]
+    with pytest.raises(ValueError, match=re.escape(
+            f"{eid}: anno_id 31 has 9 RLEs in {mask_table.FILE}, the video has 10 frames")):
+        run_stage(inputs_copy, inputs_copy / "kf")
+
+
+def test_anno_ids_missing_from_the_mask_table_are_named_ten_at_most(inputs_copy: Path) -> None:
+    # eleven anno ids the mask table lacks: the message lists the ten smallest
+    sample = pd.read_parquet(inputs_copy / "sample" / "eval.parquet")
+    first = sample.index[sample["expression_id"] == "K/valid/short#0"][0]
+    sample.at[first, "anno_ids"] = list(range(900, 911))
+    rewrite(inputs_copy / "sample" / "eval.parquet", sample)
+    path = inputs_copy / "index" / mask_table.FILE
+    with pytest.raises(ValueError, match=re.escape(
+            f"{path}: anno_ids {list(range(900, 910))} missing (re-run ingest?)")):
+        run_stage(inputs_copy, inputs_copy / "kf")
