@@ -15,6 +15,7 @@ import re
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import example, given, settings
@@ -72,8 +73,9 @@ def test_even_n_puts_the_anchor_at_the_lower_middle():
 
 N = 6
 GROWING = [(2, 2, 4 + t, 4 + t) for t in range(10)]  # area (2 + t)²: the last frames are the largest
-# two overlapping squares (union 100 + 100 − 16 = 184) that are both absent in frame 3
-LEFT = [(2, 2, 12, 12) if t != 3 else None for t in range(N)]
+# two overlapping squares (union 100 + 100 − 4·6 = 176) that are both absent in frame 3
+LEFT = [(2, 4, 12, 14) if t != 3 else None for t in range(N)]
+GAP = [(20, 10, 28, 16) if t not in (0, 5) else None for t in range(N)]
 RIGHT = [(8, 8, 18, 18) if t != 3 else None for t in range(N)]
 
 
@@ -81,6 +83,8 @@ def specs() -> list[VideoSpec]:
     return [
         VideoSpec("K/train/pair", n_frames=N, objects={11: LEFT, 12: RIGHT},
                   expressions=[{"exp": "both squares", "obj_id": [0, 1], "anno_id": [11, 12], "type_id": 1}]),
+        VideoSpec("K/train/gap", n_frames=N, objects={51: GAP},
+                  expressions=[{"exp": "the late square", "obj_id": [0], "anno_id": [51], "type_id": 0}]),
         VideoSpec("K/train/ghost", n_frames=5, objects={21: [None] * 5},
                   expressions=[{"exp": "the ghost", "obj_id": [0], "anno_id": [21], "type_id": 0}]),
         VideoSpec("K/train/grow", n_frames=10, objects={31: GROWING},
@@ -121,9 +125,10 @@ def test_report_quarantine_lineage_and_progress_of_a_run(stage_inputs: Path, tmp
     by_video = {r["video"]: r for t in tables.values() for r in t.to_dict("records")}
     assert report.stage == "keyframes"
     # pools: sft = the first expression of each training video (the ghost's is quarantined), eval = valid's two
-    assert {p: len(t) for p, t in tables.items()} == {"sft": 2, "grpo": 0, "eval": 2}
+    assert {p: len(t) for p, t in tables.items()} == {"sft": 3, "grpo": 0, "eval": 2}
+    # AKS B: the no-target sample, and one of the two training samples that have a zero-area frame
     assert report.metrics == {"eval": 2, "eval.aks_B": 1, "eval.short_videos": 2, "grpo": 0, "grpo.aks_B": 0,
-                              "grpo.short_videos": 0, "quarantined": 1, "sft": 2, "sft.aks_B": 0,
+                              "grpo.short_videos": 0, "quarantined": 1, "sft": 3, "sft.aks_B": 1,
                               "sft.short_videos": 0}  # the 6-frame video is not short (T = N)
     quarantine = pd.read_parquet(out / "quarantine.parquet")
     assert quarantine[["stage", "kind", "file"]].to_dict("records") == [
@@ -142,10 +147,10 @@ def test_report_quarantine_lineage_and_progress_of_a_run(stage_inputs: Path, tmp
         ["stages.keyframes", "stages.core.mask_table", "schemas.sample"])
     # progress: one series per pool, named after it, ending at the pool's sample count
     finals = {desc: total for desc, done, total in seen if done == total}
-    assert finals == {"keyframes sft": 3, "keyframes eval": 2}
+    assert finals == {"keyframes sft": 4, "keyframes eval": 2}
     # the union of two overlapping squares, and 0 where both are absent (the frame size is still known)
     pair = by_video["K/train/pair"]
-    assert list(pair["video_union_areas"]) == [184.0, 184.0, 184.0, 0.0, 184.0, 184.0]
+    assert list(pair["video_union_areas"]) == [176.0, 176.0, 176.0, 0.0, 176.0, 176.0]
     # seeds: each sample's draws use derive_seed(seed, "keyframes", sample_id), as the docstring says
     for row in by_video.values():
         assert row["seed"] == derive_seed(7, "keyframes", row["sample_id"])
@@ -231,3 +236,53 @@ def test_anno_ids_missing_from_the_mask_table_are_named_ten_at_most(inputs_copy:
     with pytest.raises(ValueError, match=re.escape(
             f"{path}: anno_ids {list(range(900, 910))} missing (re-run ingest?)")):
         run_stage(inputs_copy, inputs_copy / "kf")
+
+
+def farthest_from_background(mask: np.ndarray) -> tuple[float, float]:
+    """The docstring's rule by brute force: the mask pixel farthest (Euclidean) from every background pixel,
+    the image border counting as background, first in row-major order on ties; pixel centres at +0.5."""
+    padded = np.pad(mask, 1)
+    background = np.argwhere(~padded)
+    best, where = -1.0, None
+    for y, x in np.argwhere(padded):  # row-major
+        d = np.sqrt(((background - (y, x)) ** 2).sum(axis=1)).min()
+        if d > best:
+            best, where = d, (x - 1 + 0.5, y - 1 + 0.5)
+    return where
+
+
+def test_geometry_at_train_size_points_and_aks_frames(stage_inputs: Path, tmp_path: Path) -> None:
+    run_stage(stage_inputs, tmp_path / "kf", runner=RunnerParams(kind="serial"))
+    rows = pd.read_parquet(tmp_path / "kf" / "sft.parquet").set_index("video")
+    H, W, S = 24, 32, 112  # VideoSpec's frame size, the train size
+    pair = rows.loc["K/train/pair"]
+    frames = list(pair["frame_indices"])
+    assert frames == list(range(N))
+    sx, sy = S / W, S / H
+    scaled = {11: [2 * sx, 4 * sy, 12 * sx, 14 * sy], 12: [8 * sx, 8 * sy, 18 * sx, 18 * sy]}
+    assert [list(map(list, b)) if t != 3 else list(b) for t, b in zip(frames, pair["boxes"], strict=True)] == [
+        [scaled[11], scaled[12]] if t != 3 else [None, None] for t in frames]
+    scale = S * S / (H * W)
+    assert [list(a) for a in pair["areas"]] == [[100 * scale] * 2 if t != 3 else [0.0, 0.0] for t in frames]
+    assert list(pair["union_areas"]) == [176 * scale if t != 3 else 0.0 for t in frames]
+    key = int(pair["keyframe_idx"])
+    assert key != 3 and list(pair["aks_invalid"]) == [3]
+    expected = []
+    for box in (LEFT[key], RIGHT[key]):
+        mask = np.zeros((H, W), dtype=bool)
+        mask[box[1]:box[3], box[0]:box[2]] = True
+        cx, cy = farthest_from_background(mask)
+        expected.append([cx * S / W, cy * S / H])
+    assert [list(p) for p in pair["ktg_points"]] == expected
+    # AKS: option A is the largest-area frame (the first of the top k); option B a zero-area frame
+    grow = rows.loc["K/train/grow"]
+    assert grow["aks_option"] == "A" and grow["aks_frame_idx"] == 9 and grow["aks_frame_name"] == "00018"
+    assert list(grow["aks_areas"]) == [float(11 ** 2) * scale]
+    options = {v: (rows.loc[v, "aks_option"], int(rows.loc[v, "aks_frame_idx"])) for v in ("K/train/pair",
+                                                                                          "K/train/gap")}
+    b_video = next(v for v, (option, _) in options.items() if option == "B")
+    a_video = next(v for v, (option, _) in options.items() if option == "A")
+    zero_frames = {"K/train/pair": [3], "K/train/gap": [0, 5]}
+    assert options[b_video][1] in zero_frames[b_video]
+    assert list(rows.loc[b_video, "aks_areas"]) == [0.0] * (2 if b_video == "K/train/pair" else 1)
+    assert options[a_video][1] == list(rows.loc[a_video, "topk_indices"])[0]
