@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import tarfile
+from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
@@ -95,6 +97,7 @@ TRACES = [  # stored out of order: the stage sorts by (sample_id, trace_index)
     trace("vidA__0", 4, "rcot_vdg", "A later description."),  # not the one given: the first accepted is
     trace("vidA__0", 1, "veason", "Step 1: second"),
     trace("vidA__2", 0, "rcot_vdg", "The square in grpo.", pool="grpo"),  # no sft record; its description counts
+    trace("src1_vidB__0", 0, "veason", "Step 1: grpo", pool="grpo"),  # not an sft sample, sorted first: skipped
 ]
 
 
@@ -122,13 +125,6 @@ def run(base: Path, out: Path, params: ShardParams, runner: RunnerParams | None 
                         runner, sources=("src1",))
 
 
-@pytest.fixture(scope="module")
-def shards(upstream: Path) -> tuple[Path, object]:
-    out = upstream / "shards"
-    (out / "sft").mkdir(parents=True)
-    (out / "sft" / "shard-000009.tar").write_bytes(b"stale")  # outputs are rewritten whole
-    report = run(upstream, out, ShardParams(samples_per_shard=2, jpeg_quality=QUALITY))
-    return out, report
 
 
 def pool_records(folder: Path) -> list[dict]:
@@ -157,8 +153,35 @@ def expected_meta(pool: str, row: dict, task: str, description: str | None, diff
             "ground_truth": json.loads(gt.to_json()), **(sft or {})}
 
 
-def test_records_keys_meta_and_frames(upstream: Path, shards: tuple[Path, object]) -> None:
-    out, _ = shards
+def test_write_shards_on_hand_made_upstream(upstream: Path, tmp_path: Path, capfd: pytest.CaptureFixture) -> None:
+    """One run (in the test itself, so that the mutation run maps every function it calls to this test), checked
+    whole; then the same inputs with threads and the exports off give the same tars and no exports."""
+    out = tmp_path / "shards"
+    (out / "sft").mkdir(parents=True)
+    (out / "sft" / "shard-000009.tar").write_bytes(b"stale")  # outputs are rewritten whole
+    report = run(upstream, out, ShardParams(samples_per_shard=2, jpeg_quality=QUALITY))
+    assert "# writing" not in capfd.readouterr().err  # the tar writer is quiet
+    check_records(upstream, out)
+    for pool in ("sft", "grpo", "eval"):  # fixed member mtime and owner: byte-identical tars
+        for path in sorted((out / pool).glob("*.tar")):
+            with tarfile.open(path) as tar:
+                members = tar.getmembers()
+            assert members and {(m.mtime, m.uname, m.gname) for m in members} == {(0, "vrsflow", "vrsflow")}
+    check_manifest_metrics_tables_and_lineage(upstream, out, report)
+    check_sharegpt_export(out)
+    check_verl_export(out)
+    plain = tmp_path / "plain"
+    run(upstream, plain, ShardParams(samples_per_shard=2, jpeg_quality=QUALITY, export_sharegpt=False,
+                                     export_verl=False), RunnerParams(kind="threads", workers=2))
+    assert not (plain / "exports").exists()
+    for pool in ("sft", "grpo", "eval"):
+        tars = sorted(p.name for p in (out / pool).glob("*.tar"))
+        assert sorted(p.name for p in (plain / pool).glob("*.tar")) == tars
+        for name in tars:
+            assert (plain / pool / name).read_bytes() == (out / pool / name).read_bytes()
+
+
+def check_records(upstream: Path, out: Path) -> None:
     sft, grpo, ev = (pool_records(out / p) for p in ("sft", "grpo", "eval"))
     assert [r["__key__"] for r in sft] == ["vidA__0_t0", "vidA__0_t1", "vidA__0_t2", "vidA__0_t3", "vidA__0_t4"]
     assert [r["__key__"] for r in grpo] == ["src1_vidB__0", "vidA__2_veason", "vidA__2_rcot_ktg"]
@@ -197,8 +220,7 @@ def test_records_keys_meta_and_frames(upstream: Path, shards: tuple[Path, object
     assert json.loads(sft[0]["json"])["ground_truth"]["keyframe_timestamp"] == 4
 
 
-def test_manifest_metrics_tables_and_lineage(shards: tuple[Path, object]) -> None:
-    out, report = shards
+def check_manifest_metrics_tables_and_lineage(upstream: Path, out: Path, report) -> None:
     manifest = json.loads((out / "manifest.json").read_text())
     assert not (out / "sft" / "shard-000009.tar").exists()
 
@@ -231,7 +253,7 @@ def test_manifest_metrics_tables_and_lineage(shards: tuple[Path, object]) -> Non
     assert record["params"] == {"samples_per_shard": 2, "jpeg_quality": QUALITY, "export_sharegpt": True,
                                 "export_verl": True}
     assert sorted(record["inputs"]) == ["difficulty", "filter", "keyframes"]
-    assert record["inputs"]["filter"]["path"] == (out.parent / "filter").as_posix()
+    assert record["inputs"]["filter"]["path"] == (upstream / "filter").as_posix()
     assert record["extra"] == {"shards": {p: {s["name"]: s["sha256"] for s in e["shards"]}
                                           for p, e in expected.items()}}
     digest = hashlib.sha256()  # the code version: schemas/answer.py, then stages/shard's .py files (by module name)
@@ -241,8 +263,7 @@ def test_manifest_metrics_tables_and_lineage(shards: tuple[Path, object]) -> Non
     assert record["code_version"]["sha256"] == digest.hexdigest()
 
 
-def test_sharegpt_export_of_the_stage(shards: tuple[Path, object]) -> None:
-    out, _ = shards
+def check_sharegpt_export(out: Path) -> None:
     folder = out / "exports" / "sharegpt"
     sft = pool_records(out / "sft")
     rows = json.loads((folder / "sft.json").read_text())
@@ -260,8 +281,7 @@ def test_sharegpt_export_of_the_stage(shards: tuple[Path, object]) -> None:
         "tags": {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant"}}}
 
 
-def test_verl_export_of_the_stage(shards: tuple[Path, object]) -> None:
-    out, _ = shards
+def check_verl_export(out: Path) -> None:
     for pool in ("grpo", "eval"):
         records = pool_records(out / pool)
         table = pq.read_table(out / "exports" / "verl" / f"{pool}.parquet").to_pylist()
@@ -277,18 +297,6 @@ def test_verl_export_of_the_stage(shards: tuple[Path, object]) -> None:
                 "reward_model": {"style": "rule", "ground_truth": json.dumps(meta["ground_truth"], sort_keys=True)},
                 "extra_info": {"index": index, "sample_id": meta["sample_id"], "split": pool,
                                "expression": "the red square"}}
-
-
-def test_exports_off_and_threads_give_the_same_tars(upstream: Path, shards: tuple[Path, object],
-                                                    tmp_path: Path) -> None:
-    out, _ = shards
-    plain = tmp_path / "plain"
-    run(upstream, plain, ShardParams(samples_per_shard=2, jpeg_quality=QUALITY, export_sharegpt=False,
-                                     export_verl=False), RunnerParams(kind="threads", workers=2))
-    assert not (plain / "exports").exists()
-    for pool in ("sft", "grpo", "eval"):
-        for path in sorted((out / pool).glob("*.tar")):
-            assert (plain / pool / path.name).read_bytes() == path.read_bytes()
 
 
 # ---------------------------------------------------------------- the exports and helpers on their own
@@ -355,3 +363,41 @@ def test_dask_units_go_in_windows_of_32_per_worker(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(shard_module, "_unit_records", lambda unit: [("serial", unit)])
     assert list(shard_module._imap_units([[0]], RunnerParams(kind="dask", workers=2))) == [[("serial", [0])]]
     assert calls == []  # one unit: no cluster
+
+
+class _InlineExecutor:
+    """A ThreadPoolExecutor stand-in that runs each job at submit time and records how many were submitted."""
+
+    submitted: list[int] = []
+
+    def __init__(self, max_workers: int) -> None:
+        self.max_workers = max_workers
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def submit(self, fn, *args) -> Future:
+        _InlineExecutor.submitted.append(args[0][0])
+        future: Future = Future()
+        future.set_result(fn(*args))
+        return future
+
+
+@pytest.mark.parametrize(("workers", "ahead"), [(1, 2), (3, 6), (0, 2)])
+def test_threads_keep_units_ahead_times_workers_in_flight(monkeypatch: pytest.MonkeyPatch, workers: int,
+                                                           ahead: int) -> None:
+    monkeypatch.setattr(shard_module, "ThreadPoolExecutor", _InlineExecutor)
+    monkeypatch.setattr(shard_module, "_unit_records", lambda unit: [("p", unit)])
+    _InlineExecutor.submitted = []
+    stream = shard_module._imap_units([[i] for i in range(10)], RunnerParams(kind="threads", workers=max(workers, 1)))
+    if workers == 0:  # a runner with no workers is refused by params; the stage still keeps one
+        stream = shard_module._imap_units([[i] for i in range(10)], type("R", (), {"kind": "threads", "workers": 0}))
+    assert next(stream) == [("p", [0])] and _InlineExecutor.submitted == list(range(ahead))
+    assert [("p", [1])] == next(stream) and len(_InlineExecutor.submitted) == ahead + 1
+    assert list(stream) == [[("p", [i])] for i in range(2, 10)] and _InlineExecutor.submitted == list(range(10))
+    _InlineExecutor.submitted = []
+    assert list(shard_module._imap_units([[0]], RunnerParams(kind="threads", workers=2))) == [[("p", [0])]]
+    assert _InlineExecutor.submitted == []  # one unit: no pool
