@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 import re
+import shutil
 import socket
 import threading
 import time
@@ -44,20 +45,25 @@ QUESTION = [{"role": "user", "content": "question"}]
 
 
 class Scripted:
-    """A real HTTP server on localhost: each POST gets the next scripted (status, body) reply, in order."""
+    """A real HTTP server on localhost: each POST gets the next scripted (status, body[, headers]) reply, in order;
+    it records the request paths and bodies."""
 
-    def __init__(self, replies: list[tuple[int, object]]) -> None:
+    def __init__(self, replies: list[tuple]) -> None:
         self.replies = list(replies)
         self.bodies: list[dict] = []
+        self.paths: list[str] = []
         scripted = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 (http.server's name)
                 scripted.bodies.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
-                status, body = scripted.replies.pop(0)
+                scripted.paths.append(self.path)
+                status, body, *headers = scripted.replies.pop(0)
                 data = body if isinstance(body, bytes) else json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
+                for name, value in (headers[0] if headers else {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -102,7 +108,7 @@ def run(client: TeacherClient, requests: list[ChatRequest], on_done=None) -> lis
     return asyncio.run(client.run_all(requests, on_done))
 
 
-def one(replies: list[tuple[int, object]], tmp_path: Path, **overrides: object) -> tuple[ChatResult, Scripted]:
+def one(replies: list[tuple], tmp_path: Path, **overrides: object) -> tuple[ChatResult, Scripted]:
     with Scripted(replies) as server:
         [result] = run(TeacherClient(teacher(server.base_url, **overrides), ResponseCache(tmp_path)),
                        [ChatRequest(key="k1", messages=QUESTION)])
@@ -121,6 +127,9 @@ def test_cache_creates_nested_folders_and_reopens(tmp_path: Path) -> None:
     (folder / "cd").mkdir()
     (folder / "cd" / "cd34.json").mkdir()  # not a file: no record
     assert again.get("cd34") is None
+    shutil.rmtree(folder)  # the folder went away after the cache was opened: a put makes it again
+    again.put("ef56", {"y": 2})
+    assert again.get("ef56") == {"y": 2}
 
 
 # ---- records, errors, outcomes --------------------------------------------------------------------------------
@@ -243,14 +252,16 @@ def test_backoff_doubles_up_to_its_cap_and_stops_after_the_last_attempt(
     request = ChatRequest(key="0123456789abcdef-long-key", messages=QUESTION)
     with FakeOpenAI(faults=["500"] * 10) as server:
         client = TeacherClient(teacher(server.base_url, max_retries=3), ResponseCache(tmp_path))
+        start = time.monotonic()
         [result] = run(client, [request])
+        elapsed = time.monotonic() - start
     # base 0.01, cap 0.03: 0.01, 0.02, 0.03 (0.04 capped); no wait after the fourth and last attempt
     assert upper_jitter == [(0, 0.01), (0, 0.02), (0, 0.03)]
     assert _retry_lines(caplog) == [("0123456789ab", str(n), "500 server error", f"{0.01 * n:.2f}") for n in (1, 2, 3)]
     assert [len(a) for a in server.attempts.values()] == [4] and client.sent == 4
     assert (result.key, result.text, result.finish_reason, result.attempts, result.error) == (
         request.key, "", "", 4, "500 server error")
-    assert 0.06 <= result.latency_s < 5.0 and result.latency_s == round(result.latency_s, 4)
+    assert 0.06 <= result.latency_s <= elapsed and result.latency_s == round(result.latency_s, 4)
     assert len(ResponseCache(tmp_path)) == 0
 
 
@@ -373,7 +384,9 @@ def test_order_callbacks_cache_hits_and_client_reuse(tmp_path: Path) -> None:
 
 def test_client_errors_are_final_408_and_5xx_retried(tmp_path: Path) -> None:
     result, server = one([(400, {"error": {"message": "bad image"}})], tmp_path / "a", max_retries=2)
-    assert (result.error, result.attempts, len(server.bodies)) == ("400: Error code: 400 - bad image", 1, 1)
+    assert (result.key, result.error, result.attempts, len(server.bodies)) == (
+        "k1", "400: Error code: 400 - bad image", 1, 1)
+    assert server.paths == ["/v1/chat/completions"]
     assert len(ResponseCache(tmp_path / "a")) == 0
     result, server = one([(408, {"error": {"message": "slow"}}), (503, {"error": {"message": "busy"}}), reply()],
                          tmp_path / "b", max_retries=2)
@@ -382,6 +395,16 @@ def test_client_errors_are_final_408_and_5xx_retried(tmp_path: Path) -> None:
     assert result.error == "408 server error"
     result, _ = one([(503, {"error": {"message": "busy"}})], tmp_path / "d")
     assert result.error == "503 server error"
+
+
+@pytest.mark.parametrize("status", [408, 503])
+def test_server_errors_honour_retry_after(tmp_path: Path, caplog: pytest.LogCaptureFixture, upper_jitter: list,
+                                          status: int) -> None:
+    caplog.set_level(logging.DEBUG, logger="stages.teacher.client")
+    result, _ = one([(status, {"error": {"message": "busy"}}, {"Retry-After": "0.12"}), reply()], tmp_path,
+                    max_retries=1)
+    assert _retry_lines(caplog) == [("k1", "1", f"{status} server error", "0.12")]  # not the 0.01 backoff
+    assert (result.text, result.attempts) == ("the answer", 2)
 
 
 def test_connection_refused_and_timeout_are_named(tmp_path: Path) -> None:
@@ -412,9 +435,30 @@ def test_malformed_bodies_are_retried_then_recorded_never_raised(tmp_path: Path,
     assert len(ResponseCache(tmp_path / "failed")) == 0
 
 
-def test_no_choices_is_named(tmp_path: Path) -> None:
-    result, _ = one([(200, {"choices": []})], tmp_path)
+@pytest.mark.parametrize(("body", "error"), [
+    (b"<html>not json", "Expecting value: line 1 column 1 (char 0)"),
+    ({"choices": 5}, "'int' object is not subscriptable"),
+])
+def test_malformed_body_names_the_parse_error(tmp_path: Path, body: object, error: str) -> None:
+    result, _ = one([(200, body)], tmp_path)
+    assert result.error == f"malformed response body: {error}"
+
+
+@pytest.mark.parametrize("body", [{"choices": []}, {"id": "c", "object": "chat.completion"}, b"null"])
+def test_no_choices_is_named(tmp_path: Path, body: object) -> None:
+    result, _ = one([(200, body)], tmp_path)
     assert result.error == "malformed response body: no choices"
+
+
+def test_latency_is_the_measured_wall_time_in_tenths_of_a_millisecond(tmp_path: Path) -> None:
+    requests = [ChatRequest(key=f"t{i}", messages=[{"role": "user", "content": f"q{i}"}]) for i in range(8)]
+    with FakeOpenAI(latency=0.01) as server:
+        start = time.monotonic()
+        results = run(TeacherClient(teacher(server.base_url), ResponseCache(tmp_path)), requests)
+        elapsed = time.monotonic() - start
+    assert all(0.01 <= r.latency_s <= elapsed for r in results), ([r.latency_s for r in results], elapsed)
+    assert all(r.latency_s == round(r.latency_s, 4) for r in results)  # 4 decimals
+    assert any(r.latency_s != round(r.latency_s, 3) for r in results)  # and not fewer
 
 
 @pytest.mark.parametrize(("message", "finish", "usage", "expected"), [
