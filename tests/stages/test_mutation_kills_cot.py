@@ -289,13 +289,26 @@ def stage_data(tmp_path_factory) -> Path:
 TEMPLATE_SETS = {"veason": "veason", "rcot_vdg": "rcot_description", "rcot_aks": "rcot_aks"}
 
 
-def test_stage_rows_draws_results_report_and_lineage(stage_data, tmp_path):
+def test_stage_rows_draws_results_report_and_lineage(stage_data, tmp_path, caplog):
+    import logging
+
     import pandas as pd
 
+    from stages.core import progress
     from stages.core.lineage import code_hash
 
     cot = CotParams(cache_dir=str(tmp_path / "cache"), traces_per_sample=2)
-    report = generate_cot(TeacherParams(), cot, 3, stage_data / "root", stage_data / "keyframes", tmp_path / "out")
+    seen: list[tuple[str, int, int]] = []
+    def listener(desc: str, done: int, total: int) -> None:
+        seen.append((desc, done, total))
+
+    progress.add_listener(listener)
+    caplog.set_level(logging.INFO, logger="stages.cot")
+    try:
+        report = generate_cot(TeacherParams(), cot, 3, stage_data / "root", stage_data / "keyframes",
+                              tmp_path / "out")
+    finally:
+        progress.remove_listener(listener)
     table = pd.read_parquet(tmp_path / "out" / "generations.parquet")
     samples = pd.read_parquet(stage_data / "keyframes" / "sft.parquet")
     expected = []
@@ -333,6 +346,10 @@ def test_stage_rows_draws_results_report_and_lineage(stage_data, tmp_path):
     assert lineage["extra"] == {"teacher": "template-teacher-v1", "template_counts": dict(counts)}
     assert lineage["code_version"]["sha256"] == code_hash(["stages.cot", "stages.teacher"])
     assert set(lineage["inputs"]) == {"keyframes"} and lineage["params"]["cot"]["traces_per_sample"] == 2
+    # progress: one step per finished request, named; the summary line names the stage and its first metrics
+    assert seen[-1] == ("cot requests", n, n) and len(seen) == n  # n < 50: every request reported
+    assert [r.getMessage() for r in caplog.records if r.name == "stages.cot"][-1].startswith(
+        f"cot: requests={n}, errors=0, from_cache=0, sent=0")
     again = generate_cot(TeacherParams(), cot, 3, stage_data / "root", stage_data / "keyframes", tmp_path / "again")
     assert (again.metrics["from_cache"], again.metrics["sent"]) == (n, 0)
 

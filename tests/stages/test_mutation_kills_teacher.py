@@ -211,7 +211,8 @@ def test_rate_limiter_spaces_starts_evenly() -> None:
             out.append(time.monotonic())
 
         begin = time.monotonic()
-        await asyncio.gather(*(go() for _ in range(n)))
+        # bounded: a wrong delay (e.g. the clock's own value, hours) fails here instead of hanging the run
+        await asyncio.wait_for(asyncio.gather(*(go() for _ in range(n))), timeout=5.0)
         return [t - begin for t in sorted(out)]
 
     spaced = asyncio.run(starts(600, 4))  # one start per 0.1 s, the first at once

@@ -90,7 +90,9 @@ def test_rerun_sends_nothing(tmp_path: Path) -> None:
 
 def test_rate_limit_spaces_requests(tmp_path: Path) -> None:
     with FakeOpenAI() as server:
-        run(TeacherClient(params(server, rpm=600), ResponseCache(tmp_path)), requests(6))  # one per 0.1 s
+        client = TeacherClient(params(server, rpm=600), ResponseCache(tmp_path))
+        # one per 0.1 s; bounded, so a limiter that waits far too long fails instead of hanging
+        asyncio.run(asyncio.wait_for(client.run_all(requests(6)), timeout=30.0))
     starts = sorted(t for attempts in server.attempts.values() for t, _ in attempts)
     assert starts[-1] - starts[0] >= 0.35  # 5 slots of 0.1 s; the first call pays for connecting
 
