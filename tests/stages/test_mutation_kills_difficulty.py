@@ -3,12 +3,21 @@ budget's clamp and rounding, and the heuristic ratings on hand-computed inputs."
 
 from __future__ import annotations
 
+import base64
+import io
+import logging
+from pathlib import Path
+
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from PIL import Image
 
-from stages.core.params import DifficultyParams
-from stages.difficulty import heuristic_ratings, level_of, token_budget
+from stages.core.params import DifficultyParams, TeacherParams
+from stages.difficulty import _rate_with_mllm, _rating_request, heuristic_ratings, level_of, token_budget
+from tests.fake_openai import FakeOpenAI
+from tests.revos_factory import frame_file, simple_video, write_root
 
 PARAMS = DifficultyParams(min_budget=128, max_budget=768)
 
@@ -62,3 +71,56 @@ def test_levels_at_the_thresholds():
 ])
 def test_heuristic_ratings_hand_computed(sample, n_objects, absent, visible, expected):
     assert heuristic_ratings(sample, n_objects, absent, visible) == expected
+
+
+# --- the MLLM rater's request and its fallback warning (second round, 2026-11-26) ------------------------------
+
+NAMES = ["00000", "00002", "00004"]
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    root = write_root(tmp_path / "root", [simple_video("S/train/v", n_frames=3)])  # 32 × 24 RGB JPEG frames
+    gray = frame_file(root, "S/train/v", NAMES[1])
+    with Image.open(gray) as img:
+        img.convert("L").save(gray, quality=90)  # a grayscale JPEG frame: sent as RGB all the same
+    return root
+
+
+def sample(**over) -> dict:
+    return {"sample_id": "s1", "video": "S/train/v", "text": "the left box", "timestamps": [0, 1, 2],
+            "frame_names": NAMES, **over}
+
+
+def test_each_frame_is_sent_as_an_rgb_jpeg_of_quality_85_within_the_image_size(root: Path) -> None:
+    request = _rating_request(sample(), TeacherParams(image_size=16), root, 0)
+    images = [c["image_url"]["url"] for c in request.messages[0]["content"] if c["type"] == "image_url"]
+    assert len(images) == 3
+    for url in images:
+        head, data = url.split(",", 1)
+        assert head == "data:image/jpeg;base64"
+        with Image.open(io.BytesIO(base64.b64decode(data))) as img:
+            assert img.format == "JPEG" and img.mode == "RGB"
+            assert img.size == (16, 12)  # 32 × 24 shrunk to fit 16, aspect kept
+            # IJG quality scaling (libjpeg's jcparam.c): q ≥ 50 → scale 200 − 2q = 30 %; the standard luminance
+            # table starts at 16 → (16 · 30 + 50) // 100 = 5 (quality 75, PIL's default, would give 8)
+            assert img.quantization[0][0] == 5
+
+
+def test_frames_and_timestamps_must_pair_up(root: Path) -> None:
+    with pytest.raises(ValueError):
+        _rating_request(sample(timestamps=[0, 1]), TeacherParams(image_size=16), root, 0)
+
+
+def test_samples_left_with_heuristic_ratings_are_counted_in_a_warning(root: Path, tmp_path: Path,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    rows = [{"sample_id": "s1"}, {"sample_id": "s2"}]
+    samples = pd.DataFrame([sample(), sample(sample_id="s2", text="the right box")])
+    teacher = TeacherParams(backend="openai", model="fake", api_key_required=False, max_retries=0, image_size=16)
+    with FakeOpenAI(reply="not json") as server, caplog.at_level(logging.WARNING, logger="stages.difficulty"):
+        teacher = TeacherParams(**{**teacher.__dict__, "base_url": server.base_url})
+        out, fallbacks = _rate_with_mllm(rows, samples, DifficultyParams(json_retries=0,
+                                                                         cache_dir=str(tmp_path / "c")), teacher, root)
+    assert fallbacks == 2
+    assert [r.getMessage() for r in caplog.records if r.name == "stages.difficulty"] == [
+        "difficulty: 2 samples kept heuristic ratings (MLLM JSON never validated)"]
