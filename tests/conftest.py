@@ -19,7 +19,9 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="vrsflow-prefect-home-")
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
-os.environ["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "60"
+# a loaded machine may take longer (the mutation run starts a server per mutant at nice 19)
+SERVER_STARTUP_S = int(os.environ.get("VRSFLOW_TEST_SERVER_STARTUP_S", "60"))
+os.environ["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = str(SERVER_STARTUP_S)
 os.environ["DO_NOT_TRACK"] = "1"
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -31,7 +33,7 @@ def prefect_api() -> Iterator[str]:
     from prefect.settings import PREFECT_API_URL
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness(server_startup_timeout=60):
+    with prefect_test_harness(server_startup_timeout=SERVER_STARTUP_S):
         url = PREFECT_API_URL.value()
         previous = os.environ.get("PREFECT_API_URL")
         os.environ["PREFECT_API_URL"] = url
