@@ -16,6 +16,8 @@ from PIL import Image
 
 from stages.core.params import DifficultyParams, TeacherParams
 from stages.difficulty import _rate_with_mllm, _rating_request, heuristic_ratings, level_of, token_budget
+from stages.tasks import timestamp_tag
+from stages.teacher.prompts import render_difficulty_prompt
 from tests.fake_openai import FakeOpenAI
 from tests.revos_factory import frame_file, simple_video, write_root
 
@@ -76,6 +78,7 @@ def test_heuristic_ratings_hand_computed(sample, n_objects, absent, visible, exp
 # --- the MLLM rater's request and its fallback warning (second round, 2026-11-26) ------------------------------
 
 NAMES = ["00000", "00002", "00004"]
+GOLDEN_KEY = "9c5abc2115bd5ed0b48dfafd3a9f38962992ed4e9720aa6221d4fb339cb5bb2b"
 
 
 @pytest.fixture
@@ -124,3 +127,22 @@ def test_samples_left_with_heuristic_ratings_are_counted_in_a_warning(root: Path
     assert fallbacks == 2
     assert [r.getMessage() for r in caplog.records if r.name == "stages.difficulty"] == [
         "difficulty: 2 samples kept heuristic ratings (MLLM JSON never validated)"]
+
+
+def test_the_request_pairs_each_frame_with_its_timestamp_then_asks_the_rating_prompt(root: Path) -> None:
+    request = _rating_request(sample(), TeacherParams(image_size=16), root, 0)
+    assert len(request.messages) == 1 and request.messages[0]["role"] == "user"
+    content = request.messages[0]["content"]
+    assert [c["type"] for c in content] == ["text", "image_url"] * 3 + ["text"]
+    assert [content[i]["text"] for i in (0, 2, 4)] == [timestamp_tag(t) for t in (0, 1, 2)]
+    assert all(set(content[i]) == {"type", "image_url"} and set(content[i]["image_url"]) == {"url"}
+               for i in (1, 3, 5))
+    assert content[-1] == {"type": "text", "text": render_difficulty_prompt("the left box", 3)}
+    assert request.response_format == {"type": "json_object"} and request.context == {"sample_id": "s1"}
+
+
+def test_the_cache_key_is_stable_across_versions(root: Path) -> None:
+    # the response cache is a persisted DVC output: a key that changes with the code silently asks every cached
+    # request again. This literal is the key of this request; change it only with a change that must re-ask.
+    request = _rating_request(sample(), TeacherParams(image_size=16, model="m"), root, 1)
+    assert request.key == GOLDEN_KEY
