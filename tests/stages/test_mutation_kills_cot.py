@@ -170,15 +170,15 @@ def _write_frame(path: Path, size: tuple[int, int] = (160, 120), value: int = 12
 def test_marked_frame_size_rectangle_and_line_width(tmp_path):
     _write_frame(tmp_path / "f.jpg", (200, 100))
     # longest side 200 → 100: scale 0.5 → 100 × 50; boxes at train size 100: x × 1.0, y × 0.5; line 2 px
-    small = _decode(marked_frame(tmp_path / "f.jpg", [[20.0, 20.0, 60.0, 80.0], None], 100, 100))
+    small = _decode(marked_frame(tmp_path / "f.jpg", [[20.0, 32.0, 60.0, 80.0], None], 100, 100))
     assert small.shape == (50, 100, 3)
-    # rectangle [20, 10, 59, 39]: left edge x 20-21, top edge y 10-11, right edge x 58-59, bottom y 38-39
-    for y, x in ((25, 20), (25, 21), (10, 40), (11, 40), (25, 59), (25, 58), (39, 40), (38, 40)):
+    # rectangle [20, 16, 59, 39]: left edge x 20-21, top edge y 16-17, right edge x 58-59, bottom y 38-39
+    for y, x in ((25, 20), (25, 21), (16, 40), (17, 40), (25, 59), (25, 58), (39, 40), (38, 40)):
         assert _is_red(small[y, x]), (y, x, small[y, x])
-    for y, x in ((25, 40), (25, 17), (25, 24), (7, 40), (14, 40), (25, 62), (42, 40), (45, 80)):
+    for y, x in ((25, 40), (25, 17), (25, 24), (12, 40), (19, 40), (25, 62), (42, 40), (45, 80)):
         assert _is_grey(small[y, x]), (y, x, small[y, x])
     # 600 px wide: the line is 600 // 150 = 4 px
-    big = _decode(marked_frame(tmp_path / "f.jpg", [[20.0, 20.0, 60.0, 80.0]], 100, 600))
+    big = _decode(marked_frame(tmp_path / "f.jpg", [[20.0, 32.0, 60.0, 80.0]], 100, 600))
     assert big.shape == (300, 600, 3)
     assert all(_is_red(big[150, x]) for x in range(120, 124)) and _is_grey(big[150, 127])
     assert _is_grey(big[150, 116])
@@ -193,6 +193,25 @@ def test_marked_frame_keeps_a_thin_frame_one_pixel_high_and_sends_jpeg_q90(tmp_p
     ijg_luma_last = 99  # the standard table's last (zig-zag) entry
     assert image.quantization[0][63] == (ijg_luma_last * 20 + 50) // 100 == 20
     assert FRAME_ENCODING == "jpeg-q90-red-rect-v1"
+    _write_frame(tmp_path / "tall.jpg", (1, 300))
+    assert Image.open(io.BytesIO(marked_frame(tmp_path / "tall.jpg", [], 100, 100))).size == (1, 100)
+
+
+def test_marked_frame_outline_is_pure_red(tmp_path):
+    # a 2400 px frame: the line is 2400 // 150 = 16 px, so the left edge (x 32-47) fills whole 16-px JPEG blocks,
+    # which decode exactly like a solid (255, 0, 0) image at quality 90
+    _write_frame(tmp_path / "sq.jpg", (2400, 2400))
+    marked = _decode(marked_frame(tmp_path / "sq.jpg", [[32.0, 32.0, 2000.0, 2000.0]], 2400, 2400))
+    solid = io.BytesIO()
+    Image.new("RGB", (64, 64), (255, 0, 0)).save(solid, format="JPEG", quality=90)
+    assert tuple(marked[1000, 40]) == tuple(_decode(solid.getvalue())[32, 32])
+
+
+def test_marked_frame_of_a_grey_frame_is_colour(tmp_path):
+    Image.fromarray(np.full((40, 40), 128, np.uint8), mode="L").save(tmp_path / "grey.jpg")
+    jpeg = marked_frame(tmp_path / "grey.jpg", [[10.0, 10.0, 30.0, 30.0]], 40, 40)
+    image = Image.open(io.BytesIO(jpeg))
+    assert image.mode == "RGB" and _is_red(np.asarray(image)[20, 10])  # the rectangle is red, not grey
 
 
 def test_trace_tasks_needed_first_each_once():

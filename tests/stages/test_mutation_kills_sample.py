@@ -3,10 +3,14 @@ Hamilton's ties by key, the even share for strata missing from the source, and t
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from PIL import Image
 
+from stages.core.params import SampleParams
 from stages.sample.stratify import allocate, draw, largest_remainder
 
 
@@ -47,3 +51,267 @@ def test_draw_is_seeded_order_free_and_exact(strata, n_s, n_t, seed, rnd):
     shuffled = draw([ids[k] for k in order], [strata[k] for k in order], counts, seed, "grpo")
     assert set(shuffled) == set(chosen)  # which items, not their order in the input, decide
     assert draw(ids, strata, {"s": n_s}, seed, "grpo") == [i for i in chosen if strata[ids.index(i)] == "s"]
+
+
+# ---- the stage: sources, errors, levels, the tables and charts a person reads ---------------------------------
+
+def _index(base, sources: dict[str, str] | None = None):
+    """test_sample's index (12 training videos, 3 valid ones); with `sources` (video → source), a
+    several-source index as ingest writes it: a `source` column and sources.parquet."""
+    import pandas as pd
+
+    from schemas.index import ExpressionsSchema, SourcesSchema, VideosSchema
+    from stages.core.io import write_table
+    from tests.stages.test_sample import mixed_video, write_index
+
+    specs = [mixed_video(f"S/train/v{i}", "train", i) for i in range(12)]
+    specs += [mixed_video(f"S/valid/v{i}", "valid", 20 + i) for i in range(3)]
+    index = write_index(base, specs)
+    if sources is not None:
+        for name, schema in (("expressions", ExpressionsSchema), ("videos", VideosSchema)):
+            table = pd.read_parquet(index / f"{name}.parquet")
+            write_table(table.assign(source=table["video"].map(sources)), schema, index / f"{name}.parquet")
+        rows = [{"source": s, "layout": "revos", "root": f"/data/{s}", "split": split, "published_split": split,
+                 "share": share, "type_source": "annotation", "videos": 1, "expressions": 1, "quarantined": 0}
+                for s, split, share in (("alpha", "train", 3.0), ("beta", "train", 1.0), ("gamma", "train", 0.0),
+                                        ("root", "valid", 0.0), ("delta", "valid", 0.0))]
+        write_table(pd.DataFrame(rows), SourcesSchema, index / "sources.parquet")
+    return index
+
+
+def _source_of(video: str) -> str:
+    if video.startswith("S/valid/"):
+        return "delta" if video.endswith("v2") else "root"  # a second evaluation source: v2's 7 expressions
+    number = int(video.rsplit("v", 1)[1])
+    return "alpha" if number < 6 else "beta" if number < 10 else "gamma"
+
+
+@pytest.fixture(scope="module")
+def plain_index(tmp_path_factory):
+    return _index(tmp_path_factory.mktemp("plain_index"))
+
+
+@pytest.fixture(scope="module")
+def mixed_index(tmp_path_factory):
+    base = tmp_path_factory.mktemp("mixed_index")
+    from tests.stages.test_sample import mixed_video
+
+    videos = [mixed_video(f"S/train/v{i}", "train", i).key for i in range(12)]
+    videos += [mixed_video(f"S/valid/v{i}", "valid", 20 + i).key for i in range(3)]
+    return _index(base, {v: _source_of(v) for v in videos})
+
+
+def test_several_sources_exact_quotas_mixture_table_and_metrics(mixed_index, tmp_path):
+    import pandas as pd
+
+    from stages.sample import sample_pools
+
+    report = sample_pools(SampleParams(sft_first_k=2, sft_size=8, grpo_size=12), 0, mixed_index, tmp_path)
+    pools = {p: pd.read_parquet(tmp_path / f"{p}.parquet") for p in ("sft", "grpo", "eval")}
+    by_source = {p: t["video"].map(_source_of).value_counts().to_dict() for p, t in pools.items()}
+    # shares 3 : 1 (gamma's 0 keeps it out): 8 → 6 + 2, 12 → 9 + 3
+    assert by_source["sft"] == {"alpha": 6, "beta": 2} and by_source["grpo"] == {"alpha": 9, "beta": 3}
+    n_eval = len(pools["eval"])
+    assert by_source["eval"] == {"root": n_eval - 7, "delta": 7}
+    mixture = pd.read_parquet(tmp_path / "mixture.parquet")
+    assert mixture.to_dict("records") == [
+        {"pool": "sft", "source": "alpha", "share": 0.75, "count": 6, "fraction": 0.75},
+        {"pool": "sft", "source": "beta", "share": 0.25, "count": 2, "fraction": 0.25},
+        {"pool": "grpo", "source": "alpha", "share": 0.75, "count": 9, "fraction": 0.75},
+        {"pool": "grpo", "source": "beta", "share": 0.25, "count": 3, "fraction": 0.25},
+        # evaluation asks for data.root only; another source that reached it is shown with share 0
+        {"pool": "eval", "source": "delta", "share": 0.0, "count": 7, "fraction": 7 / n_eval},
+        {"pool": "eval", "source": "root", "share": 1.0, "count": n_eval - 7, "fraction": (n_eval - 7) / n_eval}]
+    assert {k: v for k, v in report.metrics.items() if ".source." in k} == {
+        "sft.source.alpha": 6, "sft.source.beta": 2, "grpo.source.alpha": 9, "grpo.source.beta": 3,
+        "eval.source.root": n_eval - 7, "eval.source.delta": 7}
+    assert report.tables["training mixture (asked share vs achieved)"].equals(mixture)
+    assert report.markdown.count("data:image/png;base64,") == 2 and "training mixture" in report.markdown
+    assert (tmp_path / "mixture.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # size 0 = every candidate of the sources with a share
+    sample_pools(SampleParams(sft_first_k=2, sft_size=0, grpo_size=0), 0, mixed_index, tmp_path / "all")
+    sft_all = pd.read_parquet(tmp_path / "all" / "sft.parquet")["video"].map(_source_of).value_counts().to_dict()
+    assert sft_all == {"alpha": 12, "beta": 8}  # the first 2 usable expressions of 6 and 4 videos
+    # a pool of 1 at 3 : 1 goes to alpha; beta is asked for and gets none: its row says 0
+    sample_pools(SampleParams(sft_first_k=2, sft_size=1, grpo_size=1), 0, mixed_index, tmp_path / "one")
+    rows = pd.read_parquet(tmp_path / "one" / "mixture.parquet")
+    assert rows[rows["pool"] == "sft"].to_dict("records") == [
+        {"pool": "sft", "source": "alpha", "share": 0.75, "count": 1, "fraction": 1.0},
+        {"pool": "sft", "source": "beta", "share": 0.25, "count": 0, "fraction": 0.0}]
+
+
+def test_each_source_is_stratified_by_its_own_proportions(mixed_index, tmp_path):
+    import pandas as pd
+
+    from stages.sample import sample_pools
+
+    sample_pools(SampleParams(sft_first_k=1, grpo_size=12), 0, mixed_index, tmp_path)
+    grpo = pd.read_parquet(tmp_path / "grpo.parquet")
+    expressions = pd.read_parquet(mixed_index / "expressions.parquet")
+    train = expressions[(expressions["split"] == "train") & (expressions["type"] != "no_target")]
+    for source, quota in (("alpha", 9), ("beta", 3)):
+        own = train[train["video"].map(_source_of) == source]
+        strata = own["type"] + "/" + own["n_instances"].map(lambda n: "single" if n == 1 else "multi")
+        expected = largest_remainder(quota, strata.value_counts().to_dict())
+        got = grpo[grpo["video"].map(_source_of) == source]["stratum"].value_counts().to_dict()
+        assert got == {s: n for s, n in expected.items() if n}, source
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("sft_first_k", -1, "sample.sft_first_k must be ≥ 0 (0 = all), got -1"),
+    ("sft_size", -2, "sample.sft_size must be ≥ 0 (0 = all), got -2"),
+    ("grpo_size", -1, "sample.grpo_size must be ≥ 0 (0 = all), got -1"),
+    ("eval_size", -3, "sample.eval_size must be ≥ 0 (0 = all), got -3"),
+    ("motion_threshold", -0.5, "sample.motion_threshold must be > 0, got -0.5"),
+])
+def test_bad_params_are_one_exact_line(plain_index, tmp_path, field, value, message):
+    from dataclasses import replace
+
+    from stages.sample import sample_pools
+
+    with pytest.raises(ValueError) as caught:
+        sample_pools(replace(SampleParams(), **{field: value}), 0, plain_index, tmp_path)
+    assert str(caught.value) == message
+
+
+def test_difficulty_levels_by_expression_id_and_bad_tables(plain_index, tmp_path):
+    import pandas as pd
+
+    from stages.sample import sample_pools
+
+    expressions = pd.read_parquet(plain_index / "expressions.parquet")
+    train = expressions[expressions["split"] == "train"]
+    levels = dict(zip(train["expression_id"], ["easy", "hard"] * (len(train) // 2) + ["easy"] * (len(train) % 2),
+                      strict=True))
+    pd.DataFrame({"expression_id": list(levels), "level": list(levels.values())}).to_parquet(tmp_path / "d.parquet")
+    sample_pools(SampleParams(sft_first_k=2, grpo_size=10, difficulty_table=str(tmp_path / "d.parquet")), 0,
+                 plain_index, tmp_path / "out")
+    grpo = pd.read_parquet(tmp_path / "out" / "grpo.parquet")
+    assert list(grpo["level"]) == [levels[e] for e in grpo["expression_id"]]
+    assert (grpo["stratum"] == grpo["type"] + "/" + grpo["stratum"].str.split("/").str[1] + "/" + grpo["level"]).all()
+    for columns, problem in (({"expression_id": ["x"]}, "no 'level' column"),
+                             ({"video": ["v"], "level": ["easy"]}, "needs an 'expression_id' or 'sample_id' column")):
+        path = tmp_path / f"bad{len(problem)}.parquet"
+        pd.DataFrame(columns).to_parquet(path)
+        with pytest.raises(ValueError) as caught:
+            sample_pools(SampleParams(difficulty_table=str(path)), 0, plain_index, tmp_path / "bad")
+        assert str(caught.value) == f"{path}: {problem}"
+    missing = tmp_path / "none.parquet"
+    with pytest.raises(ValueError) as caught:
+        sample_pools(SampleParams(difficulty_table=str(missing)), 0, plain_index, tmp_path / "bad")
+    assert str(caught.value) == f"sample.difficulty_table: {missing} does not exist (run the difficulty stage first)"
+
+
+def test_distribution_table_chart_and_shortfall(plain_index, tmp_path, monkeypatch, caplog):
+    import logging
+
+    import matplotlib.pyplot as plt
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+    from stages.sample import sample_pools
+
+    saved: list[tuple[str, list, str, str, list[str]]] = []
+    original = Figure.savefig
+
+    def record(fig, path, **kwargs):  # what the chart shows, read from the figure the stage saves
+        ax = fig.axes[0]
+        heights = [round(p.get_height(), 6) for p in ax.patches]
+        labels = [t.get_text() for t in ax.get_legend().get_texts()]
+        saved.append((Path(path).name, heights, ax.get_title(), ax.get_ylabel(), labels))
+        return original(fig, path, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", record)
+    caplog.set_level(logging.WARNING, logger="stages.sample")
+    report = sample_pools(SampleParams(sft_first_k=2, grpo_size=500, eval_size=4), 0, plain_index, tmp_path)
+    dist = pd.read_parquet(tmp_path / "distribution.parquet")
+    sizes = dist.groupby("group")["count"].transform("sum")
+    assert (dist["fraction"] == dist["count"] / sizes).all()
+    assert list(dist["group"].drop_duplicates()) == ["source:train", "source:valid", "sft", "grpo", "eval"]
+    [(name, heights, title, ylabel, legend)] = saved
+    assert (name, title, ylabel) == ("distribution.png", "Expressions per stratum: source splits and pools",
+                                     "fraction of group")
+    assert legend == ["source:train", "source:valid", "sft", "grpo", "eval"]  # sources first, pools in DAG order
+    pivot = dist.pivot_table(index="stratum", columns="group", values="fraction", fill_value=0.0)
+    assert heights == [round(pivot.loc[s, g], 6) for g in legend for s in pivot.index]
+    png = (tmp_path / "distribution.png").read_bytes()
+    assert b"Software" not in png and b"matplotlib" not in png  # stable bytes: no version stamp
+    assert Image.open(tmp_path / "distribution.png").size == (640, 320)  # 8 × 4 in at 80 dpi
+    assert plt.get_fignums() == []  # closed
+    train = dist[dist["group"] == "sft"]["count"].sum() + dist[dist["group"] == "grpo"]["count"].sum()
+    grpo_n = report.metrics["grpo.total"]
+    assert report.metrics["grpo.shortfall"] == 500 - grpo_n and "sft.shortfall" not in report.metrics
+    assert "eval.shortfall" not in report.metrics and train == report.metrics["sft.total"] + grpo_n
+    assert [r.getMessage() for r in caplog.records] == [f"pool grpo: asked for 500, only {grpo_n} candidates"]
+    assert list(report.metrics) == sorted(report.metrics)
+    assert report.tables["sampling distribution"].equals(dist)
+
+
+def test_mixture_chart(mixed_index, tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    from stages.sample import sample_pools
+
+    shown: dict[str, tuple] = {}
+    original = Figure.savefig
+
+    def record(fig, path, **kwargs):
+        ax = fig.axes[0]
+        shown[Path(path).name] = ([round(p.get_height(), 6) for p in ax.patches], ax.get_title(), ax.get_ylabel(),
+                                  [t.get_text() for t in ax.get_legend().get_texts()],
+                                  [t.get_text() for t in ax.get_xticklabels()])
+        return original(fig, path, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", record)
+    sample_pools(SampleParams(sft_first_k=2, sft_size=8, grpo_size=12), 0, mixed_index, tmp_path)
+    heights, title, ylabel, legend, sources = shown["mixture.png"]
+    assert (title, ylabel) == ("Training mixture: asked share and achieved fraction per source", "fraction of pool")
+    assert legend == ["asked share", "sft", "grpo"] and sources == ["alpha", "beta"]
+    assert heights == [0.75, 0.25, 0.75, 0.25, 0.75, 0.25]
+    png = (tmp_path / "mixture.png").read_bytes()
+    assert b"Software" not in png and Image.open(tmp_path / "mixture.png").size == (560, 280)  # 7 × 3.5 in, 80 dpi
+
+
+def test_no_target_samples_leave_a_pool_none_of_whose_tasks_can_ask_them(caplog):
+    import logging
+
+    import pandas as pd
+
+    from stages.sample import with_tasks
+
+    caplog.set_level(logging.WARNING, logger="stages.sample")
+    pool = pd.DataFrame({"expression_id": ["a", "b", "c"], "type": ["referring", "no_target", "no_target"]})
+    out = with_tasks(pool, [["rcot_ktg"], ["rcot_ktg"], ["veason", "rcot_ktg"]])
+    assert list(out["expression_id"]) == ["a", "c"] and list(out["tasks"]) == [["rcot_ktg"], ["veason"]]
+    assert [r.getMessage() for r in caplog.records] == [
+        "1 no-target expressions left the pool: none of their tasks can ask a no-target question"]
+    caplog.clear()
+    assert len(with_tasks(pool.iloc[:1], [["veason"]])) == 1 and caplog.records == []
+
+
+def test_assign_tasks_counts_and_order_free():
+    from stages.sample import assign_tasks
+
+    ids = [f"e{i}" for i in range(10)]
+    tasks = assign_tasks(ids, ("rcot_aks", "rcot_ktg"), (4.0, 6.0), 5, "grpo")
+    assert [len(t) for t in tasks] == [1] * 10
+    assert sorted(t[0] for t in tasks) == ["rcot_aks"] * 4 + ["rcot_ktg"] * 6
+    shuffled = assign_tasks(ids[::-1], ("rcot_aks", "rcot_ktg"), (4.0, 6.0), 5, "grpo")
+    assert dict(zip(ids[::-1], shuffled, strict=True)) == dict(zip(ids, tasks, strict=True))
+    # the lowest-ranked 4 ids get the first task: ranks by the seeded hash of (seed, "sample", "task", pool, id)
+    from stages.core.io import derive_seed
+
+    ranked = sorted(ids, key=lambda e: derive_seed(5, "sample", "task", "grpo", e))
+    assert {e for e, t in zip(ids, tasks, strict=True) if t == ["rcot_aks"]} == set(ranked[:4])
+    other_pool = assign_tasks(ids, ("rcot_aks", "rcot_ktg"), (4.0, 6.0), 5, "eval")
+    assert other_pool != tasks
+
+
+def test_instance_weights_edges():
+    from stages.sample import instance_weights
+
+    assert instance_weights({"r/single": 3, "r/multi": 1}, 0.0) == {"r/single": 3.0, "r/multi": 1.0}
+    assert instance_weights({"r/single": 3, "n/none": 2}, 3.0) == {"r/single": 3.0, "n/none": 2.0}  # no multi
+    # 1 : 1 over single 6 + multi 2 = 8: each group weighs 4, split inside by its own counts; none keeps 2
+    assert instance_weights({"a/single": 2, "b/single": 4, "a/multi": 2, "n/none": 2}, 1.0) == {
+        "a/single": 4 / 3, "b/single": 8 / 3, "a/multi": 4.0, "n/none": 2.0}
