@@ -25,6 +25,7 @@ from schemas.sample import KeyframesSchema
 from stages.core import rle
 from stages.core.io import write_table
 from stages.core.params import ShardParams
+from stages.core.progress import add_listener, remove_listener
 from stages.core.runner import RunnerParams
 from stages.shard import export_sharegpt, export_verl, ground_truth, user_text, write_shards
 from stages.tasks import get_task
@@ -85,8 +86,9 @@ DESCRIPTION = "A red square moves to the right."
 ROWS = {
     "sft": [keyframes_row("vidA__0", "sft", "vidA", ["veason"])],
     # one sample with two tasks: one record per task; a KTG task needs the sample's VDG description
-    "grpo": [keyframes_row("src1_vidB__0", "grpo", "src1/vidB", ["veason"]),
-             keyframes_row("vidA__2", "grpo", "vidA", ["veason", "rcot_ktg"])],
+    # stored out of sample-id order: the stage sorts
+    "grpo": [keyframes_row("vidA__2", "grpo", "vidA", ["veason", "rcot_ktg"]),
+             keyframes_row("src1_vidB__0", "grpo", "src1/vidB", ["veason"])],
     # the same sample id as in sft with another keyframe: each pool's record carries its own ground truth
     "eval": [keyframes_row("vidA__0", "eval", "vidA", ["veason"], keyframe_pos=1)],
 }
@@ -159,7 +161,14 @@ def test_write_shards_on_hand_made_upstream(upstream: Path, tmp_path: Path, capf
     out = tmp_path / "shards"
     (out / "sft").mkdir(parents=True)
     (out / "sft" / "shard-000009.tar").write_bytes(b"stale")  # outputs are rewritten whole
-    report = run(upstream, out, ShardParams(samples_per_shard=2, jpeg_quality=QUALITY))
+    progress: list[tuple[str, int, int]] = []
+    listener = lambda desc, done, total: progress.append((desc, done, total))  # noqa: E731
+    add_listener(listener)
+    try:
+        report = run(upstream, out, ShardParams(samples_per_shard=2, jpeg_quality=QUALITY))
+    finally:
+        remove_listener(listener)
+    assert progress == [("shard", 1, 2), ("shard", 2, 2)]  # one step per video (src1/vidB, then vidA)
     assert "# writing" not in capfd.readouterr().err  # the tar writer is quiet
     check_records(upstream, out)
     for pool in ("sft", "grpo", "eval"):  # fixed member mtime and owner: byte-identical tars
@@ -170,6 +179,10 @@ def test_write_shards_on_hand_made_upstream(upstream: Path, tmp_path: Path, capf
     check_manifest_metrics_tables_and_lineage(upstream, out, report)
     check_sharegpt_export(out)
     check_verl_export(out)
+    first = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != "lineage.json"}
+    run(upstream, out, ShardParams(samples_per_shard=2, jpeg_quality=QUALITY), RunnerParams(kind="threads", workers=2))
+    again = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != "lineage.json"}
+    assert again == first and len(first) > 20  # the same folder written again, with threads: the same files
     plain = tmp_path / "plain"
     run(upstream, plain, ShardParams(samples_per_shard=2, jpeg_quality=QUALITY, export_sharegpt=False,
                                      export_verl=False), RunnerParams(kind="threads", workers=2))
@@ -187,7 +200,7 @@ def check_records(upstream: Path, out: Path) -> None:
     assert [r["__key__"] for r in grpo] == ["src1_vidB__0", "vidA__2_veason", "vidA__2_rcot_ktg"]
     assert [r["__key__"] for r in ev] == ["vidA__0"]
     by_trace = {(t["sample_id"], t["trace_index"]): t for t in TRACES}
-    sft_row, (vid_b, vid_a2), eval_row = ROWS["sft"][0], ROWS["grpo"], ROWS["eval"][0]
+    sft_row, (vid_a2, vid_b), eval_row = ROWS["sft"][0], ROWS["grpo"], ROWS["eval"][0]
     difficulty = {"vidA__0": difficulty_row("vidA__0", "sft"), "vidA__2": difficulty_row("vidA__2", "grpo")}
     expected = {
         ("sft", f"vidA__0_t{i}"): expected_meta(
@@ -311,17 +324,21 @@ def _record(key: str, n_frames: int, pool: str = "grpo") -> dict:
 
 
 def test_export_verl_in_row_groups_of_64(tmp_path: Path) -> None:
-    records = [_record(f"k{i}", 1 + i % 2) for i in range(130)]
-    export_verl(records, tmp_path / "v" / "grpo.parquet")
-    meta = pq.ParquetFile(tmp_path / "v" / "grpo.parquet").metadata
+    records = [_record(f"k{i}", 1 + i % 2) for i in range(129)] + [_record("none", 0)]
+    path = tmp_path / "v" / "deeper" / "grpo.parquet"
+    export_verl(records, path)
+    meta = pq.ParquetFile(path).metadata
     assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [64, 64, 2]
-    rows = pq.read_table(tmp_path / "v" / "grpo.parquet").to_pylist()
+    rows = pq.read_table(path).to_pylist()  # later groups take the first group's schema (an empty image list too)
+    assert rows[129]["images"] == [] and rows[129]["extra_info"]["sample_id"] == "none"
     assert [r["extra_info"]["index"] for r in rows] == list(range(130))
-    assert rows[129]["images"] == [{"bytes": bytes([0, 4])}, {"bytes": bytes([1, 4])}]
-    assert rows[129]["reward_model"]["ground_truth"] == '{"a": [2], "b": 1}'
-    assert rows[129]["prompt"][0]["content"] == "<0s><image><1s><image>\nQ?"
-    export_verl([], tmp_path / "empty" / "eval.parquet")
-    empty = pq.read_table(tmp_path / "empty" / "eval.parquet")
+    assert rows[127]["images"] == [{"bytes": bytes([0, 4])}, {"bytes": bytes([1, 4])}]
+    assert rows[127]["reward_model"]["ground_truth"] == '{"a": [2], "b": 1}'
+    assert rows[127]["prompt"][0]["content"] == "<0s><image><1s><image>\nQ?"
+    export_verl([], tmp_path / "v" / "deeper" / "eval.parquet")  # into an existing folder
+    export_verl([], tmp_path / "new" / "deeper" / "test.parquet")  # into new folders
+    assert pq.read_table(tmp_path / "new" / "deeper" / "test.parquet").num_rows == 0
+    empty = pq.read_table(tmp_path / "v" / "deeper" / "eval.parquet")
     assert empty.num_rows == 0 and empty.column_names == ["data_source"]
 
 
@@ -359,6 +376,12 @@ def test_dask_units_go_in_windows_of_32_per_worker(monkeypatch: pytest.MonkeyPat
     got = list(shard_module._imap_units(units, RunnerParams(kind="dask", workers=2)))
     assert got == [[("p", [i])] for i in range(70)]
     assert [len(c) for c in calls] == [64, 6] and calls[1][0] == [64]
+    calls.clear()
+    assert len(list(shard_module._imap_units(units, RunnerParams(kind="dask", workers=1)))) == 70
+    assert [len(c) for c in calls] == [32, 32, 6]
+    calls.clear()
+    no_workers = type("R", (), {"kind": "dask", "workers": 0})  # params refuse it; the stage keeps a window of 32
+    assert len(list(shard_module._imap_units(units, no_workers))) == 70 and [len(c) for c in calls] == [32, 32, 6]
     calls.clear()
     monkeypatch.setattr(shard_module, "_unit_records", lambda unit: [("serial", unit)])
     assert list(shard_module._imap_units([[0]], RunnerParams(kind="dask", workers=2))) == [[("serial", [0])]]
@@ -401,3 +424,38 @@ def test_threads_keep_units_ahead_times_workers_in_flight(monkeypatch: pytest.Mo
     _InlineExecutor.submitted = []
     assert list(shard_module._imap_units([[0]], RunnerParams(kind="threads", workers=2))) == [[("p", [0])]]
     assert _InlineExecutor.submitted == []  # one unit: no pool
+
+
+def test_frames_are_rgb_jpegs_whatever_the_source_mode(tmp_path: Path) -> None:
+    """A grayscale source frame becomes a 3-channel JPEG like every other (the model's processor expects RGB)."""
+    folder = tmp_path / "JPEGImages" / "gray"
+    folder.mkdir(parents=True)
+    Image.fromarray(np.arange(SIDE * SIDE, dtype=np.uint8).reshape(SIDE, SIDE)).save(folder / "00000.jpg")
+    data = shard_module.frame_jpeg(tmp_path, "gray", "00000", TRAIN, QUALITY)
+    with Image.open(io.BytesIO(data)) as img:
+        assert (img.format, img.mode, img.size) == ("JPEG", "RGB", (TRAIN, TRAIN))
+    assert data == reference_jpeg(folder / "00000.jpg", TRAIN)
+
+
+def test_nothing_to_shard(tmp_path: Path) -> None:
+    """Empty upstream tables: no tars, zero counts, empty tables that keep their columns, empty exports."""
+    for pool in ("sft", "grpo", "eval"):
+        write_table(pd.DataFrame({c: [] for c in KeyframesSchema.to_schema().columns}), KeyframesSchema,
+                    tmp_path / "keyframes" / f"{pool}.parquet")
+    write_table(pd.DataFrame({c: [] for c in AcceptedSchema.to_schema().columns}), AcceptedSchema,
+                tmp_path / "filter" / "accepted.parquet")
+    write_table(pd.DataFrame({c: [] for c in DifficultySchema.to_schema().columns}), DifficultySchema,
+                tmp_path / "difficulty" / "scores.parquet")
+    (tmp_path / "root").mkdir()
+    report = run(tmp_path, tmp_path / "out", ShardParams())
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest == {p: {"count": 0, "sources": {}, "shards": []} for p in ("eval", "grpo", "sft")}
+    assert not list((tmp_path / "out").rglob("*.tar"))
+    assert report.metrics == {"eval.samples": 0, "eval.shards": 0, "grpo.samples": 0, "grpo.shards": 0,
+                              "sft.samples": 0, "sft.shards": 0}
+    assert list(report.tables["samples per source"].columns) == ["pool", "source", "samples"]
+    assert len(report.tables["samples per source"]) == 0 and len(report.tables["shards"]) == 0
+    assert json.loads((tmp_path / "out" / "exports" / "sharegpt" / "sft.json").read_text()) == []
+    for pool in ("grpo", "eval"):
+        table = pq.read_table(tmp_path / "out" / "exports" / "verl" / f"{pool}.parquet")
+        assert table.num_rows == 0 and table.column_names == ["data_source"]
