@@ -197,7 +197,7 @@ def test_provider_fields_plain_json_and_auto() -> None:
 # ---- rate limiter ---------------------------------------------------------------------------------------------
 
 def test_rate_limiter_interval() -> None:
-    assert RateLimiter(120).interval == 0.5
+    assert RateLimiter(120).interval == 0.5 and RateLimiter(1).interval == 60.0
     assert RateLimiter(0).interval == 0.0 and RateLimiter(-3).interval == 0.0
 
 
