@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import logging
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pandas as pd
@@ -146,3 +149,39 @@ def test_the_cache_key_is_stable_across_versions(root: Path) -> None:
     # request again. This literal is the key of this request; change it only with a change that must re-ask.
     request = _rating_request(sample(), TeacherParams(image_size=16, model="m"), root, 1)
     assert request.key == GOLDEN_KEY
+
+
+VALID = ('{"scene_complexity": 3, "segmentation_challenge": 5, "temporal_ambiguity": 2, '
+         '"motion_complexity": 4, "linguistic_ambiguity": 10}')
+
+
+class TruncatedReplies(BaseHTTPRequestHandler):
+    """An OpenAI-compatible endpoint whose every reply is valid rating JSON cut by the token limit."""
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        self.rfile.read(int(self.headers["Content-Length"]))
+        body = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": [
+            {"index": 0, "finish_reason": "length", "message": {"role": "assistant", "content": VALID}}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_a_truncated_reply_is_no_rating_even_when_its_text_parses(root: Path, tmp_path: Path) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), TruncatedReplies)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        teacher = TeacherParams(backend="openai", model="m", api_key_required=False, max_retries=0, image_size=16,
+                                base_url=f"http://127.0.0.1:{server.server_address[1]}/v1")
+        out, fallbacks = _rate_with_mllm([{"sample_id": "s1"}], pd.DataFrame([sample()]),
+                                         DifficultyParams(json_retries=0, cache_dir=str(tmp_path / "c")), teacher, root)
+    finally:
+        server.shutdown()
+    assert fallbacks == 1 and out == [{"sample_id": "s1"}]
