@@ -387,6 +387,10 @@ def test_stage_tokens_costs_and_outcomes_through_an_endpoint(stage_data, tmp_pat
                            tmp_path / "cut")
     n = full.metrics["requests"]
     table = pd.read_parquet(tmp_path / "full" / "generations.parquet")
+    # each trace is asked with its own task: AKS traces also show the candidate frame (6 sampled + 1)
+    images = Counter(sum(part["type"] == "image_url" for part in body["messages"][0]["content"])
+                     for body in server.bodies[:n])
+    assert images == {6: 2 * n // 3, 7: n // 3}  # veason, rcot_vdg: 6 frames; rcot_aks: 7
     assert set(table["teacher"]) == {"fake-vlm"} and set(table["backend"]) == {"openai"}
     assert (table["text"] == "Step 1: a b").all() and (table["finish_reason"] == "stop").all()
     assert (table["prompt_tokens"] == 100).all() and (table["completion_tokens"] == 7).all()
