@@ -90,7 +90,9 @@ ROWS = {
     "grpo": [keyframes_row("vidA__2", "grpo", "vidA", ["veason", "rcot_ktg"]),
              keyframes_row("src1_vidB__0", "grpo", "src1/vidB", ["veason"])],
     # the same sample id as in sft with another keyframe: each pool's record carries its own ground truth
-    "eval": [keyframes_row("vidA__0", "eval", "vidA", ["veason"], keyframe_pos=1)],
+    "eval": [keyframes_row("vidA__0", "eval", "vidA", ["veason"], keyframe_pos=1),
+             # an AKS sample without an accepted VDG description: its question has no description line
+             keyframes_row("vidA__5", "eval", "vidA", ["rcot_aks"])],
 }
 TRACES = [  # stored out of order: the stage sorts by (sample_id, trace_index)
     trace("vidA__0", 3, "rcot_ktg", "Step 1: ktg"),
@@ -146,8 +148,8 @@ def reference_jpeg(path: Path, size: int) -> bytes:
 
 def expected_meta(pool: str, row: dict, task: str, description: str | None, difficulty: dict | None,
                   source: str, sft: dict | None = None) -> dict:
-    keyframe_view = get_task(task).view == "keyframe"
-    timestamps = [row["keyframe_timestamp"]] if keyframe_view else [0, 2, 4]
+    view = get_task(task).view
+    timestamps = {"keyframe": [row["keyframe_timestamp"]], "candidate": [row["aks_frame_idx"]]}.get(view, [0, 2, 4])
     gt = task_ground_truth(row, get_task(task), difficulty, description)
     return {"sample_id": row["sample_id"], "pool": pool, "video": row["video"], "expression_id": row["expression_id"],
             "expression": "the red square", "type": "referring", "task": task, "timestamps": timestamps,
@@ -198,9 +200,9 @@ def check_records(upstream: Path, out: Path) -> None:
     sft, grpo, ev = (pool_records(out / p) for p in ("sft", "grpo", "eval"))
     assert [r["__key__"] for r in sft] == ["vidA__0_t0", "vidA__0_t1", "vidA__0_t2", "vidA__0_t3", "vidA__0_t4"]
     assert [r["__key__"] for r in grpo] == ["src1_vidB__0", "vidA__2_veason", "vidA__2_rcot_ktg"]
-    assert [r["__key__"] for r in ev] == ["vidA__0"]
+    assert [r["__key__"] for r in ev] == ["vidA__0", "vidA__5"]
     by_trace = {(t["sample_id"], t["trace_index"]): t for t in TRACES}
-    sft_row, (vid_a2, vid_b), eval_row = ROWS["sft"][0], ROWS["grpo"], ROWS["eval"][0]
+    sft_row, (vid_a2, vid_b), (eval_row, eval_aks) = ROWS["sft"][0], ROWS["grpo"], ROWS["eval"]
     difficulty = {"vidA__0": difficulty_row("vidA__0", "sft"), "vidA__2": difficulty_row("vidA__2", "grpo")}
     expected = {
         ("sft", f"vidA__0_t{i}"): expected_meta(
@@ -212,12 +214,14 @@ def check_records(upstream: Path, out: Path) -> None:
     expected["grpo", "vidA__2_rcot_ktg"] = expected_meta("grpo", vid_a2, "rcot_ktg", "The square in grpo.",
                                                          difficulty["vidA__2"], "root")
     expected["eval", "vidA__0"] = expected_meta("eval", eval_row, "veason", None, difficulty["vidA__0"], "root")
+    expected["eval", "vidA__5"] = expected_meta("eval", eval_aks, "rcot_aks", None, None, "root")
     for pool, records in (("sft", sft), ("grpo", grpo), ("eval", ev)):
         for record in records:
             meta = expected[pool, record["__key__"]]
             assert record["json"] == json.dumps(meta, sort_keys=True).encode(), (pool, record["__key__"])
-            names = [str(meta["timestamps"][0]).zfill(5)] if meta["task"] == "rcot_ktg" else FRAMES
-            size = KEY if meta["task"] == "rcot_ktg" else TRAIN
+            one_frame = meta["task"] in ("rcot_ktg", "rcot_aks")  # the keyframe / the AKS candidate (00004)
+            names = [str(meta["timestamps"][0]).zfill(5)] if one_frame else FRAMES
+            size = KEY if one_frame else TRAIN
             frames = sorted(k for k in record if k.startswith("frame_"))
             assert frames == [f"frame_{i}.jpg" for i in range(len(names))], record["__key__"]
             for i, name in enumerate(names):
@@ -230,6 +234,7 @@ def check_records(upstream: Path, out: Path) -> None:
     assert json.loads(sft[0]["json"])["ground_truth"]["description"] is None
     assert json.loads(grpo[0]["json"])["ground_truth"]["difficulty"] is None
     assert json.loads(ev[0]["json"])["ground_truth"]["keyframe_timestamp"] == 2
+    assert "Video description" in ktg["question"] and "Video description" not in json.loads(ev[1]["json"])["question"]
     assert json.loads(sft[0]["json"])["ground_truth"]["keyframe_timestamp"] == 4
 
 
@@ -246,11 +251,11 @@ def check_manifest_metrics_tables_and_lineage(upstream: Path, out: Path, report)
         return {"count": sum(counts), "sources": sources, "shards": shards_}
 
     expected = {"sft": entry("sft", [2, 2, 1], {"root": 5}), "grpo": entry("grpo", [2, 1], {"root": 2, "src1": 1}),
-                "eval": entry("eval", [1], {"root": 1})}
+                "eval": entry("eval", [2], {"root": 2})}
     assert manifest == expected
     assert sorted(p.name for p in (out / "grpo").glob("*.tar")) == ["shard-000000.tar", "shard-000001.tar"]
     assert report.stage == "shard"
-    assert report.metrics == {"eval.samples": 1, "eval.shards": 1, "eval.source.root": 1, "grpo.samples": 3,
+    assert report.metrics == {"eval.samples": 2, "eval.shards": 1, "eval.source.root": 2, "grpo.samples": 3,
                               "grpo.shards": 2, "grpo.source.root": 2, "grpo.source.src1": 1, "sft.samples": 5,
                               "sft.shards": 3, "sft.source.root": 5}
     assert list(report.metrics) == sorted(report.metrics)
@@ -260,9 +265,9 @@ def check_manifest_metrics_tables_and_lineage(upstream: Path, out: Path, report)
         for p in ("sft", "grpo", "eval") for s in expected[p]["shards"]]
     assert report.tables["samples per source"].to_dict("records") == [
         {"pool": "sft", "source": "root", "samples": 5}, {"pool": "grpo", "source": "root", "samples": 2},
-        {"pool": "grpo", "source": "src1", "samples": 1}, {"pool": "eval", "source": "root", "samples": 1}]
+        {"pool": "grpo", "source": "src1", "samples": 1}, {"pool": "eval", "source": "root", "samples": 2}]
     record = json.loads((out / "lineage.json").read_text())
-    assert record["stage"] == "shard" and record["counts"] == {"eval": 1, "grpo": 3, "sft": 5}
+    assert record["stage"] == "shard" and record["counts"] == {"eval": 2, "grpo": 3, "sft": 5}
     assert record["params"] == {"samples_per_shard": 2, "jpeg_quality": QUALITY, "export_sharegpt": True,
                                 "export_verl": True}
     assert sorted(record["inputs"]) == ["difficulty", "filter", "keyframes"]
