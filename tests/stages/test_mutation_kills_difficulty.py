@@ -17,12 +17,24 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from stages.core.params import DifficultyParams, TeacherParams
-from stages.difficulty import _rate_with_mllm, _rating_request, heuristic_ratings, level_of, token_budget
+from stages.core.params import DifficultyParams, KeyframesParams, SampleParams, TeacherParams
+from stages.core.runner import RunnerParams
+from stages.difficulty import (
+    _rate_with_mllm,
+    _rating_request,
+    heuristic_ratings,
+    level_of,
+    parse_ratings,
+    score_difficulty,
+    token_budget,
+)
+from stages.keyframes import select_keyframes
+from stages.sample import sample_pools
 from stages.tasks import timestamp_tag
 from stages.teacher.prompts import render_difficulty_prompt
 from tests.fake_openai import FakeOpenAI
-from tests.revos_factory import frame_file, simple_video, write_root
+from tests.revos_factory import VideoSpec, frame_file, simple_video, write_root
+from tests.stages.test_sample import write_index
 
 PARAMS = DifficultyParams(min_budget=128, max_budget=768)
 
@@ -185,3 +197,53 @@ def test_a_truncated_reply_is_no_rating_even_when_its_text_parses(root: Path, tm
     finally:
         server.shutdown()
     assert fallbacks == 1 and out == [{"sample_id": "s1"}]
+
+
+@pytest.mark.parametrize(("text", "ok"), [
+    ("note {x} " + VALID, False),  # the object runs from the FIRST "{" to the last "}"
+    (VALID + " (each on a {1-10} scale)", False),
+    (VALID + "x", True),  # text after the last "}" is not read
+    ("p" * 2500 + VALID, True),  # prose before the object does not count towards its length
+    (VALID.replace("10", "1"), True),  # 1 is a rating
+])
+def test_the_json_object_is_taken_from_the_first_to_the_last_brace(text: str, ok: bool) -> None:
+    assert (parse_ratings(text) is not None) == ok
+
+
+@pytest.mark.parametrize(("length", "ok"), [(2001, True), (2002, False)])
+def test_an_object_longer_than_2001_characters_is_no_rating(length: int, ok: bool) -> None:
+    padded = "{" + " " * (length - len(VALID)) + VALID[1:]
+    assert len(padded) == length and (parse_ratings(padded) is not None) == ok
+
+
+def test_heuristic_stage_on_hand_made_areas(tmp_path: Path) -> None:
+    """Per-frame union areas → temporal ambiguity, by hand: round(1 + 9 · (0.6 · absent + 0.4 · (1 − min/max)))."""
+    videos = [
+        # #0: absent, 1 px, 4 px → absent 1/3, visible 1/4 → 0.2 + 0.3 = 0.5 → 5.5 → 6; the video has 2 objects:
+        # scene complexity round(1 + 9 · 1/5) = 3
+        VideoSpec("D/train/a", n_frames=3, objects={1: [None, (0, 0, 1, 1), (0, 0, 2, 2)], 2: [(10, 10, 12, 12)] * 3},
+                  expressions=[{"exp": "the dot", "obj_id": [0], "anno_id": [1], "type_id": 0},
+                               {"exp": "the square", "obj_id": [1], "anno_id": [2], "type_id": 0}]),
+        # one frame, present: absent 0, visible 1 → 1
+        VideoSpec("D/train/b", n_frames=1, objects={3: [(0, 0, 2, 2)]},
+                  expressions=[{"exp": "the square", "obj_id": [0], "anno_id": [3], "type_id": 0}]),
+        # no target in any frame: absent 1, visible 0 → 10; no annotated object: scene complexity 1
+        VideoSpec("D/valid/c", split="valid", n_frames=2, objects={},
+                  expressions=[{"exp": "the purple cat", "obj_id": [], "anno_id": [], "type_id": 2}]),
+    ]
+    write_root(tmp_path / "root", videos)
+    write_index(tmp_path / "index", videos)
+    sample_pools(SampleParams(sft_first_k=1, grpo_size=0), 0, tmp_path / "index", tmp_path / "sample")
+    select_keyframes(KeyframesParams(n_frames=2), 0, tmp_path / "root", tmp_path / "index", tmp_path / "sample",
+                     tmp_path / "kf", RunnerParams(kind="serial"))
+    cache = tmp_path / "nested" / "cache"
+    for _ in range(2):  # the cache folder is made with its parents, and may exist
+        report = score_difficulty(DifficultyParams(cache_dir=str(cache)), TeacherParams(), tmp_path / "root",
+                                  tmp_path / "index", tmp_path / "kf", tmp_path / "out")
+    assert cache.is_dir()
+    scores = pd.read_parquet(tmp_path / "out" / "scores.parquet").set_index("expression_id")
+    assert scores.loc[["D/train/a#0", "D/train/b#0", "D/valid/c#0"], "temporal_ambiguity"].tolist() == [6, 1, 10]
+    assert scores.loc[["D/train/a#0", "D/valid/c#0"], "scene_complexity"].tolist() == [3, 1]
+    # a#1 joins the GRPO pool (grpo_size 0: every remaining training expression)
+    assert sorted(scores.index) == ["D/train/a#0", "D/train/a#1", "D/train/b#0", "D/valid/c#0"]
+    assert report.metrics["samples"] == 4 and report.metrics["mllm_fallbacks"] == 0
