@@ -157,7 +157,8 @@ def expected_meta(pool: str, row: dict, task: str, description: str | None, diff
             "ground_truth": json.loads(gt.to_json()), **(sft or {})}
 
 
-def test_write_shards_on_hand_made_upstream(upstream: Path, tmp_path: Path, capfd: pytest.CaptureFixture) -> None:
+def test_write_shards_on_hand_made_upstream(upstream: Path, tmp_path: Path, capfd: pytest.CaptureFixture,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """One run (in the test itself, so that the mutation run maps every function it calls to this test), checked
     whole; then the same inputs with threads and the exports off give the same tars and no exports."""
     out = tmp_path / "shards"
@@ -166,12 +167,24 @@ def test_write_shards_on_hand_made_upstream(upstream: Path, tmp_path: Path, capf
     progress: list[tuple[str, int, int]] = []
     listener = lambda desc, done, total: progress.append((desc, done, total))  # noqa: E731
     add_listener(listener)
+    truths: list[tuple] = []
+    real_truth = shard_module.ground_truth
+
+    def counting_truth(sample, difficulty, task=None, description=None):
+        truths.append((sample["pool"], sample["sample_id"], task, description))
+        return real_truth(sample, difficulty, task, description)
+
+    monkeypatch.setattr(shard_module, "ground_truth", counting_truth)
     try:
         report = run(upstream, out, ShardParams(samples_per_shard=2, jpeg_quality=QUALITY))
     finally:
         remove_listener(listener)
     assert progress == [("shard", 1, 2), ("shard", 2, 2)]  # one step per video (src1/vidB, then vidA)
-    assert "# writing" not in capfd.readouterr().err  # the tar writer is quiet
+    captured = capfd.readouterr()
+    assert "# writing" not in captured.out + captured.err  # the tar writer is quiet
+    # one ground truth per (pool, sample, task, description): 11 records, 8 ground truths (masks resized once)
+    assert len(truths) == len(set(truths)) == 8
+    monkeypatch.setattr(shard_module, "ground_truth", real_truth)
     check_records(upstream, out)
     for pool in ("sft", "grpo", "eval"):  # fixed member mtime and owner: byte-identical tars
         for path in sorted((out / pool).glob("*.tar")):
