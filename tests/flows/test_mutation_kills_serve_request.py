@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from flows.serve_request import RequestRefused, _check_name
+from flows.serve_request import RequestRefused, _check_name, check_request
 
 RULE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
@@ -111,3 +112,10 @@ def test_a_relative_path_through_a_symlink_into_an_allowed_root_is_allowed(tmp_p
     assert path_problem("link/f", project, [str(outside)]) is None
     assert path_problem(str(outside / "f"), project, [str(outside)]) is None
     assert path_problem("link/f", project, [str(tmp_path / "elsewhere")]).startswith("leads outside the project")
+
+
+@pytest.mark.parametrize(("overrides", "kind"), [(["seed=1"], "list"), ("seed=1", "str"), (None, "NoneType")])
+def test_overrides_that_are_not_a_mapping_are_refused_with_their_type(tmp_path: Path, overrides, kind: str) -> None:
+    with pytest.raises(RequestRefused) as refused:
+        check_request(tmp_path, overrides, None, "exp")
+    assert str(refused.value) == f"overrides: expected a mapping of params keys to values, got {kind}"
