@@ -145,11 +145,11 @@ def test_each_source_is_stratified_by_its_own_proportions(mixed_index, tmp_path)
 
     from stages.sample import sample_pools
 
-    sample_pools(SampleParams(sft_first_k=1, grpo_size=12), 0, mixed_index, tmp_path)
+    sample_pools(SampleParams(sft_first_k=1, grpo_size=36), 0, mixed_index, tmp_path)
     grpo = pd.read_parquet(tmp_path / "grpo.parquet")
     expressions = pd.read_parquet(mixed_index / "expressions.parquet")
     train = expressions[(expressions["split"] == "train") & (expressions["type"] != "no_target")]
-    for source, quota in (("alpha", 9), ("beta", 3)):
+    for source, quota in (("alpha", 27), ("beta", 9)):  # beta's 9 by its own mix differ from the others' mix
         own = train[train["video"].map(_source_of) == source]
         strata = own["type"] + "/" + own["n_instances"].map(lambda n: "single" if n == 1 else "multi")
         expected = largest_remainder(quota, strata.value_counts().to_dict())
@@ -315,3 +315,41 @@ def test_instance_weights_edges():
     # 1 : 1 over single 6 + multi 2 = 8: each group weighs 4, split inside by its own counts; none keeps 2
     assert instance_weights({"a/single": 2, "b/single": 4, "a/multi": 2, "n/none": 2}, 1.0) == {
         "a/single": 4 / 3, "b/single": 8 / 3, "a/multi": 4.0, "n/none": 2.0}
+
+
+def test_a_first_source_with_no_quota_does_not_stop_the_others(mixed_index, tmp_path):
+    import shutil
+
+    import pandas as pd
+
+    from schemas.index import SourcesSchema
+    from stages.core.io import write_table
+    from stages.sample import sample_pools
+
+    index = tmp_path / "index"
+    shutil.copytree(mixed_index, index)
+    sources = pd.read_parquet(index / "sources.parquet")
+    write_table(sources.assign(share=sources["source"].map({"alpha": 1.0, "beta": 3.0}).fillna(0.0)), SourcesSchema,
+                index / "sources.parquet")
+    sample_pools(SampleParams(sft_first_k=2, sft_size=1, grpo_size=1), 0, index, tmp_path / "out")
+    for pool in ("sft", "grpo"):  # 1 at 1 : 3 goes to beta; alpha (first by name) gets none
+        assert list(pd.read_parquet(tmp_path / "out" / f"{pool}.parquet")["video"].map(_source_of)) == ["beta"]
+
+
+def test_draw_ranks_by_seed_pool_and_id_with_and_without_sources():
+    import pandas as pd
+
+    from stages.core.io import derive_seed
+    from stages.sample import _mixed
+
+    ids = [f"S/train/v{i}#0" for i in range(12)]
+    candidates = pd.DataFrame({"expression_id": ids, "stratum": ["referring/single"] * 12,
+                               "source": ["alpha"] * 6 + ["beta"] * 6})
+
+    def lowest(pool_ids: list[str], k: int) -> list[str]:  # rule 3: ranked by a hash of (seed, pool, id)
+        return sorted(pool_ids, key=lambda e: derive_seed(9, "sample", "grpo", e))[:k]
+
+    plain = _mixed(candidates, 4, candidates, None, 0.0, 9, "grpo")
+    assert sorted(plain["expression_id"]) == sorted(lowest(ids, 4))
+    mixed = _mixed(candidates, 4, candidates, {"alpha": 1.0, "beta": 1.0}, 0.0, 9, "grpo")
+    assert sorted(mixed["expression_id"]) == sorted(lowest(ids[:6], 2) + lowest(ids[6:], 2))
