@@ -228,6 +228,9 @@ def test_distribution_table_chart_and_shortfall(plain_index, tmp_path, monkeypat
     sizes = dist.groupby("group")["count"].transform("sum")
     assert (dist["fraction"] == dist["count"] / sizes).all()
     assert list(dist["group"].drop_duplicates()) == ["source:train", "source:valid", "sft", "grpo", "eval"]
+    splits = pd.read_parquet(plain_index / "expressions.parquet")["split"].value_counts().to_dict()
+    assert dist.groupby("group")["count"].sum()[["source:train", "source:valid"]].to_dict() == {
+        "source:train": splits["train"], "source:valid": splits["valid"]}  # each split's own expressions
     [(name, heights, title, ylabel, legend)] = saved
     assert (name, title, ylabel) == ("distribution.png", "Expressions per stratum: source splits and pools",
                                      "fraction of group")
