@@ -138,6 +138,8 @@ def test_several_sources_exact_quotas_mixture_table_and_metrics(mixed_index, tmp
     assert rows[rows["pool"] == "sft"].to_dict("records") == [
         {"pool": "sft", "source": "alpha", "share": 0.75, "count": 1, "fraction": 1.0},
         {"pool": "sft", "source": "beta", "share": 0.25, "count": 0, "fraction": 0.0}]
+    one = pd.read_parquet(tmp_path / "one" / "distribution.parquet")
+    assert one[one["group"] == "sft"][["count", "fraction"]].values.tolist() == [[1, 1.0]]  # a pool of one: all of it
 
 
 def test_each_source_is_stratified_by_its_own_proportions(mixed_index, tmp_path):
