@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
+from stages.core.lineage import code_hash
 from stages.core.params import DifficultyParams, KeyframesParams, SampleParams, TeacherParams
 from stages.core.runner import RunnerParams
 from stages.difficulty import (
@@ -227,6 +228,10 @@ def test_heuristic_stage_on_hand_made_areas(tmp_path: Path) -> None:
         # one frame, present: absent 0, visible 1 → 1
         VideoSpec("D/train/b", n_frames=1, objects={3: [(0, 0, 2, 2)]},
                   expressions=[{"exp": "the square", "obj_id": [0], "anno_id": [3], "type_id": 0}]),
+        # two more one-frame videos: six samples, so that the mean difficulty has more than three decimals
+        *[VideoSpec(f"D/train/{k}", n_frames=1, objects={4 + i: [(0, 0, 3 + i, 3)]},
+                    expressions=[{"exp": "a wide grey box on the left", "obj_id": [0], "anno_id": [4 + i],
+                                  "type_id": 1}]) for i, k in enumerate(("d", "e"))],
         # no target in any frame: absent 1, visible 0 → 10; no annotated object: scene complexity 1
         VideoSpec("D/valid/c", split="valid", n_frames=2, objects={},
                   expressions=[{"exp": "the purple cat", "obj_id": [], "anno_id": [], "type_id": 2}]),
@@ -245,5 +250,24 @@ def test_heuristic_stage_on_hand_made_areas(tmp_path: Path) -> None:
     assert scores.loc[["D/train/a#0", "D/train/b#0", "D/valid/c#0"], "temporal_ambiguity"].tolist() == [6, 1, 10]
     assert scores.loc[["D/train/a#0", "D/valid/c#0"], "scene_complexity"].tolist() == [3, 1]
     # a#1 joins the GRPO pool (grpo_size 0: every remaining training expression)
-    assert sorted(scores.index) == ["D/train/a#0", "D/train/a#1", "D/train/b#0", "D/valid/c#0"]
-    assert report.metrics["samples"] == 4 and report.metrics["mllm_fallbacks"] == 0
+    assert sorted(scores.index) == ["D/train/a#0", "D/train/a#1", "D/train/b#0", "D/train/d#0", "D/train/e#0",
+                                    "D/valid/c#0"]
+    dims = ["scene_complexity", "segmentation_challenge", "temporal_ambiguity", "motion_complexity",
+            "linguistic_ambiguity"]
+    by_hand = [round(sum(int(v) for v in row) / 5, 3) for row in scores[dims].itertuples(index=False)]
+    assert scores["difficulty"].tolist() == by_hand and len(set(by_hand)) > 1  # each sample its own mean
+    mean = sum(by_hand) / len(by_hand)
+    assert round(mean, 3) != round(mean, 4)  # the data tells 3 decimals from 4
+    levels = scores.groupby(["pool", "level"]).size()
+    assert report.metrics == {"samples": 6, "mllm_fallbacks": 0, "mean_difficulty": round(mean, 3),
+                              **{f"{pool}.{level}": int(n) for (pool, level), n in levels.items()}}
+    assert report.stage == "difficulty"
+    table = report.tables["levels per pool"]
+    assert list(table.columns) == ["pool", "level", "samples"]
+    assert {(r.pool, r.level): r.samples for r in table.itertuples()} == levels.to_dict()
+    lineage = json.loads((tmp_path / "out" / "lineage.json").read_text())
+    assert lineage["stage"] == "difficulty" and lineage["counts"] == {"samples": 6}
+    assert lineage["params"]["cache_dir"] == str(cache)
+    assert {k: v["path"] for k, v in lineage["inputs"].items()} == {
+        "keyframes": (tmp_path / "kf").as_posix(), "index": (tmp_path / "index").as_posix()}
+    assert lineage["code_version"]["sha256"] == code_hash(["stages.difficulty"])
