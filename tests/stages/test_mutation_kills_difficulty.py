@@ -271,3 +271,16 @@ def test_heuristic_stage_on_hand_made_areas(tmp_path: Path) -> None:
     assert {k: v["path"] for k, v in lineage["inputs"].items()} == {
         "keyframes": (tmp_path / "kf").as_posix(), "index": (tmp_path / "index").as_posix()}
     assert lineage["code_version"]["sha256"] == code_hash(["stages.difficulty"])
+
+
+@pytest.mark.parametrize(("text", "kind", "linguistic"), [
+    ("the one that is hiding", "reasoning", 7),  # 5/16 + .3 = .6125 → 6.51 → 7 (5/17 would give 6)
+    ("the small grey box that moves to the left side of the frame", "referring", 6),  # 12 words: capped at .5
+])
+def test_linguistic_ambiguity_by_hand(text: str, kind: str, linguistic: int) -> None:
+    sample = {"train_size": 10, "union_areas": [0.5, 0.0], "text": text, "type": kind, "n_instances": 1,
+              "motion": 0.0}
+    ratings = heuristic_ratings(sample, 1, 0.0, 1.0)
+    assert ratings["linguistic_ambiguity"] == linguistic
+    # a target of half a pixel at train size still counts: fraction .005 → 1 − √(.02) = .859 → 8.73 → 9
+    assert ratings["segmentation_challenge"] == 9
