@@ -333,7 +333,8 @@ def scorer_checks(official: Path, work: Path, skimage_path: str) -> dict:
         "authors eval_reason_vos.py (showlab/VideoLISA)": official_rv,
         "vrsflow --missing authors": vrs("reasonvos", pred, rv, "authors"),
         "vrsflow --missing zero": vrs("reasonvos", pred, rv, "zero"),
-        "official_stdout_tail": stdout.replace(str(work.parent), "<scratch>")[-300:]}  # no path of this machine
+        # the run folder named, not spelt: no path of this machine (not even one below a placeholder)
+        "official_stdout_tail": stdout.replace(str(work), "<work>")[-300:]}
     print(json.dumps(results["reasonvos_missing_rule"], indent=1), flush=True)
     return results
 
