@@ -30,6 +30,7 @@ from stages.core.runner import RunnerParams
 from stages.shard import export_sharegpt, export_verl, ground_truth, user_text, write_shards
 from stages.tasks import get_task
 from stages.tasks.views import task_ground_truth
+from tests.stages.test_shard import reference_jpeg
 
 SIDE = 16  # original frames: 16 × 16
 TRAIN, KEY = 8, 12  # train size and keyframe size
@@ -136,16 +137,6 @@ def pool_records(folder: Path) -> list[dict]:
     return list(wds.WebDataset(urls, shardshuffle=False, empty_check=False)) if urls else []
 
 
-def reference_jpeg(path: Path, size: int) -> bytes:
-    """Decode at the largest DCT scale covering size², RGB, bicubic to size², JPEG at QUALITY (written out here)."""
-    with Image.open(path) as img:
-        img.draft("RGB", (size, size))
-        small = img.convert("RGB").resize((size, size), Image.Resampling.BICUBIC)
-    buffer = io.BytesIO()
-    small.save(buffer, format="JPEG", quality=QUALITY)
-    return buffer.getvalue()
-
-
 def expected_meta(pool: str, row: dict, task: str, description: str | None, difficulty: dict | None,
                   source: str, sft: dict | None = None) -> dict:
     view = get_task(task).view
@@ -239,7 +230,7 @@ def check_records(upstream: Path, out: Path) -> None:
             assert frames == [f"frame_{i}.jpg" for i in range(len(names))], record["__key__"]
             for i, name in enumerate(names):
                 path = upstream / "root" / "JPEGImages" / meta["video"] / f"{name}.jpg"
-                assert record[f"frame_{i}.jpg"] == reference_jpeg(path, size), (record["__key__"], i)
+                assert record[f"frame_{i}.jpg"] == reference_jpeg(path, size, QUALITY), (record["__key__"], i)
     # literals for what the oracle above takes from the views: sizes, keyframes, difficulty, description
     ktg = json.loads(sft[3]["json"])
     assert ktg["timestamps"] == [4] and ktg["ground_truth"]["image_size"] == [KEY, KEY]
@@ -452,7 +443,7 @@ def test_frames_are_rgb_jpegs_whatever_the_source_mode(tmp_path: Path) -> None:
     data = shard_module.frame_jpeg(tmp_path, "gray", "00000", TRAIN, QUALITY)
     with Image.open(io.BytesIO(data)) as img:
         assert (img.format, img.mode, img.size) == ("JPEG", "RGB", (TRAIN, TRAIN))
-    assert data == reference_jpeg(folder / "00000.jpg", TRAIN)
+    assert data == reference_jpeg(folder / "00000.jpg", TRAIN, QUALITY)
 
 
 def test_nothing_to_shard(tmp_path: Path) -> None:
