@@ -127,7 +127,7 @@ def test_each_frame_is_sent_as_an_rgb_jpeg_of_quality_85_within_the_image_size(r
 
 
 def test_frames_and_timestamps_must_pair_up(root: Path) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"zip\(\) argument 2 is longer than argument 1"):
         _rating_request(sample(timestamps=[0, 1]), TeacherParams(image_size=16), root, 0)
 
 
