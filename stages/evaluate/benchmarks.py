@@ -100,8 +100,8 @@ def score_benchmark(name: str, pred_dir: Path, root: Path, split: str = "", boun
     if name == "refdavis":
         return _score_refdavis(bench, pred_dir, bound_th, expressions)
     rows = [_score_expression(bench, pred_dir, v, e, bound_th) for v, e in pairs]
-    rule = AUTHORS_MISSING.get(name, "skip") if missing == "authors" else missing
-    return _summary(pd.DataFrame(rows), rule)
+    zero = (AUTHORS_MISSING.get(name) if missing == "authors" else missing) == "zero"
+    return _summary(pd.DataFrame(rows), zero)
 
 
 def _score_revos(pred_dir: Path, root: Path, split: str, bound_th: float, expressions: set[tuple[str, str]] | None,
@@ -111,7 +111,7 @@ def _score_revos(pred_dir: Path, root: Path, split: str, bound_th: float, expres
 
     ids = None if expressions is None else sorted(expression_id(v, e) for v, e in expressions)
     summary, table = score_predictions(pred_dir, root, split, ids, bound_th=bound_th, ground_truth=ground_truth)
-    if summary.get("n_missing_video", 0) == len(table) and len(table):
+    if summary["n_missing_video"] == len(table) and len(table):
         raise PredictionsError(f"{pred_dir}: no prediction folder matches any revos {split} expression "
                                f"(expected e.g. {table['video'].iloc[0]}/{table['exp_id'].iloc[0]}/<frame>.png)")
     summary = {**summary, "J": summary["J_overall"], "F": summary["F_overall"], "JF": summary["JF_overall"]}
@@ -145,9 +145,10 @@ def _score_expression(bench: Benchmark, pred_dir: Path, video: str, exp_id: str,
             "F": float(M.f_measure(gt_stack, pred_stack, bound_th).mean())}
 
 
-def _summary(table: pd.DataFrame, missing: str = "skip") -> tuple[dict[str, float], pd.DataFrame]:
-    """J, F, J&F over the scored expressions; with `missing="zero"` a missing prediction video scores 0."""
-    zeroed = (table["status"] == "missing_video") if missing == "zero" else pd.Series(False, index=table.index)
+def _summary(table: pd.DataFrame, zero: bool) -> tuple[dict[str, float], pd.DataFrame]:
+    """J, F, J&F over the scored expressions; with `zero` (the "zero" rule) a missing prediction video scores 0;
+    otherwise it is skipped."""
+    zeroed = (table["status"] == "missing_video") if zero else pd.Series(False, index=table.index)
     table.loc[zeroed, ["J", "F"]] = 0.0
     table["JF"] = (table["J"] + table["F"]) / 2
     counted = (table["status"] == "ok") | zeroed
@@ -162,7 +163,7 @@ def _summary(table: pd.DataFrame, missing: str = "skip") -> tuple[dict[str, floa
                     int(zeroed.sum()), len(table))
     j, f = float(ok["J"].mean()) * 100, float(ok["F"].mean()) * 100
     summary = {"J": j, "F": f, "JF": (j + f) / 2, "n_expressions": len(table), "n_scored": len(ok),
-               "n_skipped": len(skipped), "n_zeroed": int(zeroed.sum()), "missing_zero": float(missing == "zero")}
+               "n_skipped": len(skipped), "n_zeroed": int(zeroed.sum()), "missing_zero": float(zero)}
     return summary, table
 
 
@@ -223,6 +224,8 @@ def _davis_video(gt: np.ndarray, void: np.ndarray, labels: np.ndarray, bound_th:
             j[jj, ii] = M.j_measure(g & keep, p & keep)
             f[jj, ii] = M.f_measure(g & keep, p & keep, bound_th)
     rows, cols = linear_sum_assignment(-(j.mean(axis=2) + f.mean(axis=2)) / 2)
+    by_object = np.argsort(cols)  # the pairs come in proposal order: report them in ground-truth object order
+    rows, cols = rows[by_object], cols[by_object]
     return [float(np.nanmean(x)) for x in j[rows, cols]], [float(np.nanmean(x)) for x in f[rows, cols]]
 
 
@@ -283,7 +286,7 @@ def make_submission(name: str, pred_dir: Path, root: Path, out_zip: Path, split:
                                f"submission, e.g. {missing[0]}")
     out_zip.parent.mkdir(parents=True, exist_ok=True)
     n = 0
-    with zipfile.ZipFile(out_zip, "w", zipfile.ZIP_DEFLATED) as archive:
+    with zipfile.ZipFile(out_zip, "w") as archive:  # each member's ZipInfo names its compression
         for v in sorted(bench.videos):
             for e in sorted(bench.videos[v].expressions, key=lambda x: (len(x), x)):
                 for f in bench.videos[v].frames:
