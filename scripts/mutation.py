@@ -28,7 +28,9 @@ COPY = ["stages", "schemas", "flows", "tests", "pyproject.toml"]
 IGNORE = shutil.ignore_patterns("__pycache__", ".hypothesis", ".pytest_cache", "mutants", "out")
 STATUS_LINE = re.compile(r"^\s+(\S+): (.+)$")
 MUTMUT = [sys.executable, "-m", "mutmut"]
-ENV = {**os.environ, "PYTHONHASHSEED": "0"}
+# tests/conftest.py: no shrinking of a failing example; the fastest tests first (mutmut runs them in ./mutants)
+ENV = {**os.environ, "PYTHONHASHSEED": "0", "VRSFLOW_HYPOTHESIS_PROFILE": "mutation",
+       "VRSFLOW_TEST_ORDER": "mutmut-stats.json"}
 
 
 def load_table(pyproject: Path) -> tuple[dict, dict]:
@@ -105,7 +107,9 @@ def run_module(name: str, entry: dict, base: dict, workroot: Path, budget_s: flo
     cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
     with open(workdir / "mutmut-run.log", "a" if resume else "w") as log:
-        proc = subprocess.Popen(["nice", "-n", "19", *MUTMUT, "run", "--max-children", "1"], cwd=workdir, env=ENV,
+        (workdir / "build-cache").mkdir(exist_ok=True)  # tests/stages/test_shard.py: upstream built once
+        env = {**ENV, "VRSFLOW_TEST_BUILD_CACHE": str(workdir / "build-cache")}
+        proc = subprocess.Popen(["nice", "-n", "19", *MUTMUT, "run", "--max-children", "1"], cwd=workdir, env=env,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             code = proc.wait(timeout=budget_s)

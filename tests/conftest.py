@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import Phase, settings
 
 from tests.skip_guard import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401 (no silent skips)
 
@@ -25,6 +26,11 @@ os.environ["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = str(SERVER_STAR
 os.environ["DO_NOT_TRACK"] = "1"
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+# scripts/mutation.sh: one failing example kills a mutant; shrinking it to the smallest one only costs time
+settings.register_profile("mutation", phases=(Phase.explicit, Phase.reuse, Phase.generate))
+if os.environ.get("VRSFLOW_HYPOTHESIS_PROFILE"):
+    settings.load_profile(os.environ["VRSFLOW_HYPOTHESIS_PROFILE"])
 
 
 @pytest.fixture(scope="session")
@@ -50,3 +56,16 @@ def prefect_api() -> Iterator[str]:
 def project_root() -> Path:
     """The checkout the tests run from."""
     return PROJECT_ROOT
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """scripts/mutation.sh: the fastest tests first (the durations mutmut recorded, in the file that
+    VRSFLOW_TEST_ORDER names), so that a killed mutant stops at its cheapest failing test (mutmut runs pytest -x);
+    a survivor runs them all either way."""
+    stats = os.environ.get("VRSFLOW_TEST_ORDER")
+    if not stats or not Path(stats).is_file():
+        return
+    import json
+
+    duration = json.loads(Path(stats).read_text()).get("duration_by_test", {})
+    items.sort(key=lambda item: duration.get(item.nodeid, float("inf")))  # stable: unknown tests keep their order

@@ -5,6 +5,9 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
+import shutil
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -76,7 +79,18 @@ def read_pool(folder: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def upstream(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_upstream(tmp_path_factory.mktemp("shard"))
+    base = tmp_path_factory.mktemp("shard")
+    cache = os.environ.get("VRSFLOW_TEST_BUILD_CACHE")
+    if not cache:
+        return build_upstream(base)
+    # scripts/mutation.sh: a shard run mutates none of the upstream stages, so every mutant can start from one
+    # build of them (made once in the cache, copied: the tests write next to it)
+    built = Path(cache) / "shard-upstream"
+    if not built.is_dir():
+        partial = Path(tempfile.mkdtemp(dir=cache))
+        build_upstream(partial).rename(built)
+    shutil.copytree(built, base, dirs_exist_ok=True)
+    return base
 
 
 @pytest.fixture(scope="module")
