@@ -106,6 +106,9 @@ def test_score_benchmark_names_what_is_wrong(layouts: dict[str, Path], tmp_path:
     with pytest.raises(PredictionsError) as no_pair:
         score_benchmark("mevis", tmp_path, root, "valid_u", expressions={("SRC-valid-z", "9")})
     assert str(no_pair.value).endswith("(expected e.g. <video>/<exp_id>/<frame>.png)")
+    with pytest.raises(PredictionsError) as two_videos:  # the example is the first pair, video and expression
+        score_benchmark("mevis", tmp_path, root, "valid_u", expressions={("SRC-valid-b", "0"), ("SRC-valid-a", "2")})
+    assert str(two_videos.value).endswith("(expected e.g. SRC-valid-a/2/<frame>.png)")
 
 
 def test_each_unscored_expression_has_its_status_and_the_warning_names_them(
@@ -116,6 +119,8 @@ def test_each_unscored_expression_has_its_status_and_the_warning_names_them(
     cv2.imwrite(str(pred / "SRC-valid-a/1/00001.png"), np.zeros((5, 5), np.uint8))  # a mis-sized frame
     with caplog.at_level(logging.WARNING, logger=B.__name__):
         summary, table = score_benchmark("mevis", pred, layouts["mevis"], "valid_u")
+    # every row has the same columns, in the same order, whether or not it was scored (the first was not)
+    assert table.columns.tolist() == ["video", "exp_id", "status", "n_frames", "J", "F", "JF"]
     rows = table.set_index(["video", "exp_id"])
     assert rows.loc[("SRC-valid-a", "0"), "status"] == "missing_frame"
     assert rows.loc[("SRC-valid-a", "1"), "status"] == "bad_shape"
@@ -196,12 +201,15 @@ def test_revos_takes_the_loaded_ground_truth_the_tolerance_and_the_split(
     assert summary["n_expressions"] == 2 and summary["JF"] == 100.0 and set(table["video"]) == {"SRC/train/c"}
 
 
-def test_a_scored_split_other_than_the_default_is_the_one_scored(layouts: dict[str, Path],  # noqa: F811
-                                                                   tmp_path: Path) -> None:
+def test_a_scored_split_other_than_the_default_is_the_one_scored(
+        layouts: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     root = layouts["refytvos_train"]  # refytvos: "valid" (the default) is a server split, "train" has masks
     bench = read_benchmark("refytvos", root, "train")
     pred = write_preds(bench, tmp_path / "p", lambda n, t: ("same", "empty")[n])
+    reads = []
+    monkeypatch.setattr(B, "read_benchmark", lambda *a, **k: reads.append(a) or read_benchmark(*a, **k))
     summary, table = evaluate_folder("refytvos", pred, root, "train")
+    assert reads == [("refytvos", root, "train")]  # read once: score_benchmark is handed the same Benchmark
     assert (summary["n_scored"], summary["J"]) == (2, pytest.approx(100 * (1 + table["J"].iloc[1]) / 2))
     direct, _ = score_benchmark("refytvos", pred, root, "train")
     assert direct == summary
