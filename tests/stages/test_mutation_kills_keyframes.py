@@ -286,3 +286,78 @@ def test_geometry_at_train_size_points_and_aks_frames(stage_inputs: Path, tmp_pa
     assert options[b_video][1] in zero_frames[b_video]
     assert list(rows.loc[b_video, "aks_areas"]) == [0.0] * (2 if b_video == "K/train/pair" else 1)
     assert options[a_video][1] == list(rows.loc[a_video, "topk_indices"])[0]
+
+
+# --- third part: the masks' exact JSON, a target absent from the keyframe, which samples AKS asks for B --------
+# (survivors of the run on the simplified source: docs/testing.md)
+
+from pycocotools import mask as coco_mask  # noqa: E402
+
+
+def rle_json(mask: np.ndarray) -> str:
+    """Oracle: the mask's COCO RLE (pycocotools itself) as the table stores it, keys sorted."""
+    coded = coco_mask.encode(np.asfortranarray(mask.astype(np.uint8)))
+    return json.dumps({"counts": coded["counts"].decode("ascii"), "size": [int(s) for s in coded["size"]]})
+
+
+def test_union_masks_and_the_aks_mask_are_the_exact_rle_json(stage_inputs: Path, tmp_path: Path) -> None:
+    run_stage(stage_inputs, tmp_path / "kf", runner=RunnerParams(kind="serial"))
+    rows = pd.read_parquet(tmp_path / "kf" / "sft.parquet").set_index("video")
+    H, W = 24, 32
+    pair = rows.loc["K/train/pair"]
+    assert list(pair["union_masks"]) == [rle_json(rect_mask(LEFT[t], H, W) | rect_mask(RIGHT[t], H, W))
+                                         for t in pair["frame_indices"]]
+    for video, boxes in (("K/train/pair", (LEFT, RIGHT)), ("K/train/gap", (GAP,))):
+        t = int(rows.loc[video, "aks_frame_idx"])  # option A: the union there; option B: the empty mask
+        union = np.zeros((H, W), bool)
+        for track in boxes:
+            union |= rect_mask(track[t], H, W)
+        assert rows.loc[video, "aks_union_mask"] == rle_json(union)
+        assert (rows.loc[video, "aks_option"] == "B") == (not union.any())
+
+
+HALF = [(2, 2, 6 + 2 * t, 6 + 2 * t) for t in range(N)]  # grows: the keyframe is one of the last three
+ONCE = [(20, 14, 30, 22) if t == 0 else None for t in range(N)]  # only in frame 0, far from HALF
+
+
+def aks_specs() -> list[VideoSpec]:
+    """One sample whose second target is absent from its keyframe, and six whose target leaves one frame."""
+    out = [VideoSpec("A/train/half", n_frames=N, objects={61: HALF, 62: ONCE}, expressions=[
+        {"exp": "both", "obj_id": [0, 1], "anno_id": [61, 62], "type_id": 1}])]
+    for i in range(6):
+        track = [(2 + i, 2, 10 + i, 10) if t != i % N else None for t in range(N)]
+        out.append(VideoSpec(f"A/train/z{i}", n_frames=N, objects={70 + i: track}, expressions=[
+            {"exp": f"square {i}", "obj_id": [0], "anno_id": [70 + i], "type_id": 0}]))
+    return out
+
+
+@pytest.fixture(scope="module")
+def aks_inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("kf-aks")
+    write_root(base / "root", aks_specs())
+    write_index(base / "index", aks_specs())
+    sample_pools(SampleParams(sft_first_k=1, grpo_size=0), 0, base / "index", base / "sample")
+    return base
+
+
+@pytest.mark.parametrize("seed", [7, 8])
+def test_a_target_absent_from_the_keyframe_has_no_point_and_b_goes_to_the_lower_hashes(
+        aks_inputs: Path, tmp_path: Path, seed: int) -> None:
+    run_stage(aks_inputs, tmp_path / "kf", seed=seed, runner=RunnerParams(kind="serial"))
+    rows = pd.read_parquet(tmp_path / "kf" / "sft.parquet").set_index("video")
+    half = rows.loc["A/train/half"]
+    key = int(half["keyframe_idx"])
+    assert key >= N - 3  # drawn among the top 3 (the largest frames), where ONCE is absent
+    S, H, W = 112, 24, 32
+    cx, cy = farthest_from_background(rect_mask(HALF[key], H, W))
+    assert half["ktg_points"][0].tolist() == [cx * S / W, cy * S / H] and half["ktg_points"][1] is None
+    # no zero-area frame: option A, the largest frame, its boxes at train size (the absent target: None)
+    x1, y1, x2, y2 = HALF[N - 1]
+    assert (half["aks_option"], int(half["aks_frame_idx"])) == ("A", N - 1)
+    assert half["aks_boxes"][0].tolist() == [x1 * S / W, y1 * S / H, x2 * S / W, y2 * S / H]
+    assert half["aks_boxes"][1] is None
+    # the six samples with both kinds of frame: the three lowest seeded hashes of their ids get option B
+    both = rows.loc[[f"A/train/z{i}" for i in range(6)]]
+    ranked = sorted(both.index, key=lambda v: derive_seed(seed, "keyframes", "aks", both.loc[v, "sample_id"]))
+    assert sorted(both.index[both["aks_option"] == "B"]) == sorted(ranked[:3])
+    assert [int(both.loc[v, "aks_frame_idx"]) for v in ranked[:3]] == [int(v[-1]) for v in ranked[:3]]
