@@ -119,3 +119,19 @@ def test_overrides_that_are_not_a_mapping_are_refused_with_their_type(tmp_path: 
     with pytest.raises(RequestRefused) as refused:
         check_request(tmp_path, overrides, None, "exp")
     assert str(refused.value) == f"overrides: expected a mapping of params keys to values, got {kind}"
+
+
+def test_the_served_project_is_the_variable_s_folder_with_a_dvc_yaml(tmp_path: Path, monkeypatch) -> None:
+    from flows.serve_request import SERVED_PROJECT_ENV, served_project
+
+    monkeypatch.delenv(SERVED_PROJECT_ENV, raising=False)
+    with pytest.raises(RequestRefused) as unset:
+        served_project()
+    assert str(unset.value) == ("no served project: start runs through `vrsflow serve` ($VRSFLOW_SERVED_PROJECT "
+                                "unset)")
+    monkeypatch.setenv(SERVED_PROJECT_ENV, str(tmp_path))
+    with pytest.raises(RequestRefused) as bare:
+        served_project()
+    assert str(bare.value) == f"served project {tmp_path} has no dvc.yaml"
+    (tmp_path / "dvc.yaml").write_text("stages: {}\n")
+    assert served_project() == tmp_path
