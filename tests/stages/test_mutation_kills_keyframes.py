@@ -321,13 +321,16 @@ ONCE = [(20, 14, 30, 22) if t == 0 else None for t in range(N)]  # only in frame
 
 
 def aks_specs() -> list[VideoSpec]:
-    """One sample whose second target is absent from its keyframe, and six whose target leaves one frame."""
+    """One sample whose second target is absent from its keyframe, six whose target leaves one frame, and a
+    no-target evaluation sample."""
     out = [VideoSpec("A/train/half", n_frames=N, objects={61: HALF, 62: ONCE}, expressions=[
         {"exp": "both", "obj_id": [0, 1], "anno_id": [61, 62], "type_id": 1}])]
     for i in range(6):
         track = [(2 + i, 2, 10 + i, 10) if t != i % N else None for t in range(N)]
         out.append(VideoSpec(f"A/train/z{i}", n_frames=N, objects={70 + i: track}, expressions=[
             {"exp": f"square {i}", "obj_id": [0], "anno_id": [70 + i], "type_id": 0}]))
+    out.append(VideoSpec("A/valid/none", split="valid", n_frames=N, objects={}, expressions=[
+        {"exp": "the purple cat", "obj_id": [], "anno_id": [], "type_id": 2}]))
     return out
 
 
@@ -361,3 +364,22 @@ def test_a_target_absent_from_the_keyframe_has_no_point_and_b_goes_to_the_lower_
     ranked = sorted(both.index, key=lambda v: derive_seed(seed, "keyframes", "aks", both.loc[v, "sample_id"]))
     assert sorted(both.index[both["aks_option"] == "B"]) == sorted(ranked[:3])
     assert [int(both.loc[v, "aks_frame_idx"]) for v in ranked[:3]] == [int(v[-1]) for v in ranked[:3]]
+
+
+def test_a_no_target_sample_is_centred_on_the_middle_frame_with_empty_masks(aks_inputs: Path, tmp_path: Path) -> None:
+    run_stage(aks_inputs, tmp_path / "kf", runner=RunnerParams(kind="serial"))
+    row = pd.read_parquet(tmp_path / "kf" / "eval.parquet").set_index("video").loc["A/valid/none"]
+    empty = rle_json(np.zeros((24, 32), bool))
+    assert (int(row["keyframe_idx"]), row["aks_frame_name"]) == (N // 2, f"{2 * (N // 2):05d}")  # T // 2 = 3
+    assert list(row["union_masks"]) == [empty] * N and row["aks_union_mask"] == empty
+    assert list(row["union_areas"]) == [0.0] * N and list(row["video_union_areas"]) == [0.0] * N
+
+
+def test_a_large_mask_is_searched_on_a_coarser_grid() -> None:
+    from stages.keyframes.frames import inscribed_circle_centre
+
+    # up to 96 px a side every pixel is searched: the exact centre (ties: the first in row-major order) …
+    assert inscribed_circle_centre(np.ones((96, 96), bool)) == (47.5, 47.5)
+    assert inscribed_circle_centre(np.ones((191, 191), bool)) == (95.5, 95.5)
+    # … from 192 px every 2nd: the best grid pixel (47, 47) is pixel 94, within the step of the exact 95.5
+    assert inscribed_circle_centre(np.ones((192, 192), bool)) == (94.5, 94.5)
