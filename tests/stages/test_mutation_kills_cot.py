@@ -365,6 +365,7 @@ def test_stage_rows_draws_results_report_and_lineage(stage_data, tmp_path, caplo
     assert lineage["extra"] == {"teacher": "template-teacher-v1", "template_counts": dict(counts)}
     assert lineage["code_version"]["sha256"] == code_hash(["stages.cot", "stages.teacher"])
     assert set(lineage["inputs"]) == {"keyframes"} and lineage["params"]["cot"]["traces_per_sample"] == 2
+    assert set(lineage["params"]) == {"teacher", "cot"} and lineage["params"]["teacher"]["backend"] == "template"
     # progress: one step per finished request, named; the summary line names the stage and its first metrics
     assert seen[-1] == ("cot requests", n, n) and len(seen) == n  # n < 50: every request reported
     assert [r.getMessage() for r in caplog.records if r.name == "stages.cot"][-1].startswith(
@@ -407,3 +408,16 @@ def test_stage_tokens_costs_and_outcomes_through_an_endpoint(stage_data, tmp_pat
     assert (cut.metrics["completion_tokens"], cut.metrics["reasoning_tokens"], cut.metrics["answer_tokens"]) == (
         3 * n, 3 * n, 0)
     assert cut.tables["errors"].to_dict("records") == [{"error": "reasoning exhausted the budget", "requests": n}]
+
+
+def test_costs_are_per_million_tokens_exactly():
+    import pandas as pd
+
+    from stages.cot import _report
+
+    # 100 M prompt and 200 M completion tokens (100 M of them reasoning) at 1 $/M: 300 $ and 100 $, to the cent
+    # and beyond (a divisor off by one part in a million would show in the fourth decimal)
+    table = pd.DataFrame({"prompt_tokens": [60_000_000, 40_000_000], "completion_tokens": [150_000_000, 50_000_000],
+                          "reasoning_tokens": [70_000_000, 30_000_000], "error": ["", ""], "template_id": [0, 1]})
+    report = _report(table, [], 2, TeacherParams(price_in_per_m=1.0, price_out_per_m=1.0))
+    assert (report.metrics["estimated_cost_usd"], report.metrics["estimated_reasoning_cost_usd"]) == (300.0, 100.0)
