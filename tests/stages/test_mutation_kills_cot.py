@@ -421,3 +421,17 @@ def test_costs_are_per_million_tokens_exactly():
                           "reasoning_tokens": [70_000_000, 30_000_000], "error": ["", ""], "template_id": [0, 1]})
     report = _report(table, [], 2, TeacherParams(price_in_per_m=1.0, price_out_per_m=1.0))
     assert (report.metrics["estimated_cost_usd"], report.metrics["estimated_reasoning_cost_usd"]) == (300.0, 100.0)
+    assert report.stage == "cot"
+
+
+# The request keys of SAMPLE's first veason trace, for each backend. They name the files of a persisted cache:
+# renaming or dropping a field of the identity re-asks every cached teacher reply, so it must be a deliberate
+# change of these literals (and of FRAME_ENCODING's docs), never a side effect.
+GOLDEN_KEYS = {"template": "50ca419e0c2076c2095b75b3ad817795663839e33b5666f50c531e8e1f620520",
+               "openai": "4b56a88d0b3bf10cbd1d8444dfa4110d7ca52b6204d756ddb8f26a03353520cc"}
+
+
+@pytest.mark.parametrize("backend", sorted(GOLDEN_KEYS))
+def test_request_keys_are_stable(backend):
+    teacher = OPENAI if backend == "openai" else TeacherParams()
+    assert build_request(SAMPLE, "veason/v1/style_a", 0, teacher, Path("/nonexistent")).key == GOLDEN_KEYS[backend]

@@ -381,5 +381,22 @@ def test_a_large_mask_is_searched_on_a_coarser_grid() -> None:
     # up to 96 px a side every pixel is searched: the exact centre (ties: the first in row-major order) …
     assert inscribed_circle_centre(np.ones((96, 96), bool)) == (47.5, 47.5)
     assert inscribed_circle_centre(np.ones((191, 191), bool)) == (95.5, 95.5)
+    framed = np.zeros((200, 200), bool)
+    framed[:191, :191] = True  # the grid follows the mask's bounding box, not the frame around it
+    assert inscribed_circle_centre(framed) == (95.5, 95.5) and inscribed_circle_centre(framed.T) == (95.5, 95.5)
     # … from 192 px every 2nd: the best grid pixel (47, 47) is pixel 94, within the step of the exact 95.5
     assert inscribed_circle_centre(np.ones((192, 192), bool)) == (94.5, 94.5)
+
+
+def test_the_default_runner_is_serial(stage_inputs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import stages.core.runner as runner
+
+    monkeypatch.setattr(runner, "_map_dask", lambda *a, **k: pytest.fail("no runner given, yet Dask was started"))
+    report = run_stage(stage_inputs, tmp_path / "kf")  # several samples per pool: a parallel backend would start
+    assert (report.metrics["sft"], report.metrics["eval"]) == (3, 2)
+
+
+def test_a_missing_area_is_no_candidate() -> None:
+    from stages.keyframes.frames import top_k_frames
+
+    assert top_k_frames([4, None, 9, 0, 4], 3) == [2, 0, 4]  # largest first, ties to the earlier frame
