@@ -435,3 +435,11 @@ GOLDEN_KEYS = {"template": "50ca419e0c2076c2095b75b3ad817795663839e33b5666f50c53
 def test_request_keys_are_stable(backend):
     teacher = OPENAI if backend == "openai" else TeacherParams()
     assert build_request(SAMPLE, "veason/v1/style_a", 0, teacher, Path("/nonexistent")).key == GOLDEN_KEYS[backend]
+
+
+def test_an_aks_request_key_names_the_candidate_frame_it_shows():
+    aks = get_task("rcot_aks")
+    key = build_request(SAMPLE, "rcot_aks/v1/style_a", 0, OPENAI, Path("/nonexistent"), aks).key
+    other = build_request({**SAMPLE, "aks_frame_name": "00007"}, "rcot_aks/v1/style_a", 0, OPENAI,
+                          Path("/nonexistent"), aks).key
+    assert key != other  # the same instruction and frames, another candidate image

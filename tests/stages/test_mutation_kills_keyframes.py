@@ -348,6 +348,8 @@ def test_a_target_absent_from_the_keyframe_has_no_point_and_b_goes_to_the_lower_
         aks_inputs: Path, tmp_path: Path, seed: int) -> None:
     run_stage(aks_inputs, tmp_path / "kf", seed=seed, runner=RunnerParams(kind="serial"))
     rows = pd.read_parquet(tmp_path / "kf" / "sft.parquet").set_index("video")
+    quarantine = pd.read_parquet(tmp_path / "kf" / "quarantine.parquet")  # nothing set aside: still its columns
+    assert quarantine.empty and quarantine.columns.tolist() == ["stage", "kind", "item", "file", "reason"]
     half = rows.loc["A/train/half"]
     key = int(half["keyframe_idx"])
     assert key >= N - 3  # drawn among the top 3 (the largest frames), where ONCE is absent
