@@ -402,3 +402,13 @@ def test_a_missing_area_is_no_candidate() -> None:
     from stages.keyframes.frames import top_k_frames
 
     assert top_k_frames([4, None, 9, 0, 4], 3) == [2, 0, 4]  # largest first, ties to the earlier frame
+
+
+def test_sample_frames_names_a_bad_size_or_anchor() -> None:
+    with pytest.raises(ValueError) as none_wanted:
+        sample_frames(5, 0, 1)
+    assert str(none_wanted.value) == "need positive frame counts, got T=5, N=0"
+    with pytest.raises(ValueError) as past_the_end:
+        sample_frames(5, 3, 5)  # the first index past the video
+    assert str(past_the_end.value) == "anchor 5 outside a 5-frame video"
+    assert sample_frames(5, 3, 4) == [0, 2, 4]  # the last frame is inside
