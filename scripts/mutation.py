@@ -28,9 +28,11 @@ COPY = ["stages", "schemas", "flows", "tests", "pyproject.toml"]
 IGNORE = shutil.ignore_patterns("__pycache__", ".hypothesis", ".pytest_cache", "mutants", "out")
 STATUS_LINE = re.compile(r"^\s+(\S+): (.+)$")
 MUTMUT = [sys.executable, "-m", "mutmut"]
-# tests/conftest.py: no shrinking of a failing example; the fastest tests first (mutmut runs them in ./mutants)
-ENV = {**os.environ, "PYTHONHASHSEED": "0", "VRSFLOW_HYPOTHESIS_PROFILE": "mutation",
-       "VRSFLOW_TEST_ORDER": "mutmut-stats.json"}
+# tests/conftest.py: no shrinking of a failing example; the fastest tests first (mutmut runs them in ./mutants); a
+# Prefect test server (serve_request's tests start one per mutant) may take minutes to start at nice 19 on a busy
+# machine: a slow start must not pass for a killed mutant
+ENV = {"VRSFLOW_TEST_SERVER_STARTUP_S": "600", **os.environ, "PYTHONHASHSEED": "0",
+       "VRSFLOW_HYPOTHESIS_PROFILE": "mutation", "VRSFLOW_TEST_ORDER": "mutmut-stats.json"}
 
 
 def load_table(pyproject: Path) -> tuple[dict, dict]:
