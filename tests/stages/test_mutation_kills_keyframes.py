@@ -412,3 +412,10 @@ def test_sample_frames_names_a_bad_size_or_anchor() -> None:
         sample_frames(5, 3, 5)  # the first index past the video
     assert str(past_the_end.value) == "anchor 5 outside a 5-frame video"
     assert sample_frames(5, 3, 4) == [0, 2, 4]  # the last frame is inside
+
+
+def test_odd_n_centres_the_anchor_when_the_grid_has_room() -> None:
+    # the widest grid that fits has more points than N: the anchor is the middle one of the N taken
+    assert sample_frames(4, 3, 1) == [0, 1, 2]  # stride 1 (stride ⌊3/2⌋ = 1); not [1, 2, 3]
+    assert sample_frames(7, 3, 2) == [0, 2, 4]  # stride 2 on the even phase 0, 2, 4, 6
+    assert sample_frames(6, 5, 2) == [0, 1, 2, 3, 4]
