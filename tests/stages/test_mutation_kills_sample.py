@@ -358,3 +358,66 @@ def test_draw_ranks_by_seed_pool_and_id_with_and_without_sources():
     assert sorted(plain["expression_id"]) == sorted(lowest(ids, 4))
     mixed = _mixed(candidates, 4, candidates, {"alpha": 1.0, "beta": 1.0}, 0.0, 9, "grpo")
     assert sorted(mixed["expression_id"]) == sorted(lowest(ids[:6], 2) + lowest(ids[6:], 2))
+
+
+# ---- third part: task assignment, mismatched inputs, charts of pools that lack a stratum ------------------------
+
+
+def test_assign_tasks_fills_each_task_in_turn_from_the_seeded_ranking():
+    from stages.core.io import derive_seed
+    from stages.sample import assign_tasks
+
+    ids = [f"S/train/v{i}#0" for i in range(6)]
+    tasks, weights = ("veason", "rcot_kfg", "rcot_vdg"), (3.0, 2.0, 1.0)  # 3 + 2 + 1 of 6
+    for seed in (5, 6):
+        ranked = sorted(ids, key=lambda e: derive_seed(seed, "sample", "task", "sft", e))
+        expected = {**{e: "veason" for e in ranked[:3]}, **{e: "rcot_kfg" for e in ranked[3:5]},
+                    ranked[5]: "rcot_vdg"}
+        assert assign_tasks(ids, tasks, weights, seed, "sft") == [[expected[e]] for e in ids]
+
+
+def test_tasks_and_their_weights_must_pair_up():
+    import pandas as pd
+
+    from stages.sample import assign_tasks, with_tasks
+
+    with pytest.raises(ValueError, match="zip"):
+        assign_tasks(["a#0", "b#0"], ("veason", "rcot_kfg"), (1.0,), 0, "sft")
+    pool = pd.DataFrame({"expression_id": ["a#0", "b#0"], "type": ["referring", "referring"]})
+    with pytest.raises(ValueError, match="zip"):
+        with_tasks(pool, [["veason"]])
+
+
+def test_an_empty_distribution_keeps_its_columns():
+    import pandas as pd
+
+    from stages.sample import _distribution
+
+    empty = pd.DataFrame({"split": pd.Series(dtype=str), "stratum": pd.Series(dtype=str)})
+    dist = _distribution(empty, {"sft": empty})
+    assert dist.empty and dist.columns.tolist() == ["group", "stratum", "count", "fraction"]
+
+
+def test_a_stratum_missing_from_a_group_is_a_zero_bar(plain_index, tmp_path, monkeypatch):
+    import math
+
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+    from stages.sample import sample_pools
+
+    heights: list[float] = []
+    original = Figure.savefig
+
+    def record(fig, path, **kwargs):
+        if Path(path).name == "distribution.png":
+            heights.extend(p.get_height() for p in fig.axes[0].patches)
+        return original(fig, path, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", record)
+    sample_pools(SampleParams(sft_first_k=1, grpo_size=1, eval_size=1), 0, plain_index, tmp_path)
+    dist = pd.read_parquet(tmp_path / "distribution.parquet")
+    strata, groups = dist["stratum"].nunique(), dist["group"].nunique()
+    assert len(dist) < strata * groups  # the one-expression pools lack most strata …
+    assert len(heights) == strata * groups and all(math.isfinite(h) for h in heights)  # … drawn as 0, not NaN
+    assert sum(h == 0.0 for h in heights) == strata * groups - len(dist)
