@@ -421,3 +421,27 @@ def test_a_stratum_missing_from_a_group_is_a_zero_bar(plain_index, tmp_path, mon
     assert len(dist) < strata * groups  # the one-expression pools lack most strata …
     assert len(heights) == strata * groups and all(math.isfinite(h) for h in heights)  # … drawn as 0, not NaN
     assert sum(h == 0.0 for h in heights) == strata * groups - len(dist)
+
+
+@pytest.mark.parametrize(("k", "first"), [
+    (3, ["0", "1", "2"]),  # numbers as numbers: not "0", "1", "10"
+    (12, [str(i) for i in range(12)]),  # every number before any other id …
+    (13, [str(i) for i in range(12)] + ["a"]),  # … and the others in text order ("b" is listed before "a")
+])
+def test_the_first_k_of_a_video_are_its_first_in_published_order(tmp_path, k, first):
+    import pandas as pd
+
+    from stages.sample import sample_pools
+    from tests.revos_factory import VideoSpec
+    from tests.stages.test_sample import write_index
+
+    ids = [str(i) for i in range(12)] + ["b", "a"]
+    spec = VideoSpec("P/train/v", n_frames=4, objects={11: [(2, 2, 10, 10)] * 4}, expressions=[
+        {"exp": f"the box {i}", "obj_id": [0], "anno_id": [11], "type_id": 0} for i in range(len(ids))])
+    write_index(tmp_path / "index", [spec])
+    table = pd.read_parquet(tmp_path / "index" / "expressions.parquet")
+    table["exp_id"] = [ids[int(e)] for e in table["exp_id"]]  # the ids above, then the rows listed backwards
+    table["expression_id"] = "P/train/v#" + table["exp_id"]
+    table.iloc[::-1].to_parquet(tmp_path / "index" / "expressions.parquet", index=False)
+    sample_pools(SampleParams(sft_first_k=k, grpo_size=0), 0, tmp_path / "index", tmp_path / "out")
+    assert sorted(pd.read_parquet(tmp_path / "out" / "sft.parquet")["exp_id"]) == sorted(first)
