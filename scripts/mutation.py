@@ -82,13 +82,13 @@ def write_config(workdir: Path, base: dict, entry: dict) -> None:
 
 
 def run_module(name: str, entry: dict, base: dict, workroot: Path, budget_s: float | None,
-               resume: bool = False) -> dict:
+               resume: bool = False, only: list[str] | None = None) -> dict:
     """Mutate one module in its scratch copy and count the outcomes; with `budget_s`, stop mutmut after that many
     seconds and count what it checked (the rest are `not_checked`); with `resume`, go on in the existing copy
     (mutmut keeps its test statistics and every result already there): the copy's tests are brought up to date
     first (mutmut collects statistics for the new ones) and every mutant not killed so far loses its verdict, so it is
-    checked again against them with the unchecked ones. The mutated source must be unchanged since the copy was
-    made."""
+    checked again against them with the unchecked ones (with `only`: just those mutants, e.g. the survivors a new
+    test was written for). The mutated source must be unchanged since the copy was made."""
     workdir = workroot / name
     if not (resume and (workdir / "mutants").is_dir()):
         scratch_copy(workdir, base, entry)
@@ -101,6 +101,11 @@ def run_module(name: str, entry: dict, base: dict, workroot: Path, budget_s: flo
         shutil.copytree(ROOT / "tests", workdir / "tests", ignore=IGNORE, dirs_exist_ok=True)
         write_config(workdir, base, entry)
         retest = set(count_results(name, entry, workdir)["not_killed"])
+        if only:
+            unknown = sorted(set(only) - retest)
+            if unknown:
+                sys.exit(f"mutation: --only {unknown[:3]}: not among module {name}'s mutants that were not killed")
+            retest = set(only)
         for meta in (workdir / "mutants").rglob("*.meta"):  # checked again: mutmut runs what has no verdict
             data = json.loads(meta.read_text())
             data["exit_code_by_key"] = {k: None if k in retest else v for k, v in data["exit_code_by_key"].items()}
@@ -174,9 +179,13 @@ def main(argv: list[str] | None = None) -> None:
                         help="go on in the existing scratch copies (after --budget-s), checking what is left")
     parser.add_argument("--add-cpu-s", type=float, default=None,
                         help="with --collect: the collected run's CPU seconds, measured outside (e.g. from /proc)")
+    parser.add_argument("--only", nargs="+", metavar="MUTANT", default=None,
+                        help="with --resume: check again only these mutants (not every one not killed so far)")
     parser.add_argument("--collect", action="store_true",
                         help="record the results already in the scratch copies (an interrupted run), run nothing")
     args = parser.parse_args(argv)
+    if args.only and (not args.resume or len(args.modules) != 1):
+        sys.exit("mutation: --only goes with --resume and one MODULE")
     base, modules = load_table(ROOT / "pyproject.toml")
     unknown = [m for m in args.modules if m not in modules]
     if unknown:
@@ -209,7 +218,7 @@ def main(argv: list[str] | None = None) -> None:
                     figures["cpu_s_note"] = "cpu_s leaves out the collected run (its CPU time was not measured)"
         else:
             previous = result["modules"].get(name, {}) if args.resume else {}
-            figures = run_module(name, modules[name], base, args.workdir, args.budget_s, args.resume)
+            figures = run_module(name, modules[name], base, args.workdir, args.budget_s, args.resume, args.only)
             for key in ("wall_s", "cpu_s"):  # a resumed module adds its earlier run's time
                 figures[key] = round(figures[key] + previous.get(key, 0.0), 1)
         # the code the module's run mutated: its first run's checkout (a resumed run goes on in that copy)
