@@ -468,3 +468,53 @@ def test_nothing_to_shard(tmp_path: Path) -> None:
     for pool in ("grpo", "eval"):
         table = pq.read_table(tmp_path / "out" / "exports" / "verl" / f"{pool}.parquet")
         assert table.num_rows == 0 and table.column_names == ["data_source"]
+
+
+# ---- third part: the runners' own work (survivors of the complete run: docs/testing.md) -------------------------
+
+
+def test_threads_run_two_units_on_at_most_workers_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+    import time
+
+    import stages.shard as shard_module
+
+    lock, active, peak, where, pause = threading.Lock(), [0], [0], [], [0.05]
+
+    def records(unit):  # slow enough that a second thread, if there were one, would overlap it
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+            where.append(threading.current_thread() is threading.main_thread())
+        time.sleep(pause[0])
+        with lock:
+            active[0] -= 1
+        return [unit[0]]
+
+    monkeypatch.setattr(shard_module, "_unit_records", records)
+    assert list(shard_module._imap_units([[0], [1]], RunnerParams(kind="threads", workers=1))) == [[0], [1]]
+    assert where == [False, False]  # two units are already worth the pool
+    assert peak[0] == 1  # one worker: one unit at a time, however many are queued ahead
+    where.clear()
+    pause[0] = 0.2  # two workers overlap for sure
+    assert list(shard_module._imap_units([[i] for i in range(6)], RunnerParams(kind="threads", workers=2))) == [
+        [i] for i in range(6)]
+    assert peak[0] == 2 and not any(where)
+
+
+def test_dask_gets_every_window_of_two_or_more_units(monkeypatch: pytest.MonkeyPatch) -> None:
+    import stages.shard as shard_module
+
+    calls = []
+
+    def map_ordered(fn, items, runner):  # stands in for the cluster: records what it is given
+        calls.append((fn, len(items), runner))
+        return [fn(item) for item in items]
+
+    monkeypatch.setattr(shard_module, "_unit_records", lambda unit: [unit[0]])
+    monkeypatch.setattr(shard_module, "map_ordered", map_ordered)
+    runner = RunnerParams(kind="dask", workers=1)
+    assert list(shard_module._imap_units([[0], [1]], runner)) == [[0], [1]]
+    assert calls == [(shard_module._unit_records, 2, runner)]
+    calls.clear()
+    assert list(shard_module._imap_units([[0]], runner)) == [[0]] and calls == []  # one unit: no cluster
