@@ -445,3 +445,24 @@ def test_the_first_k_of_a_video_are_its_first_in_published_order(tmp_path, k, fi
     table.iloc[::-1].to_parquet(tmp_path / "index" / "expressions.parquet", index=False)
     sample_pools(SampleParams(sft_first_k=k, grpo_size=0), 0, tmp_path / "index", tmp_path / "out")
     assert sorted(pd.read_parquet(tmp_path / "out" / "sft.parquet")["exp_id"]) == sorted(first)
+
+
+def test_motion_strata_at_the_threshold_and_no_levels_without_a_table(tmp_path):
+    import pandas as pd
+
+    from stages.sample import sample_pools
+    from tests.revos_factory import VideoSpec
+    from tests.stages.test_sample import write_index
+
+    # 24 × 32 frames (diagonal 40): a box centre that travels (6, 8) = 10 px moves exactly 0.25 of the diagonal
+    moving = VideoSpec("M/train/moving", n_frames=2, objects={11: [(2, 2, 10, 10), (8, 10, 16, 18)]}, expressions=[
+        {"exp": "the box that moves", "obj_id": [0], "anno_id": [11], "type_id": 0}])
+    still = VideoSpec("M/train/still", n_frames=2, objects={21: [(2, 2, 10, 10)] * 2}, expressions=[
+        {"exp": "the box that stays", "obj_id": [0], "anno_id": [21], "type_id": 1}])
+    write_index(tmp_path / "index", [moving, still])
+    sample_pools(SampleParams(motion_strata=True, motion_threshold=0.25, sft_first_k=1, grpo_size=0), 0,
+                 tmp_path / "index", tmp_path / "out")
+    sft = pd.read_parquet(tmp_path / "out" / "sft.parquet").set_index("video")
+    assert sft.loc["M/train/moving", "stratum"] == "referring/single/motion"  # at the threshold counts
+    assert sft.loc["M/train/still", "stratum"] == "reasoning/single/static"
+    assert sft["level"].isna().all()  # no difficulty table: no level (not an empty one)
