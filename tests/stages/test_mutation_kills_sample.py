@@ -454,15 +454,19 @@ def test_motion_strata_at_the_threshold_and_no_levels_without_a_table(tmp_path):
     from tests.revos_factory import VideoSpec
     from tests.stages.test_sample import write_index
 
-    # 24 × 32 frames (diagonal 40): a box centre that travels (6, 8) = 10 px moves exactly 0.25 of the diagonal
-    moving = VideoSpec("M/train/moving", n_frames=2, objects={11: [(2, 2, 10, 10), (8, 10, 16, 18)]}, expressions=[
+    # 24 × 32 frames (diagonal 40): a box centre that travels (6, 8) = 10 px moves exactly 0.25 of the diagonal;
+    # the first box is a single pixel (area 1 is visible)
+    moving = VideoSpec("M/train/moving", n_frames=2, objects={11: [(2, 2, 3, 3), (7, 9, 10, 12)]}, expressions=[
         {"exp": "the box that moves", "obj_id": [0], "anno_id": [11], "type_id": 0}])
     still = VideoSpec("M/train/still", n_frames=2, objects={21: [(2, 2, 10, 10)] * 2}, expressions=[
         {"exp": "the box that stays", "obj_id": [0], "anno_id": [21], "type_id": 1}])
-    write_index(tmp_path / "index", [moving, still])
+    never = VideoSpec("M/train/never", n_frames=2, objects={31: [None, None]}, expressions=[
+        {"exp": "the box that never shows", "obj_id": [0], "anno_id": [31], "type_id": 0}])
+    write_index(tmp_path / "index", [moving, still, never])
     sample_pools(SampleParams(motion_strata=True, motion_threshold=0.25, sft_first_k=1, grpo_size=0), 0,
                  tmp_path / "index", tmp_path / "out")
     sft = pd.read_parquet(tmp_path / "out" / "sft.parquet").set_index("video")
     assert sft.loc["M/train/moving", "stratum"] == "referring/single/motion"  # at the threshold counts
     assert sft.loc["M/train/still", "stratum"] == "reasoning/single/static"
+    assert sft.loc["M/train/never", "stratum"].endswith("/static")  # a target never seen has not moved
     assert sft["level"].isna().all()  # no difficulty table: no level (not an empty one)
