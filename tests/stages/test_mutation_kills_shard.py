@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import webdataset as wds
@@ -518,3 +519,12 @@ def test_dask_gets_every_window_of_two_or_more_units(monkeypatch: pytest.MonkeyP
     assert calls == [(shard_module._unit_records, 2, runner)]
     calls.clear()
     assert list(shard_module._imap_units([[0]], runner)) == [[0]] and calls == []  # one unit: no cluster
+
+
+def test_a_later_row_group_of_frameless_rows_keeps_the_first_group_s_schema(tmp_path: Path) -> None:
+    # on its own the last group ([] images only) would infer a list of nulls, which the file cannot take
+    export_verl([_record(f"k{i}", 1) for i in range(64)] + [_record("none", 0)], tmp_path / "grpo.parquet")
+    rows = pq.read_table(tmp_path / "grpo.parquet").to_pylist()
+    assert len(rows) == 65 and rows[64]["images"] == [] and rows[63]["images"] == [{"bytes": bytes([0, 3])}]
+    export_verl([], tmp_path / "eval.parquet")  # the empty export's one column is still text, not null
+    assert pq.read_schema(tmp_path / "eval.parquet").field("data_source").type == pa.string()
