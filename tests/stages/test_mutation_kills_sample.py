@@ -469,4 +469,5 @@ def test_motion_strata_at_the_threshold_and_no_levels_without_a_table(tmp_path):
     assert sft.loc["M/train/moving", "stratum"] == "referring/single/motion"  # at the threshold counts
     assert sft.loc["M/train/still", "stratum"] == "reasoning/single/static"
     assert sft.loc["M/train/never", "stratum"].endswith("/static")  # a target never seen has not moved
+    assert sft.loc["M/train/never", "motion"] == 0.0 and sft.loc["M/train/moving", "motion"] == 0.25
     assert sft["level"].isna().all()  # no difficulty table: no level (not an empty one)
