@@ -471,3 +471,26 @@ def test_motion_strata_at_the_threshold_and_no_levels_without_a_table(tmp_path):
     assert sft.loc["M/train/never", "stratum"].endswith("/static")  # a target never seen has not moved
     assert sft.loc["M/train/never", "motion"] == 0.0 and sft.loc["M/train/moving", "motion"] == 0.25
     assert sft["level"].isna().all()  # no difficulty table: no level (not an empty one)
+
+
+@pytest.mark.parametrize("key", ["sft_tasks", "grpo_tasks"])
+def test_a_task_list_problem_names_its_params_key(plain_index, tmp_path, key):
+    from stages.sample import sample_pools
+
+    with pytest.raises(ValueError, match=rf"^sample\.{key}: no task named$"):
+        sample_pools(SampleParams(**{key: ()}), 0, plain_index, tmp_path)
+
+
+def test_a_no_target_expression_has_not_moved(tmp_path):
+    import pandas as pd
+
+    from stages.sample import _motion
+    from tests.revos_factory import VideoSpec
+    from tests.stages.test_sample import write_index
+
+    spec = VideoSpec("N/valid/v", split="valid", n_frames=2, objects={11: [(2, 2, 10, 10), (8, 8, 16, 16)]},
+                     expressions=[{"exp": "the purple cat", "obj_id": [], "anno_id": [], "type_id": 2},
+                                  {"exp": "the box", "obj_id": [0], "anno_id": [11], "type_id": 0}])
+    write_index(tmp_path / "index", [spec])
+    tables = [pd.read_parquet(tmp_path / "index" / f"{name}.parquet") for name in ("expressions", "tracks", "videos")]
+    assert _motion(*tables).tolist() == [0.0, pytest.approx((6 ** 2 + 6 ** 2) ** 0.5 / 40)]
