@@ -494,3 +494,23 @@ def test_a_no_target_expression_has_not_moved(tmp_path):
     write_index(tmp_path / "index", [spec])
     tables = [pd.read_parquet(tmp_path / "index" / f"{name}.parquet") for name in ("expressions", "tracks", "videos")]
     assert _motion(*tables).tolist() == [0.0, pytest.approx((6 ** 2 + 6 ** 2) ** 0.5 / 40)]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_sft_draws_by_the_seeded_hash_of_pool_and_id_from_every_expression(tmp_path, seed):
+    import pandas as pd
+
+    from stages.core.io import derive_seed
+    from stages.sample import sample_pools
+    from tests.revos_factory import VideoSpec
+    from tests.stages.test_sample import write_index
+
+    # one stratum, one source, two expressions a video: sft_first_k = 0 (all of them) and 3 drawn of the 16
+    specs = [VideoSpec(f"D/train/v{i}", n_frames=2, objects={10 + i: [(2, 2, 10, 10)] * 2}, expressions=[
+        {"exp": f"box {i}", "obj_id": [0], "anno_id": [10 + i], "type_id": 0},
+        {"exp": f"the box {i}", "obj_id": [0], "anno_id": [10 + i], "type_id": 0}]) for i in range(8)]
+    write_index(tmp_path / "index", specs)
+    sample_pools(SampleParams(sft_first_k=0, sft_size=3, grpo_size=0), seed, tmp_path / "index", tmp_path / "out")
+    ids = pd.read_parquet(tmp_path / "index" / "expressions.parquet")["expression_id"]
+    expected = sorted(ids, key=lambda e: derive_seed(seed, "sample", "sft", e))[:3]
+    assert sorted(pd.read_parquet(tmp_path / "out" / "sft.parquet")["expression_id"]) == sorted(expected)
