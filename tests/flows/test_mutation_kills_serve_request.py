@@ -135,3 +135,17 @@ def test_the_served_project_is_the_variable_s_folder_with_a_dvc_yaml(tmp_path: P
     assert str(bare.value) == f"served project {tmp_path} has no dvc.yaml"
     (tmp_path / "dvc.yaml").write_text("stages: {}\n")
     assert served_project() == tmp_path
+
+
+def test_the_policy_handed_in_is_the_one_applied(tmp_path: Path, monkeypatch, project_root: Path) -> None:
+    import shutil
+
+    from flows.serve_request import SERVED_POLICY_ENV, serving_policy
+
+    shutil.copy(project_root / "params.yaml", tmp_path / "params.yaml")
+    monkeypatch.delenv(SERVED_POLICY_ENV, raising=False)  # the exported one (none): nothing compared
+    policy = serving_policy(tmp_path)  # this server's values: the key's env-var name is fixed
+    with pytest.raises(RequestRefused) as refused:
+        check_request(tmp_path, {"teacher.api_key_env": "OTHER_KEY"}, None, "exp", policy)
+    assert str(refused.value) == ("teacher.api_key_env: fixed by the server, a run may not change it (edit "
+                                  "params.yaml and serve again)")
