@@ -496,8 +496,9 @@ def test_a_no_target_expression_has_not_moved(tmp_path):
     assert _motion(*tables).tolist() == [0.0, pytest.approx((6 ** 2 + 6 ** 2) ** 0.5 / 40)]
 
 
+@pytest.mark.parametrize("disjoint", [True, False])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_sft_draws_by_the_seeded_hash_of_pool_and_id_from_every_expression(tmp_path, seed):
+def test_pools_draw_by_the_seeded_hash_of_pool_and_id_from_every_expression(tmp_path, seed, disjoint):
     import pandas as pd
 
     from stages.core.io import derive_seed
@@ -505,12 +506,18 @@ def test_sft_draws_by_the_seeded_hash_of_pool_and_id_from_every_expression(tmp_p
     from tests.revos_factory import VideoSpec
     from tests.stages.test_sample import write_index
 
-    # one stratum, one source, two expressions a video: sft_first_k = 0 (all of them) and 3 drawn of the 16
+    # one stratum, one source, two expressions a video: sft_first_k = 0 (all of them); 3 of the 16 drawn for SFT,
+    # then 3 for GRPO from the rest (disjoint) or from all 16 (for both seeds one SFT id is then among them)
     specs = [VideoSpec(f"D/train/v{i}", n_frames=2, objects={10 + i: [(2, 2, 10, 10)] * 2}, expressions=[
         {"exp": f"box {i}", "obj_id": [0], "anno_id": [10 + i], "type_id": 0},
         {"exp": f"the box {i}", "obj_id": [0], "anno_id": [10 + i], "type_id": 0}]) for i in range(8)]
     write_index(tmp_path / "index", specs)
-    sample_pools(SampleParams(sft_first_k=0, sft_size=3, grpo_size=0), seed, tmp_path / "index", tmp_path / "out")
-    ids = pd.read_parquet(tmp_path / "index" / "expressions.parquet")["expression_id"]
-    expected = sorted(ids, key=lambda e: derive_seed(seed, "sample", "sft", e))[:3]
-    assert sorted(pd.read_parquet(tmp_path / "out" / "sft.parquet")["expression_id"]) == sorted(expected)
+    params = SampleParams(sft_first_k=0, sft_size=3, grpo_size=3, disjoint=disjoint)
+    sample_pools(params, seed, tmp_path / "index", tmp_path / "out")
+    ids = list(pd.read_parquet(tmp_path / "index" / "expressions.parquet")["expression_id"])
+    sft = sorted(ids, key=lambda e: derive_seed(seed, "sample", "sft", e))[:3]
+    rest = [e for e in ids if e not in sft] if disjoint else ids
+    grpo = sorted(rest, key=lambda e: derive_seed(seed, "sample", "grpo", e))[:3]
+    assert disjoint or set(sft) & set(grpo)
+    assert sorted(pd.read_parquet(tmp_path / "out" / "sft.parquet")["expression_id"]) == sorted(sft)
+    assert sorted(pd.read_parquet(tmp_path / "out" / "grpo.parquet")["expression_id"]) == sorted(grpo)
