@@ -502,7 +502,7 @@ def test_pools_draw_by_the_seeded_hash_of_pool_and_id_from_every_expression(tmp_
     import pandas as pd
 
     from stages.core.io import derive_seed
-    from stages.sample import sample_pools
+    from stages.sample import assign_tasks, sample_pools
     from tests.revos_factory import VideoSpec
     from tests.stages.test_sample import write_index
 
@@ -511,13 +511,24 @@ def test_pools_draw_by_the_seeded_hash_of_pool_and_id_from_every_expression(tmp_
     specs = [VideoSpec(f"D/train/v{i}", n_frames=2, objects={10 + i: [(2, 2, 10, 10)] * 2}, expressions=[
         {"exp": f"box {i}", "obj_id": [0], "anno_id": [10 + i], "type_id": 0},
         {"exp": f"the box {i}", "obj_id": [0], "anno_id": [10 + i], "type_id": 0}]) for i in range(8)]
+    specs += [VideoSpec(f"D/valid/w{i}", split="valid", n_frames=2, objects={30 + i: [(2, 2, 10, 10)] * 2},
+                        expressions=[{"exp": f"box {i}", "obj_id": [0], "anno_id": [30 + i], "type_id": 0}])
+              for i in range(5)]
     write_index(tmp_path / "index", specs)
-    params = SampleParams(sft_first_k=0, sft_size=3, grpo_size=3, disjoint=disjoint)
+    params = SampleParams(sft_first_k=0, sft_size=3, grpo_size=3, eval_size=2, disjoint=disjoint)
     sample_pools(params, seed, tmp_path / "index", tmp_path / "out")
-    ids = list(pd.read_parquet(tmp_path / "index" / "expressions.parquet")["expression_id"])
+    expressions = pd.read_parquet(tmp_path / "index" / "expressions.parquet")
+    ids = list(expressions.loc[expressions["split"] == "train", "expression_id"])
+    valid = list(expressions.loc[expressions["split"] == "valid", "expression_id"])
     sft = sorted(ids, key=lambda e: derive_seed(seed, "sample", "sft", e))[:3]
     rest = [e for e in ids if e not in sft] if disjoint else ids
     grpo = sorted(rest, key=lambda e: derive_seed(seed, "sample", "grpo", e))[:3]
     assert disjoint or set(sft) & set(grpo)
     assert sorted(pd.read_parquet(tmp_path / "out" / "sft.parquet")["expression_id"]) == sorted(sft)
     assert sorted(pd.read_parquet(tmp_path / "out" / "grpo.parquet")["expression_id"]) == sorted(grpo)
+    evaluation = sorted(valid, key=lambda e: derive_seed(seed, "sample", "eval", e))[:2]
+    assert sorted(pd.read_parquet(tmp_path / "out" / "eval.parquet")["expression_id"]) == sorted(evaluation)
+    for name in ("grpo", "eval"):  # each pool's tasks: assign_tasks (tested above) with this run's seed and pool
+        pool = pd.read_parquet(tmp_path / "out" / f"{name}.parquet")
+        assert [list(t) for t in pool["tasks"]] == assign_tasks(list(pool["expression_id"]), params.grpo_tasks,
+                                                                params.grpo_task_weights, seed, name)
