@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import base64
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +29,19 @@ OUTSIDE = ("(paths of a run stay inside the project; `vrsflow serve --allow-root
 
 @pytest.fixture(scope="module")
 def served_repo(tmp_path_factory: pytest.TempPathFactory, project_root: Path) -> Path:
-    return make_repo(project_root, tmp_path_factory.mktemp("hostile") / "repo")
+    dest = tmp_path_factory.mktemp("hostile") / "repo"
+    cache = os.environ.get("VRSFLOW_TEST_BUILD_CACHE")
+    if not cache:
+        return make_repo(project_root, dest)
+    # scripts/mutation.sh: the repo's files are the same for every mutant (mutmut picks the mutant at run time),
+    # so the git + DVC repo is made once and copied (the tests write into their copy)
+    built = Path(cache) / "served-repo"
+    built.parent.mkdir(parents=True, exist_ok=True)
+    if not built.is_dir():
+        partial = Path(tempfile.mkdtemp(dir=cache)) / "repo"
+        make_repo(project_root, partial).rename(built)
+    shutil.copytree(built, dest, symlinks=True)
+    return dest
 
 
 def _snapshot(repo: Path) -> tuple[bytes, str, str]:

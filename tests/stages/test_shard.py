@@ -86,6 +86,7 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # scripts/mutation.sh: a shard run mutates none of the upstream stages, so every mutant can start from one
     # build of them (made once in the cache, copied: the tests write next to it)
     built = Path(cache) / "shard-upstream"
+    built.parent.mkdir(parents=True, exist_ok=True)
     if not built.is_dir():
         partial = Path(tempfile.mkdtemp(dir=cache))
         build_upstream(partial).rename(built)
