@@ -499,6 +499,8 @@ def test_a_no_target_expression_has_not_moved(tmp_path):
 @pytest.mark.parametrize("disjoint", [True, False])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_pools_draw_by_the_seeded_hash_of_pool_and_id_from_every_expression(tmp_path, seed, disjoint):
+    import json
+
     import pandas as pd
 
     from stages.core.io import derive_seed
@@ -516,7 +518,11 @@ def test_pools_draw_by_the_seeded_hash_of_pool_and_id_from_every_expression(tmp_
               for i in range(5)]
     write_index(tmp_path / "index", specs)
     params = SampleParams(sft_first_k=0, sft_size=3, grpo_size=3, eval_size=2, disjoint=disjoint)
-    sample_pools(params, seed, tmp_path / "index", tmp_path / "out")
+    out = tmp_path / "deep" / "out"  # its folders are made
+    sample_pools(params, seed, tmp_path / "index", out)
+    lineage = json.loads((out / "lineage.json").read_text())
+    assert (lineage["stage"], lineage["seed"], lineage["params"]["sft_size"]) == ("sample", seed, 3)
+    assert lineage["inputs"]["index"]["path"] == (tmp_path / "index").as_posix()
     expressions = pd.read_parquet(tmp_path / "index" / "expressions.parquet")
     ids = list(expressions.loc[expressions["split"] == "train", "expression_id"])
     valid = list(expressions.loc[expressions["split"] == "valid", "expression_id"])
@@ -524,11 +530,11 @@ def test_pools_draw_by_the_seeded_hash_of_pool_and_id_from_every_expression(tmp_
     rest = [e for e in ids if e not in sft] if disjoint else ids
     grpo = sorted(rest, key=lambda e: derive_seed(seed, "sample", "grpo", e))[:3]
     assert disjoint or set(sft) & set(grpo)
-    assert sorted(pd.read_parquet(tmp_path / "out" / "sft.parquet")["expression_id"]) == sorted(sft)
-    assert sorted(pd.read_parquet(tmp_path / "out" / "grpo.parquet")["expression_id"]) == sorted(grpo)
+    assert sorted(pd.read_parquet(out / "sft.parquet")["expression_id"]) == sorted(sft)
+    assert sorted(pd.read_parquet(out / "grpo.parquet")["expression_id"]) == sorted(grpo)
     evaluation = sorted(valid, key=lambda e: derive_seed(seed, "sample", "eval", e))[:2]
-    assert sorted(pd.read_parquet(tmp_path / "out" / "eval.parquet")["expression_id"]) == sorted(evaluation)
+    assert sorted(pd.read_parquet(out / "eval.parquet")["expression_id"]) == sorted(evaluation)
     for name in ("grpo", "eval"):  # each pool's tasks: assign_tasks (tested above) with this run's seed and pool
-        pool = pd.read_parquet(tmp_path / "out" / f"{name}.parquet")
+        pool = pd.read_parquet(out / f"{name}.parquet")
         assert [list(t) for t in pool["tasks"]] == assign_tasks(list(pool["expression_id"]), params.grpo_tasks,
                                                                 params.grpo_task_weights, seed, name)
