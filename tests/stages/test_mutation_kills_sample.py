@@ -504,6 +504,7 @@ def test_pools_draw_by_the_seeded_hash_of_pool_and_id_from_every_expression(tmp_
     import pandas as pd
 
     from stages.core.io import derive_seed
+    from stages.core.lineage import code_hash
     from stages.sample import assign_tasks, sample_pools
     from tests.revos_factory import VideoSpec
     from tests.stages.test_sample import write_index
@@ -523,6 +524,7 @@ def test_pools_draw_by_the_seeded_hash_of_pool_and_id_from_every_expression(tmp_
     lineage = json.loads((out / "lineage.json").read_text())
     assert (lineage["stage"], lineage["seed"], lineage["params"]["sft_size"]) == ("sample", seed, 3)
     assert lineage["inputs"]["index"]["path"] == (tmp_path / "index").as_posix()
+    assert lineage["code_version"]["sha256"] == code_hash(["stages.sample", "schemas.sample"])
     expressions = pd.read_parquet(tmp_path / "index" / "expressions.parquet")
     ids = list(expressions.loc[expressions["split"] == "train", "expression_id"])
     valid = list(expressions.loc[expressions["split"] == "valid", "expression_id"])
