@@ -520,7 +520,8 @@ def test_pools_draw_by_the_seeded_hash_of_pool_and_id_from_every_expression(tmp_
     write_index(tmp_path / "index", specs)
     params = SampleParams(sft_first_k=0, sft_size=3, grpo_size=3, eval_size=2, disjoint=disjoint)
     out = tmp_path / "deep" / "out"  # its folders are made
-    sample_pools(params, seed, tmp_path / "index", out)
+    report = sample_pools(params, seed, tmp_path / "index", out)
+    assert report.markdown.startswith("![sampling distribution](data:image/png;base64,")
     lineage = json.loads((out / "lineage.json").read_text())
     assert (lineage["stage"], lineage["seed"], lineage["params"]["sft_size"]) == ("sample", seed, 3)
     assert lineage["inputs"]["index"]["path"] == (tmp_path / "index").as_posix()
