@@ -140,12 +140,30 @@ def test_the_served_project_is_the_variable_s_folder_with_a_dvc_yaml(tmp_path: P
 def test_the_policy_handed_in_is_the_one_applied(tmp_path: Path, monkeypatch, project_root: Path) -> None:
     import shutil
 
-    from flows.serve_request import SERVED_POLICY_ENV, serving_policy
+    from flows.serve_request import SERVED_POLICY_ENV, ServedPolicy
+
+    project, outside = tmp_path / "project", tmp_path / "outside"
+    project.mkdir()
+    outside.mkdir()
+    shutil.copy(project_root / "params.yaml", project / "params.yaml")
+    # the exported policy would allow the folder outside; the one handed in (project only) does not
+    monkeypatch.setenv(SERVED_POLICY_ENV, ServedPolicy(allowed_roots=(str(outside),)).to_env())
+    with pytest.raises(RequestRefused) as refused:
+        check_request(project, {"data.root": str(outside)}, None, "exp", ServedPolicy())
+    assert str(refused.value).startswith(f"data.root: '{outside}' is outside the project")
+
+
+def test_an_unknown_target_is_named_with_the_closest_stage_or_the_list(tmp_path: Path, monkeypatch,
+                                                                     project_root: Path) -> None:
+    import shutil
+
+    import flows.serve_request as serve_request
 
     shutil.copy(project_root / "params.yaml", tmp_path / "params.yaml")
-    monkeypatch.delenv(SERVED_POLICY_ENV, raising=False)  # the exported one (none): nothing compared
-    policy = serving_policy(tmp_path)  # this server's values: the key's env-var name is fixed
-    with pytest.raises(RequestRefused) as refused:
-        check_request(tmp_path, {"teacher.api_key_env": "OTHER_KEY"}, None, "exp", policy)
-    assert str(refused.value) == ("teacher.api_key_env: fixed by the server, a run may not change it (edit "
-                                  "params.yaml and serve again)")
+    monkeypatch.setattr(serve_request, "stage_names", lambda project: ["evaluate", "sample", "shard"])
+    with pytest.raises(RequestRefused) as far:
+        check_request(tmp_path, {}, ["zzz"], "exp", serve_request.ServedPolicy())
+    assert str(far.value) == "target 'zzz' is not a stage of dvc.yaml (stages: evaluate, sample, shard)"
+    with pytest.raises(RequestRefused) as near:
+        check_request(tmp_path, {}, ["shart"], "exp", serve_request.ServedPolicy())
+    assert str(near.value) == "target 'shart' is not a stage of dvc.yaml (did you mean 'shard'?)"
