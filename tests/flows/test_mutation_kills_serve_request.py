@@ -167,3 +167,8 @@ def test_an_unknown_target_is_named_with_the_closest_stage_or_the_list(tmp_path:
     with pytest.raises(RequestRefused) as near:
         check_request(tmp_path, {}, ["shart"], "exp", serve_request.ServedPolicy())
     assert str(near.value) == "target 'shart' is not a stage of dvc.yaml (did you mean 'shard'?)"
+    with pytest.raises(RequestRefused) as long:  # a long name is cut to its first 80 characters
+        check_request(tmp_path, {}, ["q" * 100], "exp", serve_request.ServedPolicy())
+    assert str(long.value).startswith(f"target {'q' * 80!r} is not a stage")
+    assert check_request(tmp_path, {}, ["shard", "sample"], "exp", serve_request.ServedPolicy()).targets == (
+        "shard", "sample")

@@ -126,7 +126,8 @@ def test_several_sources_exact_quotas_mixture_table_and_metrics(mixed_index, tmp
         "sft.source.alpha": 6, "sft.source.beta": 2, "grpo.source.alpha": 9, "grpo.source.beta": 3,
         "eval.source.root": n_eval - 7, "eval.source.delta": 7}
     assert report.tables["training mixture (asked share vs achieved)"].equals(mixture)
-    assert report.markdown.count("data:image/png;base64,") == 2 and "training mixture" in report.markdown
+    assert report.markdown.count("data:image/png;base64,") == 2
+    assert "\n\n![training mixture](data:image/png;base64," in report.markdown
     assert (tmp_path / "mixture.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # size 0 = every candidate of the sources with a share
     sample_pools(SampleParams(sft_first_k=2, sft_size=0, grpo_size=0), 0, mixed_index, tmp_path / "all")
@@ -521,7 +522,7 @@ def test_pools_draw_by_the_seeded_hash_of_pool_and_id_from_every_expression(tmp_
     params = SampleParams(sft_first_k=0, sft_size=3, grpo_size=3, eval_size=2, disjoint=disjoint)
     out = tmp_path / "deep" / "out"  # its folders are made
     report = sample_pools(params, seed, tmp_path / "index", out)
-    assert report.markdown.startswith("![sampling distribution](data:image/png;base64,")
+    assert report.markdown.startswith("![sampling distribution](data:image/png;base64,") and report.stage == "sample"
     lineage = json.loads((out / "lineage.json").read_text())
     assert (lineage["stage"], lineage["seed"], lineage["params"]["sft_size"]) == ("sample", seed, 3)
     assert lineage["inputs"]["index"]["path"] == (tmp_path / "index").as_posix()
@@ -541,3 +542,8 @@ def test_pools_draw_by_the_seeded_hash_of_pool_and_id_from_every_expression(tmp_
         pool = pd.read_parquet(out / f"{name}.parquet")
         assert [list(t) for t in pool["tasks"]] == assign_tasks(list(pool["expression_id"]), params.grpo_tasks,
                                                                 params.grpo_task_weights, seed, name)
+
+
+def test_draw_pairs_each_id_with_its_stratum():
+    with pytest.raises(ValueError, match="zip"):
+        draw(["a", "b"], ["s"], {"s": 1}, 0, "sft")
