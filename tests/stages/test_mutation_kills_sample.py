@@ -547,3 +547,11 @@ def test_pools_draw_by_the_seeded_hash_of_pool_and_id_from_every_expression(tmp_
 def test_draw_pairs_each_id_with_its_stratum():
     with pytest.raises(ValueError, match="zip"):
         draw(["a", "b"], ["s"], {"s": 1}, 0, "sft")
+
+
+def test_allocate_rule_one_over_the_source_strata_only_then_top_up():
+    # a stratum outside the source gets nothing while the source strata have items (weight 0, not 1)
+    assert allocate(4, {"a": 1}, {"a": 10, "b": 10}) == {"a": 4, "b": 0}
+    # rule 1 apportions 4 over a, b, c (2, 1, 1 by largest remainder, ties by key); c is empty and keeps its
+    # unfilled quota; the top-up round gives the 1 left to a (tie with b, by key): 3, 1, 0, not 2, 2, 0
+    assert allocate(4, {"a": 1, "b": 1, "c": 1}, {"a": 10, "b": 10, "c": 0}) == {"a": 3, "b": 1, "c": 0}
