@@ -555,3 +555,6 @@ def test_allocate_rule_one_over_the_source_strata_only_then_top_up():
     # rule 1 apportions 4 over a, b, c (2, 1, 1 by largest remainder, ties by key); c is empty and keeps its
     # unfilled quota; the top-up round gives the 1 left to a (tie with b, by key): 3, 1, 0, not 2, 2, 0
     assert allocate(4, {"a": 1, "b": 1, "c": 1}, {"a": 10, "b": 10, "c": 0}) == {"a": 3, "b": 1, "c": 0}
+    # a source stratum with no candidates at all takes its rule-1 quota (its key sorts first: the remainder too),
+    # and no top-up round: the 2 left go to a and b
+    assert allocate(4, {"0": 1, "a": 1, "b": 1}, {"a": 10, "b": 10}) == {"0": 0, "a": 2, "b": 2}
