@@ -172,3 +172,17 @@ def test_an_unknown_target_is_named_with_the_closest_stage_or_the_list(tmp_path:
     assert str(long.value).startswith(f"target {'q' * 80!r} is not a stage")
     assert check_request(tmp_path, {}, ["shard", "sample"], "exp", serve_request.ServedPolicy()).targets == (
         "shard", "sample")
+
+
+def test_a_key_missing_from_params_yaml_is_added_with_a_plus(tmp_path: Path, monkeypatch, project_root: Path) -> None:
+    import yaml
+
+    import flows.serve_request as serve_request
+
+    params = yaml.safe_load((project_root / "params.yaml").read_text())
+    del params["sample"]["eval_size"]  # the schema's default applies; DVC's override must add the key
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    monkeypatch.setattr(serve_request, "stage_names", lambda project: ["sample"])
+    request = check_request(tmp_path, {"sample.eval_size": 7, "sample.sft_size": 5}, None, "exp",
+                            serve_request.ServedPolicy())
+    assert request.set_args == ("+sample.eval_size=7", "sample.sft_size=5")

@@ -558,3 +558,8 @@ def test_allocate_rule_one_over_the_source_strata_only_then_top_up():
     # a source stratum with no candidates at all takes its rule-1 quota (its key sorts first: the remainder too),
     # and no top-up round: the 2 left go to a and b
     assert allocate(4, {"0": 1, "a": 1, "b": 1}, {"a": 10, "b": 10}) == {"0": 0, "a": 2, "b": 2}
+
+
+def test_allocate_keeps_fractional_source_weights_proportional():
+    # instance_weights gives fractional weights: a sum of 1 is still proportional, not an even share
+    assert allocate(4, {"a": 0.25, "b": 0.75}, {"a": 10, "b": 10}) == {"a": 1, "b": 3}
