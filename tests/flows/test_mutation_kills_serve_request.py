@@ -186,3 +186,17 @@ def test_a_key_missing_from_params_yaml_is_added_with_a_plus(tmp_path: Path, mon
     request = check_request(tmp_path, {"sample.eval_size": 7, "sample.sft_size": 5}, None, "exp",
                             serve_request.ServedPolicy())
     assert request.set_args == ("+sample.eval_size=7", "sample.sft_size=5")
+    assert (request.project, request.name, request.overrides) == (tmp_path, "exp", {"sample.eval_size": 7,
+                                                                                   "sample.sft_size": 5})
+
+
+def test_a_server_key_is_named_even_after_an_unknown_key(tmp_path: Path, project_root: Path) -> None:
+    import shutil
+
+    from flows.serve_request import ServedPolicy, check_overrides
+    from stages.core.params import ParamsError
+
+    shutil.copy(project_root / "params.yaml", tmp_path / "params.yaml")
+    with pytest.raises(ParamsError) as refused:  # every key is looked at before the unknown one is named
+        check_overrides(tmp_path / "params.yaml", {"nope.key": 1, "teacher.api_key_env": "X"}, ServedPolicy())
+    assert str(refused.value).startswith("teacher.api_key_env: fixed by the server")
