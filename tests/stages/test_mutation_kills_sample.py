@@ -427,7 +427,7 @@ def test_a_stratum_missing_from_a_group_is_a_zero_bar(plain_index, tmp_path, mon
 @pytest.mark.parametrize(("k", "first"), [
     (3, ["0", "1", "2"]),  # numbers as numbers: not "0", "1", "10"
     (12, [str(i) for i in range(12)]),  # every number before any other id …
-    (13, [str(i) for i in range(12)] + ["a"]),  # … and the others in text order ("b" is listed before "a")
+    (13, [str(i) for i in range(12)] + ["a"]),  # … and the others in text order, not as listed
 ])
 def test_the_first_k_of_a_video_are_its_first_in_published_order(tmp_path, k, first):
     import pandas as pd
@@ -436,7 +436,7 @@ def test_the_first_k_of_a_video_are_its_first_in_published_order(tmp_path, k, fi
     from tests.revos_factory import VideoSpec
     from tests.stages.test_sample import write_index
 
-    ids = [str(i) for i in range(12)] + ["b", "a"]
+    ids = [str(i) for i in range(12)] + ["a", "b"]  # listed backwards below: "b" before "a"
     spec = VideoSpec("P/train/v", n_frames=4, objects={11: [(2, 2, 10, 10)] * 4}, expressions=[
         {"exp": f"the box {i}", "obj_id": [0], "anno_id": [11], "type_id": 0} for i in range(len(ids))])
     write_index(tmp_path / "index", [spec])
@@ -519,7 +519,8 @@ def test_pools_draw_by_the_seeded_hash_of_pool_and_id_from_every_expression(tmp_
                         expressions=[{"exp": f"box {i}", "obj_id": [0], "anno_id": [30 + i], "type_id": 0}])
               for i in range(5)]
     write_index(tmp_path / "index", specs)
-    params = SampleParams(sft_first_k=0, sft_size=3, grpo_size=3, eval_size=2, disjoint=disjoint)
+    params = SampleParams(sft_first_k=0, sft_size=3, grpo_size=3, eval_size=2, disjoint=disjoint,
+                          grpo_tasks=("veason", "rcot_kfg"), grpo_task_weights=(1.0, 1.0))
     out = tmp_path / "deep" / "out"  # its folders are made
     report = sample_pools(params, seed, tmp_path / "index", out)
     assert report.markdown.startswith("![sampling distribution](data:image/png;base64,") and report.stage == "sample"
