@@ -200,3 +200,14 @@ def test_a_server_key_is_named_even_after_an_unknown_key(tmp_path: Path, project
     with pytest.raises(ParamsError) as refused:  # every key is looked at before the unknown one is named
         check_overrides(tmp_path / "params.yaml", {"nope.key": 1, "teacher.api_key_env": "X"}, ServedPolicy())
     assert str(refused.value).startswith("teacher.api_key_env: fixed by the server")
+
+
+def test_only_path_fields_are_held_to_the_project(tmp_path: Path, project_root: Path) -> None:
+    import shutil
+
+    from flows.serve_request import ServedPolicy, check_overrides
+
+    shutil.copy(project_root / "params.yaml", tmp_path / "params.yaml")
+    # a text value that is not a path may look like one leaving the project
+    typed = check_overrides(tmp_path / "params.yaml", {"teacher.model": "../../models/vlm"}, ServedPolicy())
+    assert typed == {"teacher.model": "../../models/vlm"}
