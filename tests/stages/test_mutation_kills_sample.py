@@ -517,9 +517,9 @@ def test_pools_draw_by_the_seeded_hash_of_pool_and_id_from_every_expression(tmp_
         {"exp": f"the box {i}", "obj_id": [0], "anno_id": [10 + i], "type_id": 0}]) for i in range(8)]
     specs += [VideoSpec(f"D/valid/w{i}", split="valid", n_frames=2, objects={30 + i: [(2, 2, 10, 10)] * 2},
                         expressions=[{"exp": f"box {i}", "obj_id": [0], "anno_id": [30 + i], "type_id": 0}])
-              for i in range(5)]
+              for i in range(7)]
     write_index(tmp_path / "index", specs)
-    params = SampleParams(sft_first_k=0, sft_size=3, grpo_size=3, eval_size=2, disjoint=disjoint,
+    params = SampleParams(sft_first_k=0, sft_size=3, grpo_size=3, eval_size=5, disjoint=disjoint,
                           grpo_tasks=("veason", "rcot_kfg"), grpo_task_weights=(1.0, 1.0))
     out = tmp_path / "deep" / "out"  # its folders are made
     report = sample_pools(params, seed, tmp_path / "index", out)
@@ -537,7 +537,7 @@ def test_pools_draw_by_the_seeded_hash_of_pool_and_id_from_every_expression(tmp_
     assert disjoint or set(sft) & set(grpo)
     assert sorted(pd.read_parquet(out / "sft.parquet")["expression_id"]) == sorted(sft)
     assert sorted(pd.read_parquet(out / "grpo.parquet")["expression_id"]) == sorted(grpo)
-    evaluation = sorted(valid, key=lambda e: derive_seed(seed, "sample", "eval", e))[:2]
+    evaluation = sorted(valid, key=lambda e: derive_seed(seed, "sample", "eval", e))[:5]
     assert sorted(pd.read_parquet(out / "eval.parquet")["expression_id"]) == sorted(evaluation)
     for name in ("grpo", "eval"):  # each pool's tasks: assign_tasks (tested above) with this run's seed and pool
         pool = pd.read_parquet(out / f"{name}.parquet")
