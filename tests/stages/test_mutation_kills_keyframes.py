@@ -95,13 +95,17 @@ def specs() -> list[VideoSpec]:
     ]
 
 
-@pytest.fixture(scope="module")
-def stage_inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    base = tmp_path_factory.mktemp("kf-stage")
-    write_root(base / "root", specs())
-    write_index(base / "index", specs())
+def stage_inputs_of(base: Path, videos: list[VideoSpec]) -> Path:
+    """The keyframes stage's inputs for `videos` under `base`: data root, index and sample pools."""
+    write_root(base / "root", videos)
+    write_index(base / "index", videos)
     sample_pools(SampleParams(sft_first_k=1, grpo_size=0), 0, base / "index", base / "sample")
     return base
+
+
+@pytest.fixture(scope="module")
+def stage_inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return stage_inputs_of(tmp_path_factory.mktemp("kf-stage"), specs())
 
 
 def run_stage(base: Path, out: Path, params: KeyframesParams | None = None, seed: int = 7, **kw):
@@ -336,11 +340,7 @@ def aks_specs() -> list[VideoSpec]:
 
 @pytest.fixture(scope="module")
 def aks_inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    base = tmp_path_factory.mktemp("kf-aks")
-    write_root(base / "root", aks_specs())
-    write_index(base / "index", aks_specs())
-    sample_pools(SampleParams(sft_first_k=1, grpo_size=0), 0, base / "index", base / "sample")
-    return base
+    return stage_inputs_of(tmp_path_factory.mktemp("kf-aks"), aks_specs())
 
 
 @pytest.mark.parametrize("seed", [7, 8])
