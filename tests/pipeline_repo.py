@@ -80,3 +80,20 @@ def make_repo(project_root: Path, dest: Path, params_overrides: dict[str, object
 def dvc(dest: Path, *args: str, timeout: int = 900) -> str:
     """Run `dvc <args>` in `dest` with this venv's tools on PATH."""
     return sh([sys.executable, "-m", "dvc", *args], dest, timeout=timeout)
+
+
+def built_once(name: str, dest: Path, build) -> Path:
+    """`build(folder)` into `dest`; under scripts/mutation.sh (VRSFLOW_TEST_BUILD_CACHE set) built once per run
+    into the cache and copied to `dest` — for inputs no mutant of the module under test can change (the tests
+    write into their copy)."""
+    cache = os.environ.get("VRSFLOW_TEST_BUILD_CACHE")
+    if not cache:
+        return build(dest)
+    built = Path(cache) / name
+    built.parent.mkdir(parents=True, exist_ok=True)
+    if not built.is_dir():
+        import tempfile
+
+        build(Path(tempfile.mkdtemp(dir=cache)) / name).rename(built)
+    shutil.copytree(built, dest, symlinks=True, dirs_exist_ok=True)
+    return dest

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import base64
 import os
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +17,7 @@ import httpx
 import pytest
 
 from tests.flows.capture_server import capture_server
-from tests.pipeline_repo import env_with_venv, make_repo, sh
+from tests.pipeline_repo import built_once, env_with_venv, make_repo, sh
 
 AUTH = "vrsflow-admin:s3cret-for-tests"
 FIXED = "fixed by the server, a run may not change it (edit params.yaml and serve again)"
@@ -29,19 +27,9 @@ OUTSIDE = ("(paths of a run stay inside the project; `vrsflow serve --allow-root
 
 @pytest.fixture(scope="module")
 def served_repo(tmp_path_factory: pytest.TempPathFactory, project_root: Path) -> Path:
-    dest = tmp_path_factory.mktemp("hostile") / "repo"
-    cache = os.environ.get("VRSFLOW_TEST_BUILD_CACHE")
-    if not cache:
-        return make_repo(project_root, dest)
-    # scripts/mutation.sh: the repo's files are the same for every mutant (mutmut picks the mutant at run time),
-    # so the git + DVC repo is made once and copied (the tests write into their copy)
-    built = Path(cache) / "served-repo"
-    built.parent.mkdir(parents=True, exist_ok=True)
-    if not built.is_dir():
-        partial = Path(tempfile.mkdtemp(dir=cache)) / "repo"
-        make_repo(project_root, partial).rename(built)
-    shutil.copytree(built, dest, symlinks=True)
-    return dest
+    # scripts/mutation.sh: the repo's files are the same for every mutant (mutmut picks it at run time)
+    return built_once("served-repo", tmp_path_factory.mktemp("hostile") / "repo",
+                      lambda dest: make_repo(project_root, dest))
 
 
 def _snapshot(repo: Path) -> tuple[bytes, str, str]:

@@ -5,9 +5,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -41,6 +38,7 @@ from stages.keyframes import select_keyframes
 from stages.sample import sample_pools
 from stages.shard import sharegpt_row, verl_row, write_shards
 from stages.tasks import get_task
+from tests.pipeline_repo import built_once
 from tests.revos_factory import simple_video, write_root
 
 TRAIN_SIZE = 56  # small frames keep the test fast; the stage takes the size from the keyframes table
@@ -79,19 +77,8 @@ def read_pool(folder: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def upstream(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    base = tmp_path_factory.mktemp("shard")
-    cache = os.environ.get("VRSFLOW_TEST_BUILD_CACHE")
-    if not cache:
-        return build_upstream(base)
-    # scripts/mutation.sh: a shard run mutates none of the upstream stages, so every mutant can start from one
-    # build of them (made once in the cache, copied: the tests write next to it)
-    built = Path(cache) / "shard-upstream"
-    built.parent.mkdir(parents=True, exist_ok=True)
-    if not built.is_dir():
-        partial = Path(tempfile.mkdtemp(dir=cache))
-        build_upstream(partial).rename(built)
-    shutil.copytree(built, base, dirs_exist_ok=True)
-    return base
+    # scripts/mutation.sh: a shard run mutates none of the upstream stages: one build for every mutant
+    return built_once("shard-upstream", tmp_path_factory.mktemp("shard"), build_upstream)
 
 
 @pytest.fixture(scope="module")
