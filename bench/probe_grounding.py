@@ -5,7 +5,11 @@ fine-tuning from a random tiny model (stages.models.tiny_qwen), AdamW with warm-
 on held-out frames (another seed stream) against the constant mean-box baseline. Variants by environment variable:
 ORDER=img_first|text_first (the image before or after the words), NL (layers), HID (hidden size), THETA (the
 language model's rope theta), CUE=1 (a fixed left→right / top→bottom colour ramp blended into every frame: an
-absolute-position cue in the pixels), STEPS, BS, LR, NV (training videos), TAG, WORK (scratch folder).
+absolute-position cue in the pixels), MROPE=t,h,w (the language model's mrope_section: how many rotary frequency
+pairs go to time, rows and columns), STEPS, BS, LR, NV (training videos), TAG, WORK (scratch folder), EVERY (steps
+between evaluations). TASK=plain asks the same question of the easiest possible frame: one flat-coloured rectangle
+on a plain background (N frames; NOBJ rectangles of distinct colours, the question naming one by colour: with one,
+no binding of words to what is seen, only where it is), so that what is left is reading a position out of the image.
 Logs the mean loss per 100 steps and an evaluation every 500; bench/results/grounding_probe.json holds the figures
 of the runs made. Usage: TAG=A ORDER=img_first THETA=10 python bench/probe_grounding.py
 """
@@ -21,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image
+from PIL import Image, ImageDraw
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -36,6 +40,9 @@ SIZE = int(os.environ.get("SIZE", "112"))
 ORDER = os.environ.get("ORDER", "img_first")
 TAG = os.environ.get("TAG", "x")
 TASK = os.environ.get("TASK", "box")  # box: "Box the <name>." → box; colour: "Colour of the <kind>?" → colour name
+# plain: "Box the <colour> square." on one flat rectangle over a plain background → box
+PLAIN_COLOURS = {"red": (220, 40, 40), "green": (40, 200, 60), "blue": (40, 80, 230), "yellow": (230, 220, 40),
+                 "white": (240, 240, 240)}
 
 
 def iou(a, b) -> float:
@@ -81,6 +88,29 @@ def samples(seed: int, n_videos: int, per_video: int = 3) -> list[dict]:
     return out
 
 
+def plain_samples(seed: int, n: int) -> list[dict]:
+    """TASK=plain: NOBJ (default 1) flat rectangles (14-39 px a side, not overlapping) of distinct named colours on a
+    plain dark background, at SIZE; the question names one of them by its colour."""
+    n_objects = int(os.environ.get("NOBJ", "1"))
+    rng, out = np.random.default_rng(seed), []
+    for _ in range(n):
+        image = Image.new("RGB", (SIZE, SIZE), tuple(int(v) for v in rng.integers(20, 100, 3)))
+        draw, names, boxes = ImageDraw.Draw(image), list(PLAIN_COLOURS), []
+        rng.shuffle(names)
+        for k in range(n_objects):
+            for _ in range(50):  # a few tries at a free spot; the last one is kept either way
+                w, h = rng.integers(14, 40, 2)
+                x, y = rng.integers(0, SIZE - w), rng.integers(0, SIZE - h)
+                box = [int(x), int(y), int(x + w), int(y + h)]
+                if all(box[2] <= o[0] or o[2] <= box[0] or box[3] <= o[1] or o[3] <= box[1] for o in boxes):
+                    break
+            boxes.append(box)
+            draw.rectangle([box[0], box[1], box[2] - 1, box[3] - 1], fill=PLAIN_COLOURS[names[k]])
+        target = int(rng.integers(n_objects))
+        out.append({"text": f"the {names[target]} square", "image": image, "box": boxes[target]})
+    return out
+
+
 def chat(sample: dict, answer: bool = True) -> list[dict]:
     words = f"Colour of {sample['text']}?" if TASK == "colour" else f"Box {sample['text']}."
     parts = [{"type": "image"}, {"type": "text", "text": words}]
@@ -119,7 +149,10 @@ def evaluate(model, processor, held_out: list[dict]) -> tuple[float, str]:
 
 def main() -> None:
     torch.set_num_threads(int(os.environ.get("THREADS", "1")))
-    train, held_out = samples(1000, int(os.environ.get("NV", "400"))), samples(2000, 25)
+    if TASK == "plain":
+        train, held_out = plain_samples(1, int(os.environ.get("N", "4000"))), plain_samples(2, 96)
+    else:
+        train, held_out = samples(1000, int(os.environ.get("NV", "400"))), samples(2000, 25)
     if TASK == "colour":
         answers = [s["answer"] for s in train]
         majority = max(set(answers), key=answers.count)
@@ -139,6 +172,8 @@ def main() -> None:
         for block in (config, config.get("text_config", {})):
             if block.get("rope_parameters"):
                 block["rope_parameters"]["rope_theta"] = float(os.environ["THETA"])
+                if os.environ.get("MROPE"):
+                    block["rope_parameters"]["mrope_section"] = [int(v) for v in os.environ["MROPE"].split(",")]
         (folder / "config.json").write_text(json.dumps(config))
         torch.manual_seed(0)
         Qwen2_5_VLForConditionalGeneration(Qwen2_5_VLConfig.from_pretrained(folder)).save_pretrained(folder)
@@ -168,7 +203,7 @@ def main() -> None:
         losses.append(loss.item())
         if step % 100 == 0:
             print(TAG, step, round(float(np.mean(losses[-100:])), 4), round(time.time() - started), flush=True)
-        if step % 500 == 0:
+        if step % int(os.environ.get("EVERY", "500")) == 0:
             print(TAG, "eval", step, evaluate(model, processor, held_out[:96]), flush=True)
     print(TAG, "final", evaluate(model, processor, held_out), round(time.time() - started), flush=True)
 

@@ -325,7 +325,17 @@ class PretrainParams:
     batch_size: Exp[PosInt] = 8  # samples per process per step
     processes: Server[PosInt] = 1  # training processes (cores on CPU); > 1 starts torchrun from the stage
     cpu_threads: Exp[NonNegInt] = 1  # torch threads per process on CPU; 0 = torch default
+    # The language model's M-RoPE in the pre-trained base (rope has no weights: only the config changes). The random
+    # tiny model keeps Qwen's theta 1e6 with [12, 10, 10] of its 32 frequency pairs for time, rows, columns: across
+    # the 4×4 image grid at 112 px that rotates rows by < 0.02 rad, so no token can tell where in the image another
+    # is. theta 3 with [2, 15, 15] gives rows and columns 0.3-0.9 rad per step (docs/architecture.md).
+    rope_theta: Exp[PosFloat] = 3.0
+    mrope_section: Exp[tuple[PosInt, ...]] = (2, 15, 15)
     max_new_tokens: Exp[PosInt] = 48  # answer length of the grounding check
+
+    def _rules(self) -> Iterator[tuple[str, str]]:
+        if len(self.mrope_section) != 3:
+            yield "mrope_section", f"must be 3 counts (time, rows, columns), got {list(self.mrope_section)}"
 
 
 @dataclass(frozen=True)

@@ -28,9 +28,13 @@ def build_tiny_models(params: TinyModelsParams, out_dir: Path) -> StageReport:
     return StageReport("tiny_models", metrics=counts)
 
 
-def load_vlm(path: str | Path, dtype: str = "auto", device: str | None = None):
-    """(model, processor) from a local Qwen2.5-VL folder, offline. bf16 on GPU and fp32 on CPU by default."""
-    from transformers import AutoModelForImageTextToText, AutoProcessor
+def load_vlm(path: str | Path, dtype: str = "auto", device: str | None = None, rope_parameters: dict | None = None):
+    """(model, processor) from a local Qwen2.5-VL folder, offline. bf16 on GPU and fp32 on CPU by default.
+
+    `rope_parameters` (keys of the language model's `rope_parameters`, e.g. rope_theta, mrope_section) replace the
+    folder's: the pretrain stage gives its random base another positional scheme (rope has no weights).
+    """
+    from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(
@@ -38,5 +42,11 @@ def load_vlm(path: str | Path, dtype: str = "auto", device: str | None = None):
     if not (Path(path) / "config.json").is_file():
         raise FileNotFoundError(f"{path}: no config.json — not a model folder (model.path in params.yaml)")
     processor = AutoProcessor.from_pretrained(path, local_files_only=True)
-    model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch_dtype, local_files_only=True).to(device)
+    extra = {}
+    if rope_parameters:
+        config = AutoConfig.from_pretrained(path, local_files_only=True)
+        config.text_config.rope_parameters = {**config.text_config.rope_parameters, **rope_parameters}
+        extra["config"] = config
+    model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch_dtype, local_files_only=True,
+                                                        **extra).to(device)
     return model, processor

@@ -16,6 +16,7 @@ give the grounding check: parse rate, mean matched box IoU at the keyframe, keyf
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import shutil
@@ -109,7 +110,7 @@ def _train(params: PretrainParams, model: ModelParams, train_size: int, out_dir:
     state = args.distributed_state
     main = state.is_main_process
     set_seed(params.seed)
-    vlm, processor = load_vlm(params.base, "float32", str(args.device))
+    vlm, processor = load_vlm(params.base, "float32", str(args.device), rope_parameters=_rope(params, params.base))
     before = grounding_check(vlm, processor, check, params.max_new_tokens) if main else {}
     state.wait_for_everyone()
     dataset = GroundingDataset(train, processor)
@@ -143,6 +144,16 @@ def _train(params: PretrainParams, model: ModelParams, train_size: int, out_dir:
         log.info(summary_line("pretrain", result))
     state.wait_for_everyone()
     return StageReport("pretrain", metrics=result, markdown=_curves(metrics_dir) if main else "")
+
+
+def _rope(params: PretrainParams, base: str) -> dict:
+    """The language model's rope parameters for the pre-trained model; the sections must cover head_dim / 2."""
+    text = json.loads((Path(base) / "config.json").read_text()).get("text_config", {})
+    pairs = text["hidden_size"] // text["num_attention_heads"] // 2
+    if sum(params.mrope_section) != pairs:
+        raise ValueError(f"pretrain.mrope_section {list(params.mrope_section)} must sum to {pairs} (head_dim / 2 of "
+                         f"pretrain.base {base})")
+    return {"rope_theta": params.rope_theta, "mrope_section": list(params.mrope_section)}
 
 
 def chat(sample: GroundingSample, with_answer: bool) -> list[dict]:

@@ -12,7 +12,15 @@ import pytest
 import torch
 
 from schemas.answer import parse_answer
-from stages.core.params import ModelParams, PretrainParams, SynthScale, TinyModelsParams
+from stages.core.params import (
+    ModelParams,
+    ParamsError,
+    PretrainParams,
+    SynthScale,
+    TinyModelsParams,
+    apply_overrides,
+    read_params_file,
+)
 from stages.models import load_vlm
 from stages.models.tiny_qwen import build_tiny_qwen
 from stages.pretrain import SKIPPED, box_iou, pretrain
@@ -66,7 +74,7 @@ def test_a_short_run_writes_a_loadable_checkpoint_and_lowers_the_loss(tmp_path: 
     build_tiny_qwen(TinyModelsParams(vocab_size=512, hidden_size=64, num_layers=1, max_image_side=SIZE), base)
     out = tmp_path / "pretrain"
     params = replace(PretrainParams(), base=str(base), out_dir=str(out), videos=2, check_videos=1, n_frames=2,
-                     epochs=3.0, batch_size=4, learning_rate=5e-3, max_new_tokens=16)
+                     epochs=3.0, batch_size=4, learning_rate=5e-3, max_new_tokens=16, mrope_section=(2, 3, 3))
     report = pretrain(params, ModelParams(path=str(out)), SIZE, out, tmp_path / "metrics")
     metrics = report.metrics
     assert metrics["steps"] > 0 and metrics["train_samples"] > 0 and metrics["processes"] == 1
@@ -80,3 +88,28 @@ def test_a_short_run_writes_a_loadable_checkpoint_and_lowers_the_loss(tmp_path: 
     assert json.loads((out / "lineage.json").read_text())["stage"] == "pretrain"
     for key in ("parse_rate", "box_iou", "keyframe_hit_rate"):
         assert 0.0 <= metrics[f"{key}_before"] <= 1.0 and 0.0 <= metrics[f"{key}_after"] <= 1.0
+
+
+def test_the_pretrained_base_gets_the_grounding_rope_and_a_bad_section_is_named(tmp_path: Path) -> None:
+    """Rope has no weights: the base's config changes, and the language model's rotary frequencies with it."""
+    base = tmp_path / "tiny"
+    build_tiny_qwen(TinyModelsParams(vocab_size=512, hidden_size=64, num_layers=1, max_image_side=SIZE), base)
+    model, _ = load_vlm(base, "float32", "cpu", rope_parameters={"rope_theta": 3.0, "mrope_section": [2, 3, 3]})
+    rope = model.config.text_config.rope_parameters
+    assert rope["rope_theta"] == 3.0 and rope["mrope_section"] == [2, 3, 3]
+    rotary = model.model.language_model.rotary_emb
+    assert rotary.mrope_section == [2, 3, 3]
+    # head_dim 16: 8 frequency pairs theta^(-2k/16), k = 0..7 (the RoPE definition)
+    assert torch.allclose(rotary.inv_freq, torch.tensor([3.0 ** (-2 * k / 16) for k in range(8)]))
+    untouched, _ = load_vlm(base, "float32", "cpu")
+    assert untouched.config.text_config.rope_parameters["rope_theta"] == 1_000_000.0
+    out = tmp_path / "pretrain"
+    params = replace(PretrainParams(), base=str(base), out_dir=str(out), videos=1, check_videos=1)
+    out.mkdir()
+    (out / "kept").write_text("an earlier output")
+    with pytest.raises(ValueError, match=r"^pretrain\.mrope_section \[2, 15, 15\] must sum to 8 \(head_dim / 2"):
+        pretrain(params, ModelParams(path=str(out)), SIZE, out, tmp_path / "metrics")
+    assert (out / "kept").read_text() == "an earlier output"  # nothing deleted before the check
+    raw = read_params_file(Path(__file__).resolve().parents[2] / "params.yaml")
+    with pytest.raises(ParamsError, match=r"pretrain\.mrope_section: must be 3 counts \(time, rows, columns\)"):
+        apply_overrides(raw, {"pretrain.mrope_section": "[16, 16]"})
