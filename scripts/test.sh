@@ -8,5 +8,7 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_
 ruff check .
 # -rs lists every skip with its reason; a skip whose named dependency is installed fails instead
 # (tests/skip_guard.py: no silent skips); --durations names the slowest tests, so that a run near the 20-minute
-# budget says where its time went
-python -m pytest -rs --durations=15 "$@"
+# budget says where its time went. Tests run in VRSFLOW_TEST_WORKERS processes (default 2, one per core; 0 = in this
+# process), whole files per worker (--dist loadfile): a module's fixtures are built once, in one worker.
+workers=${VRSFLOW_TEST_WORKERS:-2}
+python -m pytest -n "$workers" --dist loadfile -rs --durations=15 "$@"
