@@ -7,9 +7,10 @@ ORDER=img_first|text_first (the image before or after the words), NL (layers), H
 language model's rope theta), CUE=1 (a fixed left→right / top→bottom colour ramp blended into every frame: an
 absolute-position cue in the pixels), MROPE=t,h,w (the language model's mrope_section: how many rotary frequency
 pairs go to time, rows and columns), STEPS, BS, LR, NV (training videos), TAG, WORK (scratch folder), EVERY (steps
-between evaluations). TASK=plain asks the same question of the easiest possible frame: one flat-coloured rectangle
-on a plain background (N frames; NOBJ rectangles of distinct colours, the question naming one by colour: with one,
-no binding of words to what is seen, only where it is), so that what is left is reading a position out of the image.
+between evaluations). TASK=plain asks the same question of the easiest possible frame: flat-coloured rectangles on a
+plain background, the question naming one by its colour (N training frames; NOBJ rectangles per frame, default 1:
+no binding of words to what is seen, only where it is; NOBJ=1,3 alternates the counts in training and holds out
+frames with the last), so that what is left is reading a position out of the image.
 Logs the mean loss per 100 steps and an evaluation every 500; bench/results/grounding_probe.json holds the figures
 of the runs made. Usage: TAG=A ORDER=img_first THETA=10 python bench/probe_grounding.py
 """
@@ -88,12 +89,12 @@ def samples(seed: int, n_videos: int, per_video: int = 3) -> list[dict]:
     return out
 
 
-def plain_samples(seed: int, n: int) -> list[dict]:
-    """TASK=plain: NOBJ (default 1) flat rectangles (14-39 px a side, not overlapping) of distinct named colours on a
-    plain dark background, at SIZE; the question names one of them by its colour."""
-    n_objects = int(os.environ.get("NOBJ", "1"))
+def plain_samples(seed: int, n: int, counts: list[int]) -> list[dict]:
+    """TASK=plain: flat rectangles (14-39 px a side, not overlapping) of distinct named colours on a plain dark
+    background, at SIZE, frame i with counts[i % len(counts)] of them; the question names one by its colour."""
     rng, out = np.random.default_rng(seed), []
-    for _ in range(n):
+    for i in range(n):
+        n_objects = counts[i % len(counts)]
         image = Image.new("RGB", (SIZE, SIZE), tuple(int(v) for v in rng.integers(20, 100, 3)))
         draw, names, boxes = ImageDraw.Draw(image), list(PLAIN_COLOURS), []
         rng.shuffle(names)
@@ -150,7 +151,10 @@ def evaluate(model, processor, held_out: list[dict]) -> tuple[float, str]:
 def main() -> None:
     torch.set_num_threads(int(os.environ.get("THREADS", "1")))
     if TASK == "plain":
-        train, held_out = plain_samples(1, int(os.environ.get("N", "4000"))), plain_samples(2, 96)
+        # NOBJ=1,3: training frames alternate between the counts (a salient single object keeps teaching where, the
+        # others which); the held-out frames have the last count
+        counts = [int(v) for v in os.environ.get("NOBJ", "1").split(",")]
+        train, held_out = plain_samples(1, int(os.environ.get("N", "4000")), counts), plain_samples(2, 96, counts[-1:])
     else:
         train, held_out = samples(1000, int(os.environ.get("NV", "400"))), samples(2000, 25)
     if TASK == "colour":
