@@ -49,7 +49,8 @@ KNOWN = {
                      "train-split readers equal the official MeViS / ReferFormer loaders; MeViS missing predictions "
                      "scored as the dataset authors' eval_mevis.py, ReasonVOS as its authors' script"),
     "grounding_probe": ("probe_grounding.py (variants by environment)",
-                        "diagnosis for issue 24: does the tiny Qwen2.5-VL learn where a named shape is on one frame?"),
+                        "diagnosis for issue 24: does the tiny Qwen2.5-VL learn where a named shape is on one frame? "
+                        "(TASK=plain: one flat rectangle, or NOBJ named by colour, on a plain background)"),
     "mixture_scale": ("bench_mixture_scale.py --scale S1 S2",
                       "ingest → shard on a synthetic MeViS + Ref-YouTube-VOS + ReVOS union at published counts; "
                       "peak memory bounded by one video, not by the union"),
@@ -218,7 +219,9 @@ def measured(name: str, figures: dict) -> str:
             + ("colour accuracy " if r.get("task") == "colour" else "box IoU ")
             + ", ".join(f"{v.get('box_iou', v.get('accuracy'))} at {k}" for k, v in r["eval_96_held_out"].items())
             for tag, r in sorted(figures["runs"].items())) + f"; mean box {figures['mean_box_iou_192_held_out']}"
-            + f"; majority colour {figures['colour_baseline']['majority_colour_accuracy_108_held_out']}")
+            + f"; majority colour {figures['colour_baseline']['majority_colour_accuracy_108_held_out']}"
+            + "".join(f"; plain mean box {k} {v}" for k, v in
+                      figures.get("plain_baseline", {}).get("mean_box_iou_96_held_out", {}).items()))
     if name == "ingest":
         return _ingest(figures)
     if name == "sft":
