@@ -61,6 +61,7 @@ def pretrain(params: PretrainParams, model: ModelParams, train_size: int, out_di
         metrics_dir: where `pretrain_curve.tsv` goes.
 
     Raises:
+        FileNotFoundError: `pretrain.base` is not a model folder.
         ValueError: params that cannot work (named), or scenes without any sample.
     """
     out_dir = Path(out_dir)
@@ -73,6 +74,7 @@ def pretrain(params: PretrainParams, model: ModelParams, train_size: int, out_di
         _write_curve(Path(metrics_dir) / "pretrain_curve.tsv", [])  # a declared output: header only
         log.info("pretrain: skipped (%s)", reason)
         return StageReport("pretrain", metrics={"skipped": 1})
+    _rope(params)  # a section that cannot fit the base is refused here, before any process starts or file is removed
     if params.processes > 1 and "WORLD_SIZE" not in os.environ:
         return _launch(params, model, train_size, out_dir, metrics_dir)
     return _train(params, model, train_size, out_dir, Path(metrics_dir))
@@ -87,8 +89,6 @@ def _train(params: PretrainParams, model: ModelParams, train_size: int, out_dir:
            metrics_dir: Path) -> StageReport:
     from transformers import Trainer, TrainingArguments, set_seed
 
-    if not Path(params.base).is_dir():
-        raise FileNotFoundError(f"pretrain.base {params.base} is not a folder (the tiny_models stage writes it)")
     cuda = torch.cuda.is_available()
     if not cuda and params.cpu_threads > 0:
         torch.set_num_threads(params.cpu_threads)
@@ -110,7 +110,7 @@ def _train(params: PretrainParams, model: ModelParams, train_size: int, out_dir:
     state = args.distributed_state
     main = state.is_main_process
     set_seed(params.seed)
-    vlm, processor = load_vlm(params.base, "float32", str(args.device), rope_parameters=_rope(params, params.base))
+    vlm, processor = load_vlm(params.base, "float32", str(args.device), rope_parameters=_rope(params))
     before = grounding_check(vlm, processor, check, params.max_new_tokens) if main else {}
     state.wait_for_everyone()
     dataset = GroundingDataset(train, processor)
@@ -146,13 +146,16 @@ def _train(params: PretrainParams, model: ModelParams, train_size: int, out_dir:
     return StageReport("pretrain", metrics=result, markdown=_curves(metrics_dir) if main else "")
 
 
-def _rope(params: PretrainParams, base: str) -> dict:
+def _rope(params: PretrainParams) -> dict:
     """The language model's rope parameters for the pre-trained model; the sections must cover head_dim / 2."""
-    text = json.loads((Path(base) / "config.json").read_text()).get("text_config", {})
+    config = Path(params.base) / "config.json"
+    if not config.is_file():
+        raise FileNotFoundError(f"pretrain.base {params.base} is not a model folder (the tiny_models stage writes it)")
+    text = json.loads(config.read_text()).get("text_config", {})
     pairs = text["hidden_size"] // text["num_attention_heads"] // 2
     if sum(params.mrope_section) != pairs:
         raise ValueError(f"pretrain.mrope_section {list(params.mrope_section)} must sum to {pairs} (head_dim / 2 of "
-                         f"pretrain.base {base})")
+                         f"pretrain.base {params.base})")
     return {"rope_theta": params.rope_theta, "mrope_section": list(params.mrope_section)}
 
 

@@ -110,6 +110,9 @@ def test_the_pretrained_base_gets_the_grounding_rope_and_a_bad_section_is_named(
     with pytest.raises(ValueError, match=r"^pretrain\.mrope_section \[2, 15, 15\] must sum to 8 \(head_dim / 2"):
         pretrain(params, ModelParams(path=str(out)), SIZE, out, tmp_path / "metrics")
     assert (out / "kept").read_text() == "an earlier output"  # nothing deleted before the check
+    with pytest.raises(FileNotFoundError, match=r"^pretrain\.base .*absent is not a model folder"):
+        pretrain(replace(params, base=str(tmp_path / "absent")), ModelParams(path=str(out)), SIZE, out, tmp_path)
+    assert (out / "kept").exists()
     raw = read_params_file(Path(__file__).resolve().parents[2] / "params.yaml")
     with pytest.raises(ParamsError, match=r"pretrain\.mrope_section: must be 3 counts \(time, rows, columns\)"):
         apply_overrides(raw, {"pretrain.mrope_section": "[16, 16]"})
