@@ -57,6 +57,10 @@ KNOWN = {
     "learning": ("bench_learning.py --seeds 0 1 2 --repo DIR",
                  "the default run learns to segment (issue 24): pre-trained base → after SFT parse ≥ 95 %, J&F ≥ 40 "
                  "and ≥ half the ceiling (ground-truth answers, same segmenter)"),
+    "learning-rope": ("bench_learning.py --seeds 0 --set pretrain.epochs=12 --out bench/results/learning-rope.json",
+                      "issue 24: the pretrain stage with its grounding M-RoPE (theta 3, [2, 15, 15]), in the "
+                      "evaluation's 6-frame format, 3× the default epochs: does the base localise on held-out synth "
+                      "scenes?"),
     "mutation": ("scripts/mutation.sh [MODULE ...]", "≥ 90 % of mutants killed in stages/rewards and "
                  "stages/evaluate/metrics.py, ≥ 85 % in every other listed module (issue 30)"),
     "gpu-sam2_reward": ("gpu.sh → bench_sam2_reward.py", "SAM2.1-large: ≥ 4× (H100, published 4.95 s → 1.45 s)"),
@@ -211,7 +215,7 @@ def measured(name: str, figures: dict) -> str:
                    f"{_x(figures['speedup_every_box_tracked'])}" if "speedup_every_box_tracked" in figures else "")
                 + (f"; target {_met(figures['speedup'] >= figures['target_speedup'])}"
                    if "target_speedup" in figures else ""))
-    if name == "learning":
+    if name in ("learning", "learning-rope"):
         return _learning(figures)
     if name == "grounding_probe":
         return ("; ".join(
