@@ -105,7 +105,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2], help="pretrain seeds; none: ceilings only")
     parser.add_argument("--repo", type=Path, help="project copy with data/keyframes and models/tiny (for ceilings)")
     parser.add_argument("--set", action="append", default=[], help="override KEY=VALUE, e.g. pretrain.videos=20")
-    parser.add_argument("--out", type=Path)
+    parser.add_argument("--out", type=Path, help="results file (its name is the record's name); default learning.json")
     args = parser.parse_args()
     import torch
 
@@ -128,7 +128,8 @@ def main() -> None:
     if after:
         figures["summary"] = {"box_iou_after_mean": round(float(np.mean(after)), 4),
                               "box_iou_after_spread": round(float(np.ptp(after)), 4)}
-    write_result("learning", figures, "the tiny random Qwen2.5-VL before pre-training (the grounding check's "
+    name = args.out.stem if args.out else "learning"  # the record names the file it is in
+    write_result(name, figures, "the tiny random Qwen2.5-VL before pre-training (the grounding check's "
                  "_before figures); the ceiling: ground-truth answers through the same evaluation", out=args.out)
 
 
