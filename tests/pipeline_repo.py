@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 PROJECT_FILES = ["params.yaml", "dvc.yaml", ".dvcignore", ".gitignore", "pyproject.toml"]
@@ -92,8 +93,6 @@ def built_once(name: str, dest: Path, build) -> Path:
     built = Path(cache) / name
     built.parent.mkdir(parents=True, exist_ok=True)
     if not built.is_dir():
-        import tempfile
-
         build(Path(tempfile.mkdtemp(dir=cache)) / name).rename(built)
     shutil.copytree(built, dest, symlinks=True, dirs_exist_ok=True)
     return dest

@@ -74,10 +74,10 @@ def pretrain(params: PretrainParams, model: ModelParams, train_size: int, out_di
         _write_curve(Path(metrics_dir) / "pretrain_curve.tsv", [])  # a declared output: header only
         log.info("pretrain: skipped (%s)", reason)
         return StageReport("pretrain", metrics={"skipped": 1})
-    _rope(params)  # a section that cannot fit the base is refused here, before any process starts or file is removed
+    rope = _rope(params)  # a section that cannot fit the base is refused here, before a process starts or a file goes
     if params.processes > 1 and "WORLD_SIZE" not in os.environ:
         return _launch(params, model, train_size, out_dir, metrics_dir)
-    return _train(params, model, train_size, out_dir, Path(metrics_dir))
+    return _train(params, model, train_size, out_dir, Path(metrics_dir), rope)
 
 
 def _scale(params: PretrainParams) -> SynthScale:
@@ -86,7 +86,7 @@ def _scale(params: PretrainParams) -> SynthScale:
 
 
 def _train(params: PretrainParams, model: ModelParams, train_size: int, out_dir: Path,
-           metrics_dir: Path) -> StageReport:
+           metrics_dir: Path, rope: dict) -> StageReport:
     from transformers import Trainer, TrainingArguments, set_seed
 
     cuda = torch.cuda.is_available()
@@ -110,7 +110,7 @@ def _train(params: PretrainParams, model: ModelParams, train_size: int, out_dir:
     state = args.distributed_state
     main = state.is_main_process
     set_seed(params.seed)
-    vlm, processor = load_vlm(params.base, "float32", str(args.device), rope_parameters=_rope(params))
+    vlm, processor = load_vlm(params.base, "float32", str(args.device), rope_parameters=rope)
     before = grounding_check(vlm, processor, check, params.max_new_tokens) if main else {}
     state.wait_for_everyone()
     dataset = GroundingDataset(train, processor)
@@ -152,7 +152,8 @@ def _rope(params: PretrainParams) -> dict:
     if not config.is_file():
         raise FileNotFoundError(f"pretrain.base {params.base} is not a model folder (the tiny_models stage writes it)")
     text = json.loads(config.read_text()).get("text_config", {})
-    pairs = text["hidden_size"] // text["num_attention_heads"] // 2
+    # head_dim as transformers' rope takes it: the config's own, else hidden size / heads
+    pairs = (text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"]) // 2
     if sum(params.mrope_section) != pairs:
         raise ValueError(f"pretrain.mrope_section {list(params.mrope_section)} must sum to {pairs} (head_dim / 2 of "
                          f"pretrain.base {params.base})")
