@@ -339,6 +339,23 @@ class PretrainParams:
 
 
 @dataclass(frozen=True)
+class PretrainSam2Params:
+    seed: Exp[Seed] = 0
+    base: ExpPath[str] = "models/tiny/sam2"  # folder of the random tiny SAM2 (model.pt + config.yaml; tiny_models)
+    out_dir: ExpPath[str] = "models/pretrain_sam2"  # model.pt + config.yaml; runs only when sam2.checkpoint is in it
+    checkpoint_dir: ExpPath[str] = "models/checkpoints/pretrain_sam2"  # resumable training state (kept across runs)
+    steps: Exp[PosInt] = 600  # optimizer steps, one generated clip each (its visible objects as one batch)
+    clip_frames: Exp[Annotated[int, Ge(2)]] = 4  # frames per training clip: the prompted frame, then tracked ones
+    learning_rate: Exp[PosFloat] = 1.0e-3  # AdamW peak LR, linear warm-up then cosine
+    warmup_steps: Exp[NonNegInt] = 50
+    weight_decay: Exp[NonNegFloat] = 0.01
+    grad_clip: Exp[PosFloat] = 1.0
+    check_videos: Exp[PosInt] = 8  # held-out clips (another seed stream) for the before/after tracking check
+    save_every_steps: Exp[PosInt] = 50  # resumable-state interval (resume after a kill)
+    cpu_threads: Exp[NonNegInt] = 1  # torch threads on CPU; results depend on it; 0 = torch default
+
+
+@dataclass(frozen=True)
 class ModelParams:
     path: ExpPath[str] = "models/tiny/qwen25vl"  # local Qwen2.5-VL checkpoint folder (config, weights, processor)
     dtype: Exp[Literal["auto", "float32", "bfloat16"]] = "auto"  # auto: bf16 on GPU, fp32 on CPU
@@ -572,6 +589,7 @@ class Params:
     difficulty: DifficultyParams = field(default_factory=DifficultyParams)
     tiny_models: TinyModelsParams = field(default_factory=TinyModelsParams)
     pretrain: PretrainParams = field(default_factory=PretrainParams)
+    pretrain_sam2: PretrainSam2Params = field(default_factory=PretrainSam2Params)
     model: ModelParams = field(default_factory=ModelParams)
     sam2: Sam2Params = field(default_factory=Sam2Params)
     shard: ShardParams = field(default_factory=ShardParams)

@@ -1,0 +1,182 @@
+"""pretrain_sam2 stage: clips true by construction and apart from the evaluation videos, SAM2's loss from its
+definition, the skip rule, a bad base named before anything is removed, and a short run whose checkpoint sam2's
+own builder loads — killed and rerun, it ends byte for byte where an uninterrupted run ends."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import stages.pretrain_sam2 as stage
+from stages.core.params import PretrainSam2Params, Sam2Params, SynthScale
+from stages.models.tiny_sam2 import build_tiny_sam2
+from stages.pretrain_sam2.clips import check_videos, mask_box, training_clip
+from stages.pretrain_sam2.loss import frame_loss
+from stages.segment import load_video_predictor
+
+SCALE = SynthScale()
+
+
+def test_a_training_clip_is_consecutive_frames_whose_first_shows_every_target() -> None:
+    for step in range(6):
+        clip = training_clip(5, step, 4, SCALE)
+        again = training_clip(5, step, 4, SCALE)
+        assert clip.frames.tobytes() == again.frames.tobytes() and clip.masks.tobytes() == again.masks.tobytes()
+        t, n = clip.masks.shape[:2]
+        assert 2 <= t <= 4 and clip.frames.shape == (t, SCALE.height, SCALE.width, 3) and n >= 1
+        for o in range(n):
+            ys, xs = np.nonzero(clip.masks[0, o])
+            assert list(clip.boxes[o]) == [xs.min(), ys.min(), xs.max() + 1, ys.max() + 1]
+    assert training_clip(5, 0, 4, SCALE).frames.tobytes() != training_clip(5, 1, 4, SCALE).frames.tobytes()
+
+
+def test_check_videos_are_their_own_stream() -> None:
+    (frames, masks), = check_videos(0, 1, SCALE)
+    assert frames.shape[0] == masks.shape[0] >= SCALE.min_frames and masks.any()
+    assert frames[0].tobytes() != training_clip(0, 0, 4, SCALE).frames[0].tobytes()
+    assert mask_box(np.pad(np.ones((2, 3), bool), ((1, 0), (4, 0)))) == [4, 1, 7, 3]
+
+
+def _focal_by_hand(logit: float, target: float) -> float:
+    """Lin et al.'s focal loss of one pixel, α = 0.25, γ = 2."""
+    p = 1 / (1 + math.exp(-logit))
+    p_t = p if target else 1 - p
+    alpha_t = 0.25 if target else 0.75
+    return -alpha_t * (1 - p_t) ** 2 * math.log(p_t)
+
+
+def test_the_loss_is_sam2s_weighted_sum_with_the_best_candidate() -> None:
+    target = torch.tensor([[[1.0, 0.0], [0.0, 0.0]]])  # one object, one pixel of four
+    good = torch.tensor([[8.0, -8.0], [-8.0, -8.0]])
+    bad = torch.tensor([[-1.0, 2.0], [0.5, 0.0]])
+    logits = torch.stack([bad, good])[None]  # (1, 2, 2, 2): the second candidate is right
+    terms = frame_loss(logits, torch.tensor([[0.3, 0.9]]), torch.tensor([[2.0]]), target)
+    pixels = [(8.0, 1), (-8.0, 0), (-8.0, 0), (-8.0, 0)]
+    focal = sum(_focal_by_hand(x, y) for x, y in pixels) / 4
+    p = [1 / (1 + math.exp(-x)) for x, _ in pixels]
+    dice = 1 - (2 * p[0] + 1) / (sum(p) + 1 + 1)
+    iou_l1 = (abs(0.3 - 0.0) + abs(0.9 - 1.0)) / 2  # bad: 0 ∩ … its positive pixels miss; good: exact
+    obj = -math.log(1 / (1 + math.exp(-2.0)))
+    assert terms["focal"].item() == pytest.approx(focal, rel=1e-5)
+    assert terms["dice"].item() == pytest.approx(dice, rel=1e-5)
+    assert terms["iou"].item() == pytest.approx(iou_l1, rel=1e-5)
+    assert terms["object"].item() == pytest.approx(obj, rel=1e-5)
+    assert terms["total"].item() == pytest.approx(20 * focal + dice + iou_l1 + obj, rel=1e-5)
+
+
+def test_an_absent_object_is_taught_by_the_object_score_only() -> None:
+    empty = torch.zeros((1, 2, 2))
+    logits = torch.full((1, 1, 2, 2), 5.0)  # a confident wrong mask: no mask term may count it
+    terms = frame_loss(logits, torch.tensor([[0.5]]), torch.tensor([[0.0]]), empty)
+    assert terms["focal"].item() == terms["dice"].item() == terms["iou"].item() == 0.0
+    assert terms["object"].item() == pytest.approx(math.log(2), rel=1e-6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(steps=st.integers(1, 2000), warmup=st.integers(0, 200), step=st.integers(0, 2500))
+def test_the_learning_rate_warms_up_then_decays_to_zero(steps: int, warmup: int, step: int) -> None:
+    params = PretrainSam2Params(steps=steps, warmup_steps=warmup)
+    factor = stage.lr_factor(step, params)
+    assert 0.0 <= factor <= 1.0
+    if step < warmup:
+        assert factor == pytest.approx((step + 1) / warmup)
+    elif step >= steps:
+        assert factor == pytest.approx(0.0, abs=1e-12)
+    else:
+        assert stage.lr_factor(step + 1, params) <= factor + 1e-12
+
+
+def test_another_sam2_checkpoint_skips_the_stage(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "stale").write_text("x")
+    params = PretrainSam2Params(base=str(tmp_path / "missing"), out_dir=str(out))
+    report = stage.pretrain_sam2(params, Sam2Params(), out, tmp_path / "metrics")
+    assert report.metrics == {"skipped": 1}
+    assert sorted(p.name for p in out.iterdir()) == [stage.SKIPPED]
+    assert (tmp_path / "metrics" / stage.CURVE).read_text().splitlines() == ["step\tloss\tfocal\tdice\tiou\tobject\tlr"]
+
+
+def test_a_base_without_a_checkpoint_is_named_before_anything_is_removed(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "model.pt").write_bytes(b"earlier weights")
+    params = PretrainSam2Params(base=str(tmp_path / "nowhere"), out_dir=str(out))
+    with pytest.raises(FileNotFoundError, match=r"^pretrain_sam2.base .*nowhere: no model.pt") as error:
+        stage.pretrain_sam2(params, Sam2Params(checkpoint=str(out / "model.pt")), out, tmp_path / "metrics")
+    assert "\n" not in str(error.value)
+    assert (out / "model.pt").read_bytes() == b"earlier weights"
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("sam2") / "base"
+    build_tiny_sam2(folder, 256, 0)
+    return folder
+
+
+def _run(base: Path, root: Path, steps: int = 4) -> tuple[PretrainSam2Params, dict]:
+    params = PretrainSam2Params(base=str(base), out_dir=str(root / "out"), checkpoint_dir=str(root / "state"),
+                                steps=steps, warmup_steps=2, check_videos=1, save_every_steps=2)
+    sam2 = Sam2Params(checkpoint=str(root / "out" / "model.pt"), config=str(root / "out" / "config.yaml"))
+    report = stage.pretrain_sam2(params, sam2, root / "out", root / "metrics")
+    return params, report.metrics
+
+
+def test_a_short_run_writes_a_checkpoint_sam2s_builder_loads(base: Path, tmp_path: Path) -> None:
+    params, metrics = _run(base, tmp_path)
+    out = Path(params.out_dir)
+    assert (out / "config.yaml").read_bytes() == (base / "config.yaml").read_bytes()
+    predictor = load_video_predictor(str(out / "model.pt"), str(out / "config.yaml"), "cpu")
+    trained = torch.load(out / "model.pt", weights_only=True)["model"]
+    assert trained.keys() == predictor.state_dict().keys()
+    random = torch.load(base / "model.pt", weights_only=True)["model"]
+    assert any(not torch.equal(trained[k], random[k]) for k in trained)  # it trained
+    assert metrics["steps"] == 4 and metrics["resumed_from_step"] == 0 and metrics["check_objects"] >= 1
+    for key in ("track_iou_before", "track_iou_after", "prompt_iou_before", "prompt_iou_after"):
+        assert 0.0 <= metrics[key] <= 1.0
+    rows = (tmp_path / "metrics" / stage.CURVE).read_text().splitlines()
+    assert [int(r.split("\t")[0]) for r in rows[1:]] == [1, 2, 3, 4]
+    assert (out / "lineage.json").is_file() and not Path(params.checkpoint_dir).exists()
+
+
+def test_a_killed_run_resumes_to_the_bytes_of_an_uninterrupted_one(base: Path, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    whole, _ = _run(base, tmp_path / "whole")
+    real = stage.training_clip
+
+    def killed_at_step_3(seed: int, step: int, *args):  # noqa: ANN002, ANN202 - training_clip's signature
+        if step == 3:
+            raise KeyboardInterrupt
+        return real(seed, step, *args)
+
+    monkeypatch.setattr(stage, "training_clip", killed_at_step_3)
+    with pytest.raises(KeyboardInterrupt):
+        _run(base, tmp_path / "killed")
+    assert (tmp_path / "killed" / "state" / stage.STATE).is_file()  # saved at step 2
+    monkeypatch.setattr(stage, "training_clip", real)
+    resumed, metrics = _run(base, tmp_path / "killed")
+    assert metrics["resumed_from_step"] == 2
+    assert (Path(resumed.out_dir) / "model.pt").read_bytes() == (Path(whole.out_dir) / "model.pt").read_bytes()
+    curve = "metrics/" + stage.CURVE
+    assert (tmp_path / "killed" / curve).read_text() == (tmp_path / "whole" / curve).read_text()
+
+
+def test_a_state_saved_under_other_settings_is_not_resumed(base: Path, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    params = PretrainSam2Params(base=str(base), checkpoint_dir=str(tmp_path / "state"), steps=4)
+    model = load_video_predictor(str(base / "model.pt"), str(base / "config.yaml"), "cpu")
+    optimizer = torch.optim.AdamW(model.parameters())
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
+    state = tmp_path / "state" / stage.STATE
+    stage._save_state(state, stage._fingerprint(params), 2, model, optimizer, scheduler, [])
+    other = replace(params, learning_rate=0.5)
+    assert stage._resume(state, stage._fingerprint(other), model, optimizer, scheduler) == (0, [])
+    assert stage._resume(state, stage._fingerprint(params), model, optimizer, scheduler) == (2, [])
