@@ -1,0 +1,95 @@
+"""Does the tiny SAM2 learn to segment and track what a box points at? The `pretrain_sam2` stage per seed, and the
+evaluation's ceiling with the SAM2 it trains.
+
+Per seed (`--seeds`): the stage's own function on the tiny random SAM2 built by the `tiny_models` code (params from
+params.yaml, `--set pretrain_sam2.KEY=VALUE` overrides), timed, with its tracking check on held-out generated videos
+before and after (mean per-frame IoU of each object tracked from its box where it is largest, and the IoU on that
+prompted frame) and the loss curve's first and last tenth. With `--repo DIR` (a copy of the project where
+`dvc repro keyframes tiny_models` has run), also the ceiling of the default evaluation — the evaluate stage's own
+code on the eval pool with the ground-truth answer as the policy (bench_learning.py's `ceiling`) — once with the
+tiny random SAM2 the default run uses and once per trained seed.
+
+    python bench/bench_sam2_pretrain.py --seeds 0 1 2 --repo /tmp/scratch-repo
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.bench_learning import ceiling  # noqa: E402
+from bench.results_io import write_result  # noqa: E402
+from stages.core.params import Sam2Params, apply_overrides, load_params, read_params_file  # noqa: E402
+from stages.models.tiny_sam2 import build_tiny_sam2  # noqa: E402
+from stages.pretrain_sam2 import CHECKPOINT, CONFIG, CURVE, pretrain_sam2  # noqa: E402
+
+
+def pretrain_seed(params, seed: int, tmp: Path) -> tuple[dict, Path]:
+    """One stage run from a freshly built tiny SAM2 (tiny_models seed = stage seed = `seed`); (figures, out dir)."""
+    base = tmp / f"tiny-sam2-{seed}"
+    build_tiny_sam2(base, params.tiny_models.sam2_image_size, seed)
+    out = tmp / f"pretrain-sam2-{seed}"
+    block = dataclasses.replace(params.pretrain_sam2, seed=seed, base=str(base), out_dir=str(out),
+                                checkpoint_dir=str(tmp / f"state-{seed}"))
+    sam2 = Sam2Params(checkpoint=str(out / CHECKPOINT), config=str(out / CONFIG))
+    started = time.perf_counter()
+    report = pretrain_sam2(block, sam2, out, tmp / f"metrics-{seed}")
+    wall = time.perf_counter() - started
+    losses = [float(line.split("\t")[1]) for line in (tmp / f"metrics-{seed}" / CURVE).read_text().splitlines()[1:]]
+    tenth = max(1, len(losses) // 10)
+    return ({**report.metrics, "wall_s": round(wall, 1), "loss_first_tenth": round(float(np.mean(losses[:tenth])), 4),
+             "loss_last_tenth": round(float(np.mean(losses[-tenth:])), 4)}, out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2], help="stage seeds")
+    parser.add_argument("--repo", type=Path, help="project copy with data/keyframes and models/tiny (for ceilings)")
+    parser.add_argument("--set", action="append", default=[], help="override KEY=VALUE, e.g. pretrain_sam2.steps=300")
+    parser.add_argument("--out", type=Path, help="results file (its name is the record's name); default sam2_pretrain.json")
+    args = parser.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    raw = read_params_file(Path(__file__).resolve().parents[1] / "params.yaml")
+    params, _ = apply_overrides(raw, dict(item.split("=", 1) for item in args.set))
+    figures: dict = {"pretrain_sam2": {}, "ceiling": {}, "overrides": args.set,
+                     "pretrain_sam2_params": dataclasses.asdict(params.pretrain_sam2)}
+    with tempfile.TemporaryDirectory(prefix="bench-sam2-pretrain-") as tmp:
+        tmp = Path(tmp)
+        trained = {}
+        for seed in args.seeds:
+            figures["pretrain_sam2"][str(seed)], trained[seed] = pretrain_seed(params, seed, tmp)
+            print(json.dumps({seed: figures["pretrain_sam2"][str(seed)]}), flush=True)
+        if args.repo:
+            repo = args.repo.resolve()
+            repo_params = load_params(repo / "params.yaml")
+            figures["ceiling"]["sam2 random (default)"] = ceiling(repo_params, repo, "sam2", tmp)
+            for seed, out in trained.items():
+                # absolute paths: ceiling() joins them to the repo, and an absolute path stays itself
+                with_trained = dataclasses.replace(repo_params, sam2=dataclasses.replace(
+                    repo_params.sam2, checkpoint=str(out / CHECKPOINT), config=str(out / CONFIG)))
+                figures["ceiling"][f"sam2 pretrained seed {seed}"] = ceiling(with_trained, repo, "sam2", tmp)
+            for name, value in figures["ceiling"].items():
+                print(json.dumps({name: value}), flush=True)
+    runs = figures["pretrain_sam2"].values()
+    if runs:
+        figures["summary"] = {key: [r[key] for r in runs] for key in
+                              ("track_iou_before", "track_iou_after", "prompt_iou_before", "prompt_iou_after",
+                               "wall_s")}
+    name = args.out.stem if args.out else "sam2_pretrain"  # the record names the file it is in
+    write_result(name, figures, "the tiny random SAM2 (tracking check _before figures; the 'sam2 random (default)' "
+                 "ceiling)", out=args.out)
+
+
+if __name__ == "__main__":
+    main()
