@@ -55,7 +55,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2], help="stage seeds")
     parser.add_argument("--repo", type=Path, help="project copy with data/keyframes and models/tiny (for ceilings)")
     parser.add_argument("--set", action="append", default=[], help="override KEY=VALUE, e.g. pretrain_sam2.steps=300")
-    parser.add_argument("--out", type=Path, help="results file (its name is the record's name); default sam2_pretrain.json")
+    parser.add_argument("--out", type=Path, help="results file, named as its record; default sam2_pretrain.json")
     args = parser.parse_args()
     import torch
 

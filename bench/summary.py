@@ -61,6 +61,13 @@ KNOWN = {
                       "issue 24: the pretrain stage with its grounding M-RoPE (theta 3, [2, 15, 15]), in the "
                       "evaluation's 6-frame format, 3× the default epochs: does the base localise on held-out synth "
                       "scenes?"),
+    "sam2_pretrain": ("bench_sam2_pretrain.py --seeds 0 1 2 --repo DIR",
+                      "issue 24: masks that mean something — the pretrain_sam2 stage (default block) per seed: "
+                      "held-out tracking IoU before/after, and the evaluation ceiling (ground-truth answers) with "
+                      "the SAM2 it trains against the tiny random one"),
+    "sam2_pretrain-1500": ("bench_sam2_pretrain.py --seeds 0 --set pretrain_sam2.steps=1500 --repo DIR "
+                           "--out bench/results/sam2_pretrain-1500.json",
+                           "issue 24: does the tiny SAM2 keep improving with 2.5× the default steps?"),
     "mutation": ("scripts/mutation.sh [MODULE ...]", "≥ 90 % of mutants killed in stages/rewards and "
                  "stages/evaluate/metrics.py, ≥ 85 % in every other listed module (issue 30)"),
     "gpu-sam2_reward": ("gpu.sh → bench_sam2_reward.py", "SAM2.1-large: ≥ 4× (H100, published 4.95 s → 1.45 s)"),
@@ -217,6 +224,8 @@ def measured(name: str, figures: dict) -> str:
                    if "target_speedup" in figures else ""))
     if name in ("learning", "learning-rope"):
         return _learning(figures)
+    if name.startswith("sam2_pretrain"):
+        return _sam2_pretrain(figures)
     if name == "grounding_probe":
         return ("; ".join(
             f"{tag} (`{r['command'].split(' python')[0]}`, {r['steps_done']} steps): held-out "
@@ -297,6 +306,24 @@ def _learning(figures: dict) -> str:
         parts.append("J&F 40 is above every ceiling measured: target not reachable with these segmenters")
     if runs and not any("sft_jf" in r for r in runs.values()):
         parts.append("base / SFT / GRPO J&F per seed not measured")
+    return "; ".join(parts) or "figures in the file (no headline for this name)"
+
+
+def _sam2_pretrain(figures: dict) -> str:
+    runs = figures.get("pretrain_sam2", {})
+    parts = []
+    if runs:
+        first = next(iter(runs.values()))
+        parts.append(f"pretrain_sam2 ({first['steps']} steps) over seeds {', '.join(runs)}: held-out tracking IoU "
+                     + "/".join(f"{r['track_iou_before']:.3f}" for r in runs.values()) + " → "
+                     + "/".join(f"{r['track_iou_after']:.3f}" for r in runs.values()) + ", prompted-frame IoU "
+                     + "/".join(f"{r['prompt_iou_before']:.3f}" for r in runs.values()) + " → "
+                     + "/".join(f"{r['prompt_iou_after']:.3f}" for r in runs.values()) + " ("
+                     + "/".join(f"{r['wall_s']:.0f}" for r in runs.values()) + " s)")
+    ceiling = figures.get("ceiling", {})
+    if ceiling:
+        parts.append("ceiling J&F (ground-truth answers): " + ", ".join(
+            f"{k} {v['JF_overall']}" for k, v in ceiling.items()))
     return "; ".join(parts) or "figures in the file (no headline for this name)"
 
 

@@ -38,6 +38,8 @@ def stage_folders(stage: str, params) -> list[str]:
     """The folders a stage writes and resumes from, from its params (stages without resumable state: none)."""
     if stage == "sft":
         return [params.sft.out_dir, params.sft.checkpoint_dir]
+    if stage == "pretrain_sam2":
+        return [params.pretrain_sam2.out_dir, params.pretrain_sam2.checkpoint_dir]
     if stage == "grpo":
         return [params.grpo.out_dir, params.grpo.checkpoint_dir] + (
             [params.grpo.verl.out_dir] if params.grpo.engine == "verl" else [])

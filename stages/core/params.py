@@ -343,7 +343,9 @@ class PretrainSam2Params:
     seed: Exp[Seed] = 0
     base: ExpPath[str] = "models/tiny/sam2"  # folder of the random tiny SAM2 (model.pt + config.yaml; tiny_models)
     out_dir: ExpPath[str] = "models/pretrain_sam2"  # model.pt + config.yaml; runs only when sam2.checkpoint is in it
-    checkpoint_dir: ExpPath[str] = "models/checkpoints/pretrain_sam2"  # resumable training state (kept across runs)
+    # resumable training state, kept across runs and removed when a run ends: fixed at serve time, since the stage
+    # deletes it and it is no DVC output that DVC would guard
+    checkpoint_dir: Server[str] = "models/checkpoints/pretrain_sam2"
     steps: Exp[PosInt] = 600  # optimizer steps, one generated clip each (its visible objects as one batch)
     clip_frames: Exp[Annotated[int, Ge(2)]] = 4  # frames per training clip: the prompted frame, then tracked ones
     learning_rate: Exp[PosFloat] = 1.0e-3  # AdamW peak LR, linear warm-up then cosine
