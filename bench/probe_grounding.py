@@ -6,11 +6,12 @@ on held-out frames (another seed stream) against the constant mean-box baseline.
 ORDER=img_first|text_first (the image before or after the words), NL (layers), HID (hidden size), THETA (the
 language model's rope theta), CUE=1 (a fixed left→right / top→bottom colour ramp blended into every frame: an
 absolute-position cue in the pixels), MROPE=t,h,w (the language model's mrope_section: how many rotary frequency
-pairs go to time, rows and columns), STEPS, BS, LR, NV (training videos), TAG, WORK (scratch folder), EVERY (steps
-between evaluations). TASK=plain asks the same question of the easiest possible frame: flat-coloured rectangles on a
-plain background, the question naming one by its colour (N training frames; NOBJ rectangles per frame, default 1:
-no binding of words to what is seen, only where it is; NOBJ=1,3 alternates the counts in training and holds out
-frames with the last), so that what is left is reading a position out of the image.
+pairs go to time, rows and columns), VIS (the vision tower's width; MLP twice that), STEPS, BS, LR, NV (training
+videos), TAG, WORK (scratch folder), EVERY (steps between evaluations). TASK=plain asks the same question of the
+easiest possible frame: flat-coloured rectangles on a plain background, the question naming one by its colour (N
+training frames; NOBJ rectangles per frame, default 1: no binding of words to what is seen, only where it is;
+NOBJ=1,3 alternates the counts in training and holds out frames with the last), so that what is left is reading a
+position out of the image.
 Logs the mean loss per 100 steps and an evaluation every 500; bench/results/grounding_probe.json holds the figures
 of the runs made. Usage: TAG=A ORDER=img_first THETA=10 python bench/probe_grounding.py
 """
@@ -169,12 +170,15 @@ def main() -> None:
     folder = Path(os.environ.get("WORK", "/tmp")) / f"probe_tiny_{TAG}"
     build_tiny_qwen(TinyModelsParams(hidden_size=int(os.environ.get("HID", "256")),
                                      num_layers=int(os.environ.get("NL", "2")), max_image_side=SIZE), folder)
-    if os.environ.get("THETA"):
+    if os.environ.get("THETA") or os.environ.get("VIS"):
         from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
         config = json.loads((folder / "config.json").read_text())
+        if os.environ.get("VIS"):  # the vision tower's width (tiny model: 64 channels, MLP 128)
+            config["vision_config"].update(hidden_size=int(os.environ["VIS"]),
+                                           intermediate_size=2 * int(os.environ["VIS"]))
         for block in (config, config.get("text_config", {})):
-            if block.get("rope_parameters"):
+            if block.get("rope_parameters") and os.environ.get("THETA"):
                 block["rope_parameters"]["rope_theta"] = float(os.environ["THETA"])
                 if os.environ.get("MROPE"):
                     block["rope_parameters"]["mrope_section"] = [int(v) for v in os.environ["MROPE"].split(",")]
