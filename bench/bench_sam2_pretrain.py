@@ -9,7 +9,7 @@ prompted frame) and the loss curve's first and last tenth. With `--repo DIR` (a 
 code on the eval pool with the ground-truth answer as the policy (bench_learning.py's `ceiling`) — once with the
 tiny random SAM2 the default run uses and once per trained seed.
 
-    python bench/bench_sam2_pretrain.py --seeds 0 1 2 --repo /tmp/scratch-repo
+    python bench/bench_sam2_pretrain.py --seeds 0 1 2 --jobs 3 --repo /tmp/scratch-repo
 """
 
 from __future__ import annotations
@@ -17,9 +17,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import multiprocessing
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +56,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2], help="stage seeds")
     parser.add_argument("--repo", type=Path, help="project copy with data/keyframes and models/tiny (for ceilings)")
+    parser.add_argument("--jobs", type=int, default=1, help="seeds trained at once, one process each")
     parser.add_argument("--set", action="append", default=[], help="override KEY=VALUE, e.g. pretrain_sam2.steps=300")
     parser.add_argument("--out", type=Path, help="results file, named as its record; default sam2_pretrain.json")
     args = parser.parse_args()
@@ -67,9 +70,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-sam2-pretrain-") as tmp:
         tmp = Path(tmp)
         trained = {}
-        for seed in args.seeds:
-            figures["pretrain_sam2"][str(seed)], trained[seed] = pretrain_seed(params, seed, tmp)
-            print(json.dumps({seed: figures["pretrain_sam2"][str(seed)]}), flush=True)
+        # seeds in parallel processes (--jobs): each trains on one torch thread, as the stage does
+        spawn = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=max(1, args.jobs), mp_context=spawn) as pool:
+            runs = {seed: pool.submit(pretrain_seed, params, seed, tmp) for seed in args.seeds}
+            for seed, run in runs.items():
+                figures["pretrain_sam2"][str(seed)], trained[seed] = run.result()
+                print(json.dumps({seed: figures["pretrain_sam2"][str(seed)]}), flush=True)
         if args.repo:
             repo = args.repo.resolve()
             repo_params = load_params(repo / "params.yaml")
