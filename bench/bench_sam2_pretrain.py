@@ -35,8 +35,16 @@ from stages.models.tiny_sam2 import build_tiny_sam2  # noqa: E402
 from stages.pretrain_sam2 import CHECKPOINT, CONFIG, CURVE, pretrain_sam2  # noqa: E402
 
 
-def pretrain_seed(params, seed: int, tmp: Path) -> tuple[dict, Path]:
-    """One stage run from a freshly built tiny SAM2 (tiny_models seed = stage seed = `seed`); (figures, out dir)."""
+def read_params(overrides: list[str]):
+    """params.yaml of this project with `--set KEY=VALUE` overrides."""
+    raw = read_params_file(Path(__file__).resolve().parents[1] / "params.yaml")
+    return apply_overrides(raw, dict(item.split("=", 1) for item in overrides))[0]
+
+
+def pretrain_seed(overrides: list[str], seed: int, tmp: Path) -> tuple[dict, Path]:
+    """One stage run from a freshly built tiny SAM2 (tiny_models seed = stage seed = `seed`); (figures, out dir).
+    Takes the overrides, not the params (the params objects do not pickle into a worker process)."""
+    params = read_params(overrides)
     base = tmp / f"tiny-sam2-{seed}"
     build_tiny_sam2(base, params.tiny_models.sam2_image_size, seed)
     out = tmp / f"pretrain-sam2-{seed}"
@@ -63,8 +71,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    raw = read_params_file(Path(__file__).resolve().parents[1] / "params.yaml")
-    params, _ = apply_overrides(raw, dict(item.split("=", 1) for item in args.set))
+    params = read_params(args.set)
     figures: dict = {"pretrain_sam2": {}, "ceiling": {}, "overrides": args.set,
                      "pretrain_sam2_params": dataclasses.asdict(params.pretrain_sam2)}
     with tempfile.TemporaryDirectory(prefix="bench-sam2-pretrain-") as tmp:
@@ -73,7 +80,7 @@ def main() -> None:
         # seeds in parallel processes (--jobs): each trains on one torch thread, as the stage does
         spawn = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=max(1, args.jobs), mp_context=spawn) as pool:
-            runs = {seed: pool.submit(pretrain_seed, params, seed, tmp) for seed in args.seeds}
+            runs = {seed: pool.submit(pretrain_seed, args.set, seed, tmp) for seed in args.seeds}
             for seed, run in runs.items():
                 figures["pretrain_sam2"][str(seed)], trained[seed] = run.result()
                 print(json.dumps({seed: figures["pretrain_sam2"][str(seed)]}), flush=True)
