@@ -68,6 +68,12 @@ KNOWN = {
     "sam2_pretrain-1500": ("bench_sam2_pretrain.py --seeds 0 --set pretrain_sam2.steps=1500 --repo DIR "
                            "--out bench/results/sam2_pretrain-1500.json",
                            "issue 24: does the tiny SAM2 keep improving with 2.5× the default steps?"),
+    "sam2_lr3e-4": ("bench_sam2_pretrain.py --seeds 1 --set pretrain_sam2.learning_rate=3e-4 --out "
+                    "bench/results/sam2_lr3e-4.json",
+                    "issue 24: does seed 1, which did not learn at learning rate 1e-3, learn at 3e-4?"),
+    "sam2_lr1e-4": ("bench_sam2_pretrain.py --seeds 1 --set pretrain_sam2.learning_rate=1e-4 --out "
+                    "bench/results/sam2_lr1e-4.json",
+                    "issue 24: does seed 1, which did not learn at learning rate 1e-3, learn at 1e-4?"),
     "mutation": ("scripts/mutation.sh [MODULE ...]", "≥ 90 % of mutants killed in stages/rewards and "
                  "stages/evaluate/metrics.py, ≥ 85 % in every other listed module (issue 30)"),
     "gpu-sam2_reward": ("gpu.sh → bench_sam2_reward.py", "SAM2.1-large: ≥ 4× (H100, published 4.95 s → 1.45 s)"),
@@ -224,7 +230,7 @@ def measured(name: str, figures: dict) -> str:
                    if "target_speedup" in figures else ""))
     if name in ("learning", "learning-rope"):
         return _learning(figures)
-    if name.startswith("sam2_pretrain"):
+    if name.startswith(("sam2_pretrain", "sam2_lr")):
         return _sam2_pretrain(figures)
     if name == "grounding_probe":
         return ("; ".join(
