@@ -68,6 +68,9 @@ KNOWN = {
     "sam2_pretrain-1500": ("bench_sam2_pretrain.py --seeds 0 --set pretrain_sam2.steps=1500 --repo DIR "
                            "--out bench/results/sam2_pretrain-1500.json",
                            "issue 24: does the tiny SAM2 keep improving with 2.5× the default steps?"),
+    "sam2_pretrain-lr1e-3": ("bench_sam2_pretrain.py --seeds 0 1 2 --repo DIR (learning_rate 1e-3, then the default)",
+                             "issue 24: the pretrain_sam2 stage at its first learning rate, per seed, with the "
+                             "evaluation ceiling through each trained SAM2"),
     "sam2_lr3e-4": ("bench_sam2_pretrain.py --seeds 1 --set pretrain_sam2.learning_rate=3e-4 --out "
                     "bench/results/sam2_lr3e-4.json",
                     "issue 24: does seed 1, which did not learn at learning rate 1e-3, learn at 3e-4?"),
