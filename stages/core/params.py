@@ -409,7 +409,9 @@ class SftParams:
     format_eval_samples: Exp[NonNegInt] = 12  # held-out eval samples for the before/after format rate
     max_new_tokens: Exp[PosInt] = 256  # generation length for the format rate (template traces: ~175 tokens)
     out_dir: ExpPath[str] = "models/sft"
-    checkpoint_dir: ExpPath[str] = "models/checkpoints/sft"  # persists across runs (resume after a kill)
+    # persists across runs (resume after a kill); fixed at serve time: the stage removes a folder there that holds
+    # no checkpoints of this run, and no DVC output guards it, so a run naming `data` would lose the data
+    checkpoint_dir: Server[str] = "models/checkpoints/sft"
 
 
 @dataclass(frozen=True)
@@ -538,7 +540,8 @@ class GrpoParams:
     shards_dir: ExpPath[str] = "data/shards/grpo"  # GRPO WebDataset shards (shard stage)
     verl_parquet: ExpPath[str] = "data/shards/exports/verl/grpo.parquet"  # verl export of the same pool
     out_dir: ExpPath[str] = "models/grpo"  # adapter/ and merged/
-    checkpoint_dir: ExpPath[str] = "models/checkpoints/grpo"  # resumable trainer checkpoints (persist)
+    # resumable trainer checkpoints (persist); fixed at serve time, as sft.checkpoint_dir (the stage removes them)
+    checkpoint_dir: Server[str] = "models/checkpoints/grpo"
     batch_size: Exp[PosInt] = 2  # prompts per step (paper: 16)
     num_generations: Exp[Annotated[int, Ge(2)]] = 8  # rollouts per prompt (paper: 8)
     # rollout rounds (one generation each); 0 = epochs over the pool (paper: 1 epoch of 10K)

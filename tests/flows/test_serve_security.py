@@ -79,6 +79,10 @@ def test_hostile_run_parameters_are_refused_before_dvc(
         ({"remote.url_env": "VRSFLOW_OTHER_REMOTE"}, f"remote.url_env: {FIXED}"),
         ({"runner.dask_address": "tcp://10.0.0.1:8786"}, f"runner.dask_address: {FIXED}"),
         ({"sft.processes": "64"}, f"sft.processes: {FIXED}"),
+        # folders a stage removes that no DVC output guards: a run naming `data` would lose the data
+        ({"sft.checkpoint_dir": "data"}, f"sft.checkpoint_dir: {FIXED}"),
+        ({"grpo.checkpoint_dir": "data/raw"}, f"grpo.checkpoint_dir: {FIXED}"),
+        ({"pretrain_sam2.checkpoint_dir": "data"}, f"pretrain_sam2.checkpoint_dir: {FIXED}"),
         ({"data.root": "/etc"}, f"data.root: '/etc' is outside the project {OUTSIDE}"),
         ({"model.path": "/root"}, f"model.path: '/root' is outside the project {OUTSIDE}"),
         ({"sam2.checkpoint": "models/../../../../etc/x.pt"},
