@@ -410,7 +410,7 @@ class SftParams:
     max_new_tokens: Exp[PosInt] = 256  # generation length for the format rate (template traces: ~175 tokens)
     out_dir: ExpPath[str] = "models/sft"
     # persists across runs (resume after a kill); fixed at serve time: the stage removes a folder there that holds
-    # no checkpoints of this run, and no DVC output guards it, so a run naming `data` would lose the data
+    # no checkpoints of this run, and no DVC output guards it: a run naming a dataset under an allowed root deletes it
     checkpoint_dir: Server[str] = "models/checkpoints/sft"
 
 
