@@ -309,8 +309,7 @@ def _learning(figures: dict) -> str:
                      + "/".join(f"{r['wall_s']:.0f}" for r in runs.values()) + " s)")
     ceiling = figures.get("ceiling", {})
     if ceiling:
-        parts.append("ceiling J&F (ground-truth answers): " + ", ".join(
-            f"{k} segmenter {v['JF_overall']}" for k, v in ceiling.items()))
+        parts.append(_ceilings(ceiling, " segmenter"))
     if ceiling and max(v["JF_overall"] for v in ceiling.values()) < 40:
         parts.append("J&F 40 is above every ceiling measured: target not reachable with these segmenters")
     if runs and not any("sft_jf" in r for r in runs.values()):
@@ -318,21 +317,26 @@ def _learning(figures: dict) -> str:
     return "; ".join(parts) or "figures in the file (no headline for this name)"
 
 
+def _ceilings(ceiling: dict, label: str = "") -> str:
+    """The evaluation ceilings of a learning record: J&F with ground-truth answers per segmenter / SAM2."""
+    rows = ", ".join(f"{k}{label} {v['JF_overall']}" for k, v in ceiling.items())
+    return f"ceiling J&F (ground-truth answers): {rows}"
+
+
 def _sam2_pretrain(figures: dict) -> str:
-    runs = figures.get("pretrain_sam2", {})
+    runs = list(figures.get("pretrain_sam2", {}).values())
     parts = []
+
+    def per_seed(key: str, fmt: str = ".3f") -> str:
+        return "/".join(f"{r[key]:{fmt}}" for r in runs)
+
     if runs:
-        first = next(iter(runs.values()))
-        parts.append(f"pretrain_sam2 ({first['steps']} steps) over seeds {', '.join(runs)}: held-out tracking IoU "
-                     + "/".join(f"{r['track_iou_before']:.3f}" for r in runs.values()) + " → "
-                     + "/".join(f"{r['track_iou_after']:.3f}" for r in runs.values()) + ", prompted-frame IoU "
-                     + "/".join(f"{r['prompt_iou_before']:.3f}" for r in runs.values()) + " → "
-                     + "/".join(f"{r['prompt_iou_after']:.3f}" for r in runs.values()) + " ("
-                     + "/".join(f"{r['wall_s']:.0f}" for r in runs.values()) + " s)")
-    ceiling = figures.get("ceiling", {})
-    if ceiling:
-        parts.append("ceiling J&F (ground-truth answers): " + ", ".join(
-            f"{k} {v['JF_overall']}" for k, v in ceiling.items()))
+        parts.append(f"pretrain_sam2 ({runs[0]['steps']} steps) over seeds {', '.join(figures['pretrain_sam2'])}: "
+                     f"held-out tracking IoU {per_seed('track_iou_before')} → {per_seed('track_iou_after')}, "
+                     f"prompted-frame IoU {per_seed('prompt_iou_before')} → {per_seed('prompt_iou_after')} "
+                     f"({per_seed('wall_s', '.0f')} s)")
+    if figures.get("ceiling"):
+        parts.append(_ceilings(figures["ceiling"]))
     return "; ".join(parts) or "figures in the file (no headline for this name)"
 
 

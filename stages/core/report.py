@@ -7,8 +7,10 @@ from __future__ import annotations
 import base64
 import csv
 import io
+import logging
 import math
 import re
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +20,7 @@ import pandas as pd
 from stages.core.io import write_json
 
 SUMMARY_CHARS = 160  # longest one-line stage summary in the log
+SKIPPED = "skipped.json"  # what a stage that trains only tiny models writes instead of weights (skipped_report)
 # metric names that are timings (wall_s, samples_per_s, seconds_per_video, train_runtime): they differ between
 # identical runs, so they stay in metrics/<stage>.json and out of any output file DVC hashes
 _TIMING = re.compile(r"(_s|runtime)$|seconds")
@@ -49,6 +52,17 @@ class StageReport:
         """`<stage> done: k=v, …` cut to `limit` characters, naming how many metrics were left out and where
         all of them are (`metrics/<stage>.json`)."""
         return summary_line(f"{self.stage} done", self.metrics, limit, where=f"metrics/{self.stage}.json")
+
+
+def skipped_report(stage: str, out_dir: Path, reason: str) -> StageReport:
+    """A stage that had nothing to do: `out_dir` (its DVC output) holds only `SKIPPED` with the reason, the log says
+    why in one line, and the metrics say {"skipped": 1}."""
+    out_dir = Path(out_dir)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    out_dir.mkdir(parents=True)
+    write_json(out_dir / SKIPPED, {"skipped": True, "reason": reason})
+    logging.getLogger(f"stages.{stage}").info("%s: skipped (%s)", stage, reason)
+    return StageReport(stage, metrics={"skipped": 1})
 
 
 def is_timing(name: str) -> bool:

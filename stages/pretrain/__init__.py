@@ -27,12 +27,12 @@ import numpy as np
 import torch
 
 from schemas.answer import parse_answer
-from stages.core.io import atomic_write_text, write_json
+from stages.core.io import atomic_write_text
 from stages.core.lineage import write_lineage
 from stages.core.model_card import write_model_card
 from stages.core.params import ModelParams, PretrainParams, SynthScale
 from stages.core.progress import trainer_progress
-from stages.core.report import StageReport, curves_markdown, summary_line
+from stages.core.report import StageReport, curves_markdown, skipped_report, summary_line
 from stages.core.typed_config import to_dict
 from stages.models import load_vlm
 from stages.pretrain.scenes import GroundingSample, scene_samples
@@ -41,7 +41,6 @@ from stages.tasks import user_content
 
 log = logging.getLogger(__name__)
 
-SKIPPED = "skipped.json"  # written instead of weights when model.path is a real checkpoint
 
 
 def skipped(params: PretrainParams, model: ModelParams) -> bool:
@@ -66,14 +65,9 @@ def pretrain(params: PretrainParams, model: ModelParams, train_size: int, out_di
     """
     out_dir = Path(out_dir)
     if skipped(params, model):
-        shutil.rmtree(out_dir, ignore_errors=True)
-        out_dir.mkdir(parents=True)
-        reason = (f"model.path {model.path} is not pretrain.out_dir {params.out_dir}: the model trained is another "
-                  "checkpoint (a real one, or the random tiny model)")
-        write_json(out_dir / SKIPPED, {"skipped": True, "reason": reason})
         _write_curve(Path(metrics_dir) / "pretrain_curve.tsv", [])  # a declared output: header only
-        log.info("pretrain: skipped (%s)", reason)
-        return StageReport("pretrain", metrics={"skipped": 1})
+        return skipped_report("pretrain", out_dir, f"model.path {model.path} is not pretrain.out_dir {params.out_dir}: "
+                              "the model trained is another checkpoint (a real one, or the random tiny model)")
     rope = _rope(params)  # a section that cannot fit the base is refused here, before a process starts or a file goes
     if params.processes > 1 and "WORLD_SIZE" not in os.environ:
         return _launch(params, model, train_size, out_dir, metrics_dir)

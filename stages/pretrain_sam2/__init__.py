@@ -32,12 +32,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from stages.core.io import atomic_write_text, write_json
+from stages.core.io import atomic_write_text
 from stages.core.lineage import write_lineage
 from stages.core.model_card import write_model_card
 from stages.core.params import PretrainSam2Params, Sam2Params, SynthScale
 from stages.core.progress import track
-from stages.core.report import StageReport, curves_markdown, summary_line
+from stages.core.report import StageReport, curves_markdown, skipped_report, summary_line
 from stages.core.typed_config import to_dict
 from stages.pretrain_sam2.clips import Clip, check_videos, mask_box, training_clip
 from stages.pretrain_sam2.loss import frame_loss
@@ -45,7 +45,6 @@ from stages.pretrain_sam2.loss import frame_loss
 log = logging.getLogger(__name__)
 
 CHECKPOINT, CONFIG = "model.pt", "config.yaml"  # the official checkpoint's file format, the base's config form
-SKIPPED = "skipped.json"  # written instead of weights when sam2.checkpoint is another model
 STATE = "state.pt"  # the resumable training state in pretrain_sam2.checkpoint_dir
 CURVE = "pretrain_sam2_curve.tsv"
 CURVE_COLUMNS = ("loss", "focal", "dice", "iou", "object")
@@ -64,14 +63,10 @@ def pretrain_sam2(params: PretrainSam2Params, sam2: Sam2Params, out_dir: Path, m
     """
     out_dir = Path(out_dir)
     if skipped(params, sam2):
-        shutil.rmtree(out_dir, ignore_errors=True)
-        out_dir.mkdir(parents=True)
-        reason = (f"sam2.checkpoint {sam2.checkpoint} is not {Path(params.out_dir) / CHECKPOINT}: the SAM2 used is "
-                  "another checkpoint (a real one, or the random tiny SAM2)")
-        write_json(out_dir / SKIPPED, {"skipped": True, "reason": reason})
         _write_curve(Path(metrics_dir) / CURVE, [])  # a declared output: header only
-        log.info("pretrain_sam2: skipped (%s)", reason)
-        return StageReport("pretrain_sam2", metrics={"skipped": 1})
+        return skipped_report("pretrain_sam2", out_dir, f"sam2.checkpoint {sam2.checkpoint} is not "
+                              f"{Path(params.out_dir) / CHECKPOINT}: the SAM2 used is another checkpoint (a real one, "
+                              "or the random tiny SAM2)")
     base = Path(params.base)
     for name in (CHECKPOINT, CONFIG):
         if not (base / name).is_file():
@@ -92,6 +87,8 @@ def _train(params: PretrainSam2Params, out_dir: Path, metrics_dir: Path) -> Stag
     before = tracking_check(load_video_predictor(base_checkpoint, base_config, device), check)
 
     torch.manual_seed(params.seed)
+    # a fresh instance: the check above ran under SAM2's inference mode, and SAM2 caches its position encodings as
+    # inference tensors that autograd refuses to save
     model = load_video_predictor(base_checkpoint, base_config, device)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=params.learning_rate, weight_decay=params.weight_decay)
@@ -190,16 +187,11 @@ def clip_loss(model, clip: Clip) -> dict[str, torch.Tensor]:
     return out_terms
 
 
-def frame_iou(pred: np.ndarray, gt: np.ndarray) -> float:
-    """IoU of two boolean masks; 1 when both are empty (an absent object predicted absent)."""
-    union = np.logical_or(pred, gt).sum()
-    return float(np.logical_and(pred, gt).sum() / union) if union else 1.0
-
-
 @torch.no_grad()
 def tracking_check(predictor, videos: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, float]:
     """Each object prompted with its box where it is largest, tracked over the whole video: mean J over frames
     ("track_iou") and the IoU on the prompted frame ("prompt_iou"), averaged over objects."""
+    from stages.evaluate.metrics import j_measure
     from stages.segment import BoxGroup, propagate_groups
 
     tracks, prompts = [], []
@@ -210,9 +202,9 @@ def tracking_check(predictor, videos: list[tuple[np.ndarray, np.ndarray]]) -> di
         groups = [BoxGroup(k, [mask_box(masks[k, o])]) for o, k in zip(objects, keys, strict=True)]
         results = propagate_groups(predictor, list(frames), groups)
         for o, k, result in zip(objects, keys, results, strict=True):
-            ious = [frame_iou(result[0, t], masks[t, o]) for t in range(masks.shape[0])]
-            tracks.append(float(np.mean(ious)))
-            prompts.append(ious[k])
+            ious = j_measure(masks[:, o], result[0])  # the evaluation's J: 1 where both are empty
+            tracks.append(float(ious.mean()))
+            prompts.append(float(ious[k]))
     return {"track_iou": round(float(np.mean(tracks)), 4) if tracks else 0.0,
             "prompt_iou": round(float(np.mean(prompts)), 4) if prompts else 0.0, "objects": len(tracks)}
 

@@ -21,9 +21,10 @@ from stages.core.params import (
     apply_overrides,
     read_params_file,
 )
+from stages.core.report import SKIPPED
 from stages.models import load_vlm
 from stages.models.tiny_qwen import build_tiny_qwen
-from stages.pretrain import SKIPPED, box_iou, pretrain
+from stages.pretrain import box_iou, pretrain
 from stages.pretrain.scenes import scene_samples
 
 SIZE = 56

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 import stages.pretrain_sam2 as stage
 from stages.core.params import PretrainSam2Params, Sam2Params, SynthScale
+from stages.core.report import SKIPPED
 from stages.models.tiny_sam2 import build_tiny_sam2
 from stages.pretrain_sam2.clips import check_videos, mask_box, training_clip
 from stages.pretrain_sam2.loss import frame_loss
@@ -104,7 +105,7 @@ def test_another_sam2_checkpoint_skips_the_stage(tmp_path: Path) -> None:
     params = PretrainSam2Params(base=str(tmp_path / "missing"), out_dir=str(out))
     report = stage.pretrain_sam2(params, Sam2Params(), out, tmp_path / "metrics")
     assert report.metrics == {"skipped": 1}
-    assert sorted(p.name for p in out.iterdir()) == [stage.SKIPPED]
+    assert sorted(p.name for p in out.iterdir()) == [SKIPPED]
     assert (tmp_path / "metrics" / stage.CURVE).read_text().splitlines() == ["step\tloss\tfocal\tdice\tiou\tobject\tlr"]
 
 
