@@ -127,7 +127,7 @@ def _train(params: PretrainSam2Params, out_dir: Path, metrics_dir: Path) -> Stag
               **{f"{k}_after": v for k, v in after.items() if k != "objects"}}
     write_lineage(out_dir, "pretrain_sam2", {"pretrain_sam2": params}, seed=params.seed,
                   inputs={"base_sam2": Path(params.base)}, counts={"steps": params.steps},
-                  code_modules=["stages.pretrain_sam2", "stages.synth", "stages.segment"],
+                  code_modules=["stages.pretrain_sam2", "stages.synth", "stages.segment", "stages.evaluate.metrics"],
                   extra={"fingerprint": fingerprint})
     write_model_card(out_dir, "vrsflow tiny SAM2 pre-trained on synthetic clips (box prompt → tracked masks)",
                      metrics={"pretrain_sam2": result})
