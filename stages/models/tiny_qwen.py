@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import (
     PreTrainedTokenizerFast,
     Qwen2_5_VLConfig,
@@ -24,6 +24,7 @@ from transformers import (
     Qwen2VLImageProcessor,
     Qwen2VLVideoProcessor,
 )
+from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX as QWEN2_PRETOKENIZE_REGEX
 
 from stages.core.params import TinyModelsParams
 from stages.tasks import get_task
@@ -83,9 +84,19 @@ def training_corpus(seed: int = 0, n: int = 400) -> list[str]:
 
 
 def build_tokenizer(vocab_size: int, seed: int) -> PreTrainedTokenizerFast:
-    """A byte-level BPE (every byte encodable) with Qwen's special tokens and chat template."""
+    """A byte-level BPE (every byte encodable) with Qwen's special tokens, chat template and pre-tokenizer.
+
+    The pre-tokenizer is Qwen2's own (NFC, its split regex, then byte-level without GPT-2's regex), so every
+    digit is a token of its own as in the real Qwen2.5 vocabulary: a box is written digit by digit, and "52"
+    and " 52" share their digits instead of being two unrelated tokens (GPT-2's regex merged whole numbers,
+    with and without the space, into ~200 separate coordinate tokens, which the tiny model learned far more
+    slowly: bench/results/grounding_probe.json, runs D2 and P3).
+    """
     tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.normalizer = normalizers.NFC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
