@@ -6,13 +6,13 @@ on held-out frames (another seed stream) against the constant mean-box baseline.
 ORDER=img_first|text_first (the image before or after the words), NL (layers), HID (hidden size), THETA (the
 language model's rope theta), CUE=1 (a fixed left→right / top→bottom colour ramp blended into every frame: an
 absolute-position cue in the pixels), MROPE=t,h,w (the language model's mrope_section: how many rotary frequency
-pairs go to time, rows and columns), VIS (the vision tower's width; MLP twice that), NUMBERS=whole (the tiny
-tokenizer of the runs before D1, whose numbers are whole tokens, instead of the digit-by-digit one
-stages.models.tiny_qwen now builds), STEPS, BS, LR, NV (training videos), TAG, WORK (scratch folder), EVERY (steps
-between evaluations). TASK=plain asks the same question of the easiest possible frame: flat-coloured rectangles on
-a plain background, the question naming one by its colour (N training frames; NOBJ rectangles per frame, default 1:
-no binding of words to what is seen, only where it is; NOBJ=1,3 alternates the counts in training and holds out
-frames with the last), so that what is left is reading a position out of the image.
+pairs go to time, rows and columns), VIS (the vision tower's width; MLP twice that), DIGITS=1 (the tiny tokenizer
+with Qwen2's pre-tokenizer, numbers digit by digit: stages.models.tiny_qwen's build_tokenizer(digits=True)), STEPS,
+BS, LR, NV (training videos), TAG, WORK (scratch folder), EVERY (steps between evaluations). TASK=plain asks the
+same question of the easiest possible frame: flat-coloured rectangles on a plain background, the question naming
+one by its colour (N training frames; NOBJ rectangles per frame, default 1: no binding of words to what is seen,
+only where it is; NOBJ=1,3 alternates the counts in training and holds out frames with the last), so that what is
+left is reading a position out of the image.
 Logs the mean loss per 100 steps and an evaluation every 500; bench/results/grounding_probe.json holds the figures
 of the runs made. Usage: TAG=A ORDER=img_first THETA=10 python bench/probe_grounding.py
 """
@@ -114,26 +114,6 @@ def plain_samples(seed: int, n: int, counts: list[int]) -> list[dict]:
     return out
 
 
-def whole_number_tokenizer(vocab_size: int, seed: int):
-    """NUMBERS=whole: the tiny tokenizer as it was before Qwen2's pre-tokenizer, GPT-2's byte-level regex, which
-    merges whole numbers (with or without their space) into single tokens: the runs before D1-D4 used it."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    from stages.models.tiny_qwen import CHAT_TEMPLATE, SPECIAL_TOKENS, training_corpus
-
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tokenizer.train_from_iterator(training_corpus(seed), trainer)
-    hf = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                 additional_special_tokens=SPECIAL_TOKENS[1:], model_max_length=32768)
-    hf.chat_template = CHAT_TEMPLATE
-    return hf
-
-
 def chat(sample: dict, answer: bool = True) -> list[dict]:
     words = f"Colour of {sample['text']}?" if TASK == "colour" else f"Box {sample['text']}."
     parts = [{"type": "image"}, {"type": "text", "text": words}]
@@ -189,10 +169,12 @@ def main() -> None:
         baseline = round(float(np.mean([iou(mean_box, s["box"]) for s in held_out])), 4)
         print(TAG, "samples", len(train), len(held_out), "mean-box IoU", baseline, flush=True)
     folder = Path(os.environ.get("WORK", "/tmp")) / f"probe_tiny_{TAG}"
-    if os.environ.get("NUMBERS") == "whole":  # the earlier tokenizer (whole-number tokens), for the runs before D1
+    if os.environ.get("DIGITS"):  # Qwen2's pre-tokenizer: numbers written digit by digit (runs D1-D6)
+        import functools
+
         import stages.models.tiny_qwen as tiny_qwen
 
-        tiny_qwen.build_tokenizer = whole_number_tokenizer
+        tiny_qwen.build_tokenizer = functools.partial(tiny_qwen.build_tokenizer, digits=True)
     build_tiny_qwen(TinyModelsParams(hidden_size=int(os.environ.get("HID", "256")),
                                      num_layers=int(os.environ.get("NL", "2")), max_image_side=SIZE), folder)
     if os.environ.get("THETA") or os.environ.get("VIS"):

@@ -83,20 +83,23 @@ def training_corpus(seed: int = 0, n: int = 400) -> list[str]:
     return texts
 
 
-def build_tokenizer(vocab_size: int, seed: int) -> PreTrainedTokenizerFast:
-    """A byte-level BPE (every byte encodable) with Qwen's special tokens, chat template and pre-tokenizer.
+def build_tokenizer(vocab_size: int, seed: int, digits: bool = False) -> PreTrainedTokenizerFast:
+    """A byte-level BPE (every byte encodable) with Qwen's special tokens and chat template.
 
-    The pre-tokenizer is Qwen2's own (NFC, its split regex, then byte-level without GPT-2's regex), so every
-    digit is a token of its own as in the real Qwen2.5 vocabulary: a box is written digit by digit, and "52"
-    and " 52" share their digits instead of being two unrelated tokens (GPT-2's regex merged whole numbers,
-    with and without the space, into ~200 separate coordinate tokens, which the tiny model learned far more
-    slowly: bench/results/grounding_probe.json, runs D2 and P3).
+    `digits`: Qwen2's own pre-tokenizer (NFC, Qwen2's split regex, then byte-level without GPT-2's regex), which
+    writes every number digit by digit as a real Qwen2.5 does; otherwise GPT-2's byte-level regex, which makes each
+    number seen in training one token (with and without its leading space). The tiny model learns to box one
+    rectangle about twice as fast with digits (bench/results/grounding_probe.json, D2 against P3), but the default
+    SFT then stops teaching the answer format (bench/results/tokenizer.json): the default keeps whole numbers.
     """
     tokenizer = Tokenizer(models.BPE())
-    tokenizer.normalizer = normalizers.NFC()
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN2_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    if digits:
+        tokenizer.normalizer = normalizers.NFC()
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(QWEN2_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    else:
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
