@@ -61,6 +61,11 @@ KNOWN = {
                       "issue 24: the pretrain stage with its grounding M-RoPE (theta 3, [2, 15, 15]), in the "
                       "evaluation's 6-frame format, 3× the default epochs: does the base localise on held-out synth "
                       "scenes?"),
+    "tokenizer": ("bench_tokenizer.py --repo DIR",
+                  "issue 24: which tiny tokenizer the default SFT teaches the answer format with (whole-number "
+                  "tokens, the default, or Qwen2's digit by digit)"),
+    "grpo": ("bench_grpo.py --repo DIR --variant NAME [KEY=VALUE …] …",
+             "issue 24: the default run's GRPO fits the budget, its reward still rising (the issue sets no ratio)"),
     "sam2_pretrain": ("bench_sam2_pretrain.py --seeds 0 1 2 --repo DIR",
                       "issue 24: masks that mean something — the pretrain_sam2 stage (default block) per seed: "
                       "held-out tracking IoU before/after, and the evaluation ceiling (ground-truth answers) with "
@@ -235,6 +240,16 @@ def measured(name: str, figures: dict) -> str:
         return _learning(figures)
     if name.startswith(("sam2_pretrain", "sam2_lr")):
         return _sam2_pretrain(figures)
+    if name == "tokenizer":
+        return "; ".join(f"{k}: held-out format rate after SFT {v['format_rate_after']} (before "
+                         f"{v['format_rate_before']}), final loss {v['final_loss']}, a box in {len(v['box_tokens'])} "
+                         f"tokens, {v['wall_s']} s" for k, v in figures.items())
+    if name == "grpo":
+        return "; ".join(f"{k} ({', '.join(v['overrides']) or 'params.yaml'}: {v['optimizer_steps']} optimizer steps, "
+                         f"{v['rollouts']} rollouts): {v['stage_wall_s']} s, reward {v['reward_first']} → "
+                         f"{v['reward_last']} (first → last pass), by quarter "
+                         f"{' / '.join(str(q) for q in v['reward_by_quarter'])}"
+                         for k, v in figures["variants"].items())
     if name == "grounding_probe":
         return ("; ".join(
             f"{tag} (`{r['command'].split(' python')[0]}`, {r['steps_done']} steps): held-out "
