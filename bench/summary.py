@@ -68,6 +68,8 @@ KNOWN = {
              "issue 24: the default run's GRPO fits the budget, its reward still rising (the issue sets no ratio)"),
     "grpo-seeds": ("bench_grpo.py --repo DIR --variant NAME grpo.seed=S [KEY=VALUE …] …",
                    "issue 24: the same comparison over two more GRPO seeds (same SFT model)"),
+    "grpo-batch4": ("bench_grpo.py --repo DIR --variant NAME grpo.seed=S grpo.batch_size=4 grpo.max_steps=48 …",
+                    "issue 24: 48 rounds of 4 prompts over GRPO seeds 1 and 2 (same SFT model)"),
     "sam2_pretrain": ("bench_sam2_pretrain.py --seeds 0 1 2 --repo DIR",
                       "issue 24: masks that mean something — the pretrain_sam2 stage (default block) per seed: "
                       "held-out tracking IoU before/after, and the evaluation ceiling (ground-truth answers) with "
@@ -246,7 +248,7 @@ def measured(name: str, figures: dict) -> str:
         return "; ".join(f"{k}: held-out format rate after SFT {v['format_rate_after']} (before "
                          f"{v['format_rate_before']}), final loss {v['final_loss']}, a box in {len(v['box_tokens'])} "
                          f"tokens, {v['wall_s']} s" for k, v in figures.items())
-    if name in ("grpo", "grpo-seeds"):
+    if name in ("grpo", "grpo-seeds", "grpo-batch4"):
         return "; ".join(f"{k} ({', '.join(v['overrides']) or 'params.yaml'}: {v['optimizer_steps']} optimizer steps, "
                          f"{v['rollouts']} rollouts): {v['stage_wall_s']} s, reward {v['reward_first']} → "
                          f"{v['reward_last']} (first → last pass), by quarter "
