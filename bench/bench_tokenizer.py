@@ -3,8 +3,8 @@ project copy's shards, once from a tiny random Qwen2.5-VL with each tokenizer `s
 GPT-2's byte-level regex (each number one token; the default) and Qwen2's pre-tokenizer (digit by digit,
 `build_tokenizer(digits=True)`), the same `tiny_models` params and seed otherwise.
 
-Per tokenizer: the stage's metrics (held-out format rate before and after, final loss, steps), the tokens of the
-held-out answers' first box, and the wall time. Same machine, one after the other.
+Per tokenizer: the stage's metrics (held-out format rate before and after, final loss, steps), the tokens of one
+example box, and the wall time. Same machine, one after the other.
 
     python bench/bench_tokenizer.py --repo /tmp/copy     # a copy where `dvc repro shard` has run
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import json
 import os
 import sys
@@ -31,16 +30,11 @@ TOKENIZERS = {"whole_numbers": False, "digits": True}  # name → build_tokenize
 
 def run(repo: Path, digits: bool, tmp: Path) -> dict:
     """Build the tiny model with the tokenizer, then the SFT stage on `repo`'s shards; the stage's metrics."""
-    import stages.models.tiny_qwen as tiny_qwen
+    from stages.models.tiny_qwen import build_tiny_qwen
     from stages.sft import train_sft
 
     params = load_params(repo / "params.yaml")
-    original = tiny_qwen.build_tokenizer
-    tiny_qwen.build_tokenizer = functools.partial(original, digits=digits)
-    try:
-        tiny_qwen.build_tiny_qwen(params.tiny_models, tmp / "base")
-    finally:
-        tiny_qwen.build_tokenizer = original
+    build_tiny_qwen(params.tiny_models, tmp / "base", digits=digits)
     model = dataclasses.replace(params.model, path=str(tmp / "base"))
     started = time.perf_counter()
     report = train_sft(params.sft, model, repo / "data" / "shards", tmp / "sft", tmp / "checkpoints", tmp / "metrics")

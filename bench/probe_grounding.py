@@ -7,7 +7,7 @@ ORDER=img_first|text_first (the image before or after the words), NL (layers), H
 language model's rope theta), CUE=1 (a fixed left→right / top→bottom colour ramp blended into every frame: an
 absolute-position cue in the pixels), MROPE=t,h,w (the language model's mrope_section: how many rotary frequency
 pairs go to time, rows and columns), VIS (the vision tower's width; MLP twice that), DIGITS=1 (the tiny tokenizer
-with Qwen2's pre-tokenizer, numbers digit by digit: stages.models.tiny_qwen's build_tokenizer(digits=True)), STEPS,
+with Qwen2's pre-tokenizer, numbers digit by digit: stages.models.tiny_qwen's build_tiny_qwen(digits=True)), STEPS,
 BS, LR, NV (training videos), TAG, WORK (scratch folder), EVERY (steps between evaluations). TASK=plain asks the
 same question of the easiest possible frame: flat-coloured rectangles on a plain background, the question naming
 one by its colour (N training frames; NOBJ rectangles per frame, default 1: no binding of words to what is seen,
@@ -169,14 +169,10 @@ def main() -> None:
         baseline = round(float(np.mean([iou(mean_box, s["box"]) for s in held_out])), 4)
         print(TAG, "samples", len(train), len(held_out), "mean-box IoU", baseline, flush=True)
     folder = Path(os.environ.get("WORK", "/tmp")) / f"probe_tiny_{TAG}"
-    if os.environ.get("DIGITS"):  # Qwen2's pre-tokenizer: numbers written digit by digit (runs D1-D6)
-        import functools
-
-        import stages.models.tiny_qwen as tiny_qwen
-
-        tiny_qwen.build_tokenizer = functools.partial(tiny_qwen.build_tokenizer, digits=True)
+    # DIGITS=1: Qwen2's pre-tokenizer, numbers written digit by digit (runs D1-D6)
     build_tiny_qwen(TinyModelsParams(hidden_size=int(os.environ.get("HID", "256")),
-                                     num_layers=int(os.environ.get("NL", "2")), max_image_side=SIZE), folder)
+                                     num_layers=int(os.environ.get("NL", "2")), max_image_side=SIZE), folder,
+                    digits=bool(os.environ.get("DIGITS")))
     if os.environ.get("THETA") or os.environ.get("VIS"):
         from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 

@@ -110,9 +110,9 @@ def build_tokenizer(vocab_size: int, seed: int, digits: bool = False) -> PreTrai
     return hf
 
 
-def build_tiny_qwen(params: TinyModelsParams, out_dir: Path) -> int:
+def build_tiny_qwen(params: TinyModelsParams, out_dir: Path, digits: bool = False) -> int:
     """Build and save model + processor into `out_dir`; returns the parameter count."""
-    tokenizer = build_tokenizer(params.vocab_size, params.seed)
+    tokenizer = build_tokenizer(params.vocab_size, params.seed, digits)
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
     pixels = {"size": {"shortest_edge": 28 * 28, "longest_edge": params.max_image_side ** 2},
               "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2}
