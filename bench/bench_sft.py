@@ -24,7 +24,7 @@ against the device's dense bf16 peak, and peak memory.
 
     python bench/bench_sft.py [--samples 32] [--size 560] [--epochs 3]      # → bench/results/sft.json
     python bench/bench_sft.py --stage /path/to/pipeline-copy --baseline-commit SHA   # → sft-stage.json
-    python bench/bench_sft.py --gpu [--steps 10] [--gradient-checkpointing] [--peak-tflops 989]
+    python bench/bench_sft.py --gpu [--steps 10] [--variants 1 2 4c 8c] [--peak-tflops 989]
 """
 
 from __future__ import annotations
@@ -352,8 +352,31 @@ def gpu_batch(n_frames: int, size: int, text_tokens: int, response_tokens: int, 
             "pixel_values": pixels, "image_grid_thw": grid}
 
 
-def bench_gpu(steps: int, gradient_checkpointing: bool, peak_tflops: float | None, smoke: bool = False) -> dict:
-    """3B-shaped LoRA steps on CUDA; `smoke` runs the same code on CPU with shrunken shapes (a check, no figures)."""
+def parse_variant(text: str) -> tuple[int, bool]:
+    """`4` → batch 4 without gradient checkpointing; `8c` → batch 8 with it."""
+    checkpointing = text.endswith("c")
+    try:
+        batch = int(text.removesuffix("c"))
+    except ValueError:
+        raise SystemExit(f"--variants: '{text}' is not a batch size with an optional 'c' (e.g. 1, 2, 8c)") from None
+    if batch < 1:
+        raise SystemExit(f"--variants: '{text}': the batch size must be at least 1")
+    return batch, checkpointing
+
+
+def stack(sample: dict, batch: int) -> dict:
+    """`batch` copies of one sample as one padded-free batch (equal lengths: no padding FLOPs)."""
+    return {"input_ids": sample["input_ids"].repeat(batch, 1), "attention_mask": sample["attention_mask"].repeat(batch, 1),
+            "labels": sample["labels"].repeat(batch, 1), "pixel_values": sample["pixel_values"].repeat(batch, 1),
+            "image_grid_thw": sample["image_grid_thw"].repeat(batch, 1)}
+
+
+def bench_gpu(steps: int, variants: list[str], peak_tflops: float | None, smoke: bool = False) -> dict:
+    """3B-shaped LoRA steps on CUDA, one model, one row per variant (batch size, gradient checkpointing);
+    `smoke` runs the same code on CPU with shrunken shapes (a check, no figures).
+
+    MFU counts the model's FLOPs (one forward + backward of the batch, as torch's FlopCounterMode measures it without
+    checkpointing), so the recomputed forward of a checkpointed variant is cost, not credit."""
     from torch.utils.flop_counter import FlopCounterMode
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
@@ -381,25 +404,46 @@ def bench_gpu(steps: int, gradient_checkpointing: bool, peak_tflops: float | Non
     finally:
         torch.set_default_dtype(default_dtype)
     n_params = sum(p.numel() for p in model.parameters())
-    model = lora_model(model, SftParams(lora_dropout=0.0), gradient_checkpointing)
+    model = lora_model(model, SftParams(lora_dropout=0.0), gradient_checkpointing=False)
     model.train()
-    batch = gpu_batch(6, size, 200, 400, device)
-    tokens = int(batch["attention_mask"].sum())
+    sample = gpu_batch(6, size, 200, 400, device)
+    tokens = int(sample["attention_mask"].sum())
     with FlopCounterMode(display=False) as counter:
-        model(**batch).loss.backward()
+        model(**sample).loss.backward()
     flops = counter.get_total_flops()
     model.zero_grad(set_to_none=True)
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    seconds, _ = time_steps(model, [batch] * steps, device, autocast=False)
-    per_step = seconds / steps
-    achieved = flops / per_step / 1e12
-    return {"device": name, "parameters": n_params, "tokens_per_step": tokens, "frames": 6, "frame_size": size,
-            "gradient_checkpointing": gradient_checkpointing, "s_per_step": round(per_step, 4),
-            "tokens_per_s": round(tokens / per_step, 1), "tflops_per_step": round(flops / 1e12, 3),
-            "achieved_tflops": round(achieved, 2), "peak_tflops_bf16": peak,
-            "mfu": None if peak is None else round(achieved / peak, 4),
-            "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if device == "cuda" else None}
+    rows = []
+    for text_variant in variants:
+        batch, checkpointing = parse_variant(text_variant)
+        if checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            model.enable_input_require_grads()
+        else:
+            model.gradient_checkpointing_disable()
+        row = {"variant": text_variant, "batch": batch, "gradient_checkpointing": checkpointing}
+        if device == "cuda":
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        try:
+            seconds, _ = time_steps(model, [stack(sample, batch)] * steps, device, autocast=False)
+        except torch.OutOfMemoryError:
+            model.zero_grad(set_to_none=True)
+            rows.append({**row, "error": "CUDA out of memory"})
+            print(f"bench_sft: variant {text_variant}: CUDA out of memory", flush=True)
+            continue
+        per_step = seconds / steps
+        achieved = batch * flops / per_step / 1e12
+        rows.append({**row, "s_per_step": round(per_step, 4), "tokens_per_s": round(batch * tokens / per_step, 1),
+                     "achieved_tflops": round(achieved, 2), "mfu": None if peak is None else round(achieved / peak, 4),
+                     "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)
+                     if device == "cuda" else None})
+        print(f"bench_sft: {rows[-1]}", flush=True)
+    measured = [r for r in rows if "mfu" in r and r["mfu"] is not None]
+    best = max(measured, key=lambda r: r["mfu"]) if measured else None
+    return {"device": name, "parameters": n_params, "tokens_per_sample": tokens, "frames": 6, "frame_size": size,
+            "attention": "sdpa", "lora": "r=8 on every linear layer of the language model, vision tower frozen",
+            "tflops_per_sample": round(flops / 1e12, 3), "peak_tflops_bf16": peak, "steps": steps,
+            "variants": rows, "best": best}
 
 
 def main() -> None:
@@ -414,13 +458,14 @@ def main() -> None:
     parser.add_argument("--stage", type=Path, default=None, help="pipeline copy with data/shards: time train_sft")
     parser.add_argument("--baseline-commit", default="", help="--stage: the commit whose train_sft is the baseline")
     parser.add_argument("--repeats", type=int, default=2, help="--stage: runs of each (best is reported)")
-    parser.add_argument("--gradient-checkpointing", action="store_true", help="GPU mode: checkpoint activations")
+    parser.add_argument("--variants", nargs="+", default=["1"],
+                        help="GPU mode: batch sizes, each with a trailing 'c' for gradient checkpointing (1 2 4c 8c)")
     parser.add_argument("--peak-tflops", type=float, default=None, help="GPU mode: dense bf16 peak override")
     parser.add_argument("--smoke", action="store_true", help="GPU mode's code on CPU with tiny shapes (a check)")
     parser.add_argument("--out", type=Path, default=None, help="result file (default: bench/results/<name>.json)")
     args = parser.parse_args()
     if args.gpu or args.smoke:
-        result = bench_gpu(args.steps, args.gradient_checkpointing, args.peak_tflops, smoke=args.smoke)
+        result = bench_gpu(args.steps, args.variants, args.peak_tflops, smoke=args.smoke)
         name, baseline = "sft-gpu", "none (absolute figures; MFU against the device's dense bf16 peak)"
     elif args.stage is not None:
         if not args.baseline_commit:

@@ -53,7 +53,7 @@ if [[ $SMOKE -eq 1 ]]; then
   OUT=bench/out
   declare -A COMMANDS=(
     [sam2]="$PYTHON bench/bench_sam2_reward.py --micro --image-size 128 --frame-side 56 --frames 4 --rollouts 4 --keyframes 1 2 --out $OUT/gpu-sam2_reward.json"
-    [sft]="$PYTHON bench/bench_sft.py --smoke --steps 1 --out $OUT/gpu-sft.json"
+    [sft]="$PYTHON bench/bench_sft.py --smoke --steps 1 --variants 1 2c --out $OUT/gpu-sft.json"
     [evaluate]="$PYTHON bench/bench_metrics.py --gpu --shapes tiny --frames 6 --n-frames 2 --new-tokens 4 --repeats 1 --out $OUT/gpu-evaluate.json"
     [segment]="$PYTHON bench/bench_segment.py --short 1 --long 2 --fps 5 --out $OUT/gpu-segment.json"
   )
@@ -61,7 +61,7 @@ else
   OUT=bench/results
   declare -A COMMANDS=(
     [sam2]="$PYTHON bench/bench_sam2_reward.py --config configs/sam2.1/sam2.1_hiera_l.yaml --image-size 1024 --frame-side 560 --frames 6 --rollouts 8 --keyframes 1 3 6 --repeats 2 --device cuda --out $OUT/gpu-sam2_reward.json"
-    [sft]="$PYTHON bench/bench_sft.py --gpu --steps 8 --out $OUT/gpu-sft.json"
+    [sft]="$PYTHON bench/bench_sft.py --gpu --steps 6 --variants 1 2 4c 8c --out $OUT/gpu-sft.json"
     [evaluate]="$PYTHON bench/bench_metrics.py --gpu --frames 100 --n-frames 8 --new-tokens 128 --repeats 2 --out $OUT/gpu-evaluate.json"
     [segment]="$PYTHON bench/bench_segment.py --gpu --fps 10 --short 10 --long 60 --max-new-tokens 128 --out $OUT/gpu-segment.json"
   )

@@ -29,9 +29,22 @@ def _git(*args: str) -> str:
 
 def commit(code: tuple[str, ...] = ("stages", "bench", "schemas")) -> dict:
     """HEAD and whether the files the figures depend on (`code`, repo-relative) differ from it."""
-    head = _git("rev-parse", "HEAD") or "unknown"
+    head = _git("rev-parse", "HEAD")
+    if not head and os.environ.get("VRSFLOW_BENCH_COMMIT"):
+        # a copy of the tree without its .git (a lent GPU machine): the sender names the commit it sent, clean
+        return {"sha": os.environ["VRSFLOW_BENCH_COMMIT"], "dirty": False, "code": list(code),
+                "from": "VRSFLOW_BENCH_COMMIT"}
     dirty = bool(_git("status", "--porcelain", "--untracked-files=no", "--", *code))
-    return {"sha": head, "dirty": dirty, "code": list(code)}
+    return {"sha": head or "unknown", "dirty": dirty, "code": list(code)}
+
+
+def _gpu_driver() -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.strip().splitlines()[0] if out.strip() else "unknown"
 
 
 def machine() -> dict:
@@ -52,6 +65,8 @@ def machine() -> dict:
         info["torch_threads"] = torch.get_num_threads()
         if torch.cuda.is_available():
             info["gpu"] = torch.cuda.get_device_name()
+            info["cuda"] = torch.version.cuda
+            info["gpu_driver"] = _gpu_driver()
     return info
 
 
