@@ -11,7 +11,6 @@ written under it. A stage that fails is recorded with its error's last line and 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys

@@ -365,10 +365,9 @@ def parse_variant(text: str) -> tuple[int, bool]:
 
 
 def stack(sample: dict, batch: int) -> dict:
-    """`batch` copies of one sample as one padded-free batch (equal lengths: no padding FLOPs)."""
-    return {"input_ids": sample["input_ids"].repeat(batch, 1), "attention_mask": sample["attention_mask"].repeat(batch, 1),
-            "labels": sample["labels"].repeat(batch, 1), "pixel_values": sample["pixel_values"].repeat(batch, 1),
-            "image_grid_thw": sample["image_grid_thw"].repeat(batch, 1)}
+    """`batch` copies of one sample as one batch (equal lengths: no padding FLOPs); the images in sample order."""
+    return {key: sample[key].repeat(batch, 1) for key in
+            ("input_ids", "attention_mask", "labels", "pixel_values", "image_grid_thw")}
 
 
 def bench_gpu(steps: int, variants: list[str], peak_tflops: float | None, smoke: bool = False) -> dict:
