@@ -370,13 +370,29 @@ def stack(sample: dict, batch: int) -> dict:
             ("input_ids", "attention_mask", "labels", "pixel_values", "image_grid_thw")}
 
 
+def count_flops(model, sample: dict) -> int:
+    """FLOPs of one forward + backward, counted with eager attention: torch's counter cannot read the grouped-query
+    shapes (16 query heads, 2 key/value heads) that sdpa receives on CUDA, while eager attention's matrix products
+    are the same arithmetic in plain matmuls. The model is back on sdpa afterwards."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model.set_attn_implementation("eager")
+    try:
+        with FlopCounterMode(display=False) as counter:
+            model(**sample).loss.backward()
+    finally:
+        model.set_attn_implementation("sdpa")
+        model.zero_grad(set_to_none=True)
+    return counter.get_total_flops()
+
+
 def bench_gpu(steps: int, variants: list[str], peak_tflops: float | None, smoke: bool = False) -> dict:
     """3B-shaped LoRA steps on CUDA, one model, one row per variant (batch size, gradient checkpointing);
     `smoke` runs the same code on CPU with shrunken shapes (a check, no figures).
 
     MFU counts the model's FLOPs (one forward + backward of the batch, as torch's FlopCounterMode measures it without
-    checkpointing), so the recomputed forward of a checkpointed variant is cost, not credit."""
-    from torch.utils.flop_counter import FlopCounterMode
+    checkpointing, with eager attention: `count_flops`), so the recomputed forward of a checkpointed variant is
+    cost, not credit."""
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
     text, vision, size, device = dict(QWEN25VL_3B_TEXT), dict(QWEN25VL_3B_VISION), 560, "cuda"
@@ -407,10 +423,7 @@ def bench_gpu(steps: int, variants: list[str], peak_tflops: float | None, smoke:
     model.train()
     sample = gpu_batch(6, size, 200, 400, device)
     tokens = int(sample["attention_mask"].sum())
-    with FlopCounterMode(display=False) as counter:
-        model(**sample).loss.backward()
-    flops = counter.get_total_flops()
-    model.zero_grad(set_to_none=True)
+    flops = count_flops(model, sample)
     rows = []
     for text_variant in variants:
         batch, checkpointing = parse_variant(text_variant)

@@ -4,7 +4,8 @@
 #   bench/gpu.sh [--python PATH] [--only NAME[,NAME…]] [--dry-run] [--smoke]
 #
 # NAME: sam2 (SAM2.1-large-shaped consistency reward: shared encoding vs re-encoding per rollout, 8 rollouts ×
-# 6 frames at 560², masks asserted equal), sft (a Qwen2.5-VL-3B-shaped LoRA step: time, tokens/s, MFU, memory),
+# 6 frames at 560², bf16 as the stage, masks asserted to agree to IoU 0.9), sam2fp32 (the same in fp32 without
+# TF32, masks asserted bit-equal), sft (a Qwen2.5-VL-3B-shaped LoRA step: time, tokens/s, MFU, memory),
 # evaluate (seconds per 100-frame video: 3B-shaped answer + SAM2.1-large tracking), segment (`vrsflow segment` on
 # 10 s / 60 s 480p and 1080p clips: seconds per frame for decode, generate, propagate, peak RSS; the published
 # seconds per 100-frame video beside it). Each writes
@@ -22,7 +23,7 @@ PYTHON="${PYTHON:-}"
 if [[ -z "$PYTHON" ]]; then
   if [[ -x .venv/bin/python ]]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
 fi
-ONLY="sam2,sft,evaluate,segment"
+ONLY="sam2,sam2fp32,sft,evaluate,segment"
 DRY_RUN=0
 SMOKE=0
 
@@ -31,7 +32,7 @@ usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --python) [[ $# -ge 2 ]] || { echo "gpu.sh: --python needs a path" >&2; exit 2; }; PYTHON="$2"; shift 2 ;;
-    --only) [[ $# -ge 2 ]] || { echo "gpu.sh: --only needs sam2, sft, evaluate and/or segment" >&2; exit 2; }; ONLY="$2"; shift 2 ;;
+    --only) [[ $# -ge 2 ]] || { echo "gpu.sh: --only needs sam2, sam2fp32, sft, evaluate and/or segment" >&2; exit 2; }; ONLY="$2"; shift 2 ;;
     --dry-run) DRY_RUN=1; shift ;;
     --smoke) SMOKE=1; shift ;;
     -h|--help) usage; exit 0 ;;
@@ -42,8 +43,8 @@ done
 IFS=',' read -r -a NAMES <<< "$ONLY"
 for name in "${NAMES[@]}"; do
   case "$name" in
-    sam2|sft|evaluate|segment) ;;
-    *) echo "gpu.sh: --only: unknown figure '$name' (sam2, sft, evaluate, segment)" >&2; exit 2 ;;
+    sam2|sam2fp32|sft|evaluate|segment) ;;
+    *) echo "gpu.sh: --only: unknown figure '$name' (sam2, sam2fp32, sft, evaluate, segment)" >&2; exit 2 ;;
   esac
 done
 
@@ -53,6 +54,7 @@ if [[ $SMOKE -eq 1 ]]; then
   OUT=bench/out
   declare -A COMMANDS=(
     [sam2]="$PYTHON bench/bench_sam2_reward.py --micro --image-size 128 --frame-side 56 --frames 4 --rollouts 4 --keyframes 1 2 --out $OUT/gpu-sam2_reward.json"
+    [sam2fp32]="$PYTHON bench/bench_sam2_reward.py --micro --image-size 128 --frame-side 56 --frames 4 --rollouts 4 --keyframes 1 --precision fp32 --out $OUT/gpu-sam2_reward-fp32.json"
     [sft]="$PYTHON bench/bench_sft.py --smoke --steps 1 --variants 1 2c --out $OUT/gpu-sft.json"
     [evaluate]="$PYTHON bench/bench_metrics.py --gpu --shapes tiny --frames 6 --n-frames 2 --new-tokens 4 --repeats 1 --out $OUT/gpu-evaluate.json"
     [segment]="$PYTHON bench/bench_segment.py --short 1 --long 2 --fps 5 --out $OUT/gpu-segment.json"
@@ -61,6 +63,7 @@ else
   OUT=bench/results
   declare -A COMMANDS=(
     [sam2]="$PYTHON bench/bench_sam2_reward.py --config configs/sam2.1/sam2.1_hiera_l.yaml --image-size 1024 --frame-side 560 --frames 6 --rollouts 8 --keyframes 1 3 6 --repeats 2 --device cuda --out $OUT/gpu-sam2_reward.json"
+    [sam2fp32]="$PYTHON bench/bench_sam2_reward.py --config configs/sam2.1/sam2.1_hiera_l.yaml --image-size 1024 --frame-side 560 --frames 6 --rollouts 8 --keyframes 1 3 --device cuda --precision fp32 --out $OUT/gpu-sam2_reward-fp32.json"
     [sft]="$PYTHON bench/bench_sft.py --gpu --steps 6 --variants 1 2 4c 8c --out $OUT/gpu-sft.json"
     [evaluate]="$PYTHON bench/bench_metrics.py --gpu --frames 100 --n-frames 8 --new-tokens 128 --repeats 2 --out $OUT/gpu-evaluate.json"
     [segment]="$PYTHON bench/bench_segment.py --gpu --fps 10 --short 10 --long 60 --max-new-tokens 128 --out $OUT/gpu-segment.json"

@@ -29,11 +29,12 @@ def _git(*args: str) -> str:
 
 def commit(code: tuple[str, ...] = ("stages", "bench", "schemas")) -> dict:
     """HEAD and whether the files the figures depend on (`code`, repo-relative) differ from it."""
-    head = _git("rev-parse", "HEAD")
-    if not head and os.environ.get("VRSFLOW_BENCH_COMMIT"):
-        # a copy of the tree without its .git (a lent GPU machine): the sender names the commit it sent, clean
+    if os.environ.get("VRSFLOW_BENCH_COMMIT"):
+        # a copy of the tree sent elsewhere (a lent GPU machine), whose .git, if any, is not the tree's: the sender
+        # names the commit it sent, clean
         return {"sha": os.environ["VRSFLOW_BENCH_COMMIT"], "dirty": False, "code": list(code),
                 "from": "VRSFLOW_BENCH_COMMIT"}
+    head = _git("rev-parse", "HEAD")
     dirty = bool(_git("status", "--porcelain", "--untracked-files=no", "--", *code))
     return {"sha": head or "unknown", "dirty": dirty, "code": list(code)}
 
