@@ -78,11 +78,12 @@ def main() -> None:
     if bad:
         raise SystemExit(f"--set: '{bad[0]}' is not KEY=VALUE")
     repo = args.repo.resolve()
+    out = args.out.resolve() if args.out else None  # before the chdir below: relative to where it was run
     os.chdir(repo)  # the stages read and write by the params' relative paths
     figures = run_stages(repo, dict(item.split("=", 1) for item in args.set))
-    name = args.out.stem if args.out else "gpu-stages"  # the record names the file it is in
+    name = out.stem if out else "gpu-stages"  # the record names the file it is in
     write_result(name, figures, "none (absolute stage times; the CPU default's are in orchestration-default.json)",
-                 out=args.out)
+                 out=out)
     if any("error" in stage for stage in figures["stages"].values()):
         sys.exit(1)
 

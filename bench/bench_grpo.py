@@ -62,15 +62,16 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="results file, named as its record; default grpo.json")
     args = parser.parse_args()
     repo = args.repo.resolve()
+    out = args.out.resolve() if args.out else None  # before the chdir below: relative to where it was run
     figures: dict = {"variants": {}}
     os.chdir(repo)  # the stage reads its shards and model by the params' relative paths
     for name, *overrides in args.variant:
         with tempfile.TemporaryDirectory(prefix=f"bench-grpo-{name}-") as tmp:
             figures["variants"][name] = {"overrides": overrides, **run_variant(repo, overrides, Path(tmp))}
         print(json.dumps({name: figures["variants"][name]}), flush=True)
-    name = args.out.stem if args.out else "grpo"  # the record names the file it is in
+    name = out.stem if out else "grpo"  # the record names the file it is in
     write_result(name, figures, "the first variant (params.yaml as it is, unless its overrides say otherwise)",
-                 out=args.out)
+                 out=out)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,8 @@ rollout, as the released Veason-R1 reward does), same predictor, same inputs, in
 A sweep over how many distinct keyframes the rollouts chose (1 = the policy agrees, up to one per shown
 frame): the shared path encodes each frame once whatever the sweep, and tracks once per distinct
 keyframe. The masks of both paths are ASSERTED equal (np.array_equal per rollout) before any figure is
-written, on the CPU and on CUDA with `--precision fp32`; with the stage's bf16 autocast on CUDA the two paths
-round differently, and they are asserted to agree to mask IoU 0.9 (the figures record the least IoU). Random
+written, on the CPU; on CUDA the two paths round differently (bf16 autocast as the stage, or `--precision fp32`
+without TF32), and they are asserted to agree to mask IoU 0.9 (the figures record the least IoU). Random
 weights at the hiera_t shape (`configs/sam2.1/sam2.1_hiera_t.yaml`) at `--image-size`;
 `--micro` for the test model. Writes bench/results/sam2_reward.json.
 
@@ -77,14 +77,15 @@ def _timed(predictor, frames, groups, share: bool, repeats: int) -> tuple[float,
     return best, masks
 
 
-# bf16 on CUDA: the two paths batch different objects together, so their kernels round differently and masks whose
-# logits sit near 0 (random weights) flip pixels. Bit-equality is asserted where arithmetic is exact across batch
-# shapes (CPU, or CUDA in fp32 without TF32); in bf16 the paths must still agree to this mask IoU.
-BF16_MIN_IOU = 0.9
+# On CUDA the two paths batch different objects together, so their kernels round differently and masks whose logits
+# sit near 0 (random weights) flip pixels: in bf16 up to 6,055 pixels of a rollout (least IoU 0.988), and even in fp32
+# without TF32 one pixel (H100, bench/results/gpu-logs/). Bit-equality is asserted on the CPU; on CUDA the paths must
+# agree to this mask IoU.
+CUDA_MIN_IOU = 0.9
 
 
 def compare(masks: list[np.ndarray], reference: list[np.ndarray], exact: bool, n_keys: int) -> dict:
-    """Per rollout, the shared path's masks against re-encoding's: asserted equal (`exact`) or close (bf16)."""
+    """Per rollout, the shared path's masks against re-encoding's: asserted equal (`exact`) or close (CUDA)."""
     differing, ious = [], []
     for g, (a, b) in enumerate(zip(masks, reference, strict=True)):
         if a.shape != b.shape:
@@ -95,14 +96,14 @@ def compare(masks: list[np.ndarray], reference: list[np.ndarray], exact: bool, n
         if exact and differing[-1]:
             raise AssertionError(f"{n_keys} keyframes, rollout {g}: shared masks differ from re-encoding "
                                  f"({differing[-1]} pixels)")
-        if not exact and ious[-1] < BF16_MIN_IOU:
+        if not exact and ious[-1] < CUDA_MIN_IOU:
             raise AssertionError(f"{n_keys} keyframes, rollout {g}: shared masks agree with re-encoding only to "
-                                 f"IoU {ious[-1]:.4f} (< {BF16_MIN_IOU} in bf16)")
-    return {"masks_equal": not any(differing), "check": "bit-equal" if exact else f"IoU >= {BF16_MIN_IOU}",
+                                 f"IoU {ious[-1]:.4f} (< {CUDA_MIN_IOU} on CUDA)")
+    return {"masks_equal": not any(differing), "check": "bit-equal" if exact else f"IoU >= {CUDA_MIN_IOU}",
             "max_differing_pixels": max(differing), "min_iou_between_paths": round(min(ious), 6)}
 
 
-def exact_fp32() -> None:
+def fp32_without_tf32() -> None:
     """CUDA in true fp32: no bf16 autocast around SAM2 (the stage's `_autocast`), no TF32 matrix products."""
     import contextlib
 
@@ -126,16 +127,16 @@ def main() -> None:
     parser.add_argument("--config", default="", help="sam2 package config (default: sam2.1 hiera_t)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--precision", choices=["bf16", "fp32"], default="bf16",
-                        help="CUDA: bf16 autocast as the stage (masks compared by IoU), or fp32 (masks bit-equal)")
+                        help="CUDA: bf16 autocast as the stage, or fp32 without TF32 (masks compared by IoU)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=None, help="default: bench/results/sam2_reward.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: no CUDA device here")
-    exact = args.device == "cpu" or args.precision == "fp32"
+    exact = args.device == "cpu"
     if args.device == "cuda" and args.precision == "fp32":
-        exact_fp32()
+        fp32_without_tf32()
     with tempfile.TemporaryDirectory() as tmp:
         predictor = build(args.image_size, args.micro, Path(tmp), args.config, args.device)
     rng = np.random.default_rng(1)
@@ -159,7 +160,8 @@ def main() -> None:
                    "threads": args.threads, "precision": "fp32" if args.device == "cpu" else args.precision,
                    "repeats_best_of": args.repeats, "sweep": sweep,
                    "sweep_asked": args.keyframes, "target_speedup": 4.0}
-        write_result("sam2_reward", figures, "re-encoding per rollout: a fresh SAM2 state per rollout (released "
+        name = args.out.stem if args.out else "sam2_reward"  # the record names the file it is in
+        write_result(name, figures, "re-encoding per rollout: a fresh SAM2 state per rollout (released "
                      "Veason-R1 reward), propagate_groups(share_encoding=False)",
                      code=("stages/segment", "bench/bench_sam2_reward.py"), out=args.out)
 

@@ -386,9 +386,11 @@ def count_flops(model, sample: dict) -> int:
     return counter.get_total_flops()
 
 
-def bench_gpu(steps: int, variants: list[str], peak_tflops: float | None, smoke: bool = False) -> dict:
+def bench_gpu(steps: int, variants: list[str], peak_tflops: float | None, smoke: bool = False,
+              progress=None) -> dict:
     """3B-shaped LoRA steps on CUDA, one model, one row per variant (batch size, gradient checkpointing);
-    `smoke` runs the same code on CPU with shrunken shapes (a check, no figures).
+    `smoke` runs the same code on CPU with shrunken shapes (a check, no figures). `progress(result)` is called after
+    every variant with the figures so far (a run stopped during a later variant keeps the earlier ones).
 
     MFU counts the model's FLOPs (one forward + backward of the batch, as torch's FlopCounterMode measures it without
     checkpointing, with eager attention: `count_flops`), so the recomputed forward of a checkpointed variant is
@@ -425,6 +427,15 @@ def bench_gpu(steps: int, variants: list[str], peak_tflops: float | None, smoke:
     tokens = int(sample["attention_mask"].sum())
     flops = count_flops(model, sample)
     rows = []
+
+    def gpu_figures(rows: list[dict]) -> dict:
+        measured = [r for r in rows if r.get("mfu") is not None]
+        return {"device": name, "parameters": n_params, "tokens_per_sample": tokens, "frames": 6, "frame_size": size,
+                "attention": "sdpa", "lora": "r=8 on every linear layer of the language model, vision tower frozen",
+                "tflops_per_sample": round(flops / 1e12, 3), "peak_tflops_bf16": peak, "steps": steps,
+                "variants": list(rows), "best": max(measured, key=lambda r: r["mfu"]) if measured else None,
+                "variants_asked": list(variants)}
+
     for text_variant in variants:
         batch, checkpointing = parse_variant(text_variant)
         if checkpointing:
@@ -450,12 +461,9 @@ def bench_gpu(steps: int, variants: list[str], peak_tflops: float | None, smoke:
                      "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)
                      if device == "cuda" else None})
         print(f"bench_sft: {rows[-1]}", flush=True)
-    measured = [r for r in rows if "mfu" in r and r["mfu"] is not None]
-    best = max(measured, key=lambda r: r["mfu"]) if measured else None
-    return {"device": name, "parameters": n_params, "tokens_per_sample": tokens, "frames": 6, "frame_size": size,
-            "attention": "sdpa", "lora": "r=8 on every linear layer of the language model, vision tower frozen",
-            "tflops_per_sample": round(flops / 1e12, 3), "peak_tflops_bf16": peak, "steps": steps,
-            "variants": rows, "best": best}
+        if progress is not None:
+            progress(gpu_figures(rows))
+    return gpu_figures(rows)
 
 
 def main() -> None:
@@ -477,8 +485,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="result file (default: bench/results/<name>.json)")
     args = parser.parse_args()
     if args.gpu or args.smoke:
-        result = bench_gpu(args.steps, args.variants, args.peak_tflops, smoke=args.smoke)
-        name, baseline = "sft-gpu", "none (absolute figures; MFU against the device's dense bf16 peak)"
+        name = args.out.stem if args.out else "gpu-sft"  # the record names the file it is in
+        baseline = "none (absolute figures; MFU against the device's dense bf16 peak)"
+        result = bench_gpu(args.steps, args.variants, args.peak_tflops, smoke=args.smoke,
+                           progress=lambda figures: write_result(name, figures, baseline, out=args.out))
     elif args.stage is not None:
         if not args.baseline_commit:
             raise SystemExit("--stage needs --baseline-commit (the code to compare against)")

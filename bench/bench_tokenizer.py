@@ -53,14 +53,15 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="results file, named as its record; default tokenizer.json")
     args = parser.parse_args()
     repo = args.repo.resolve()
+    out = args.out.resolve() if args.out else None  # before the chdir below: relative to where it was run
     os.chdir(repo)  # the SFT processes read the shards and write by the params' relative paths
     figures: dict = {}
     for name, digits in TOKENIZERS.items():
         with tempfile.TemporaryDirectory(prefix=f"bench-tokenizer-{name}-") as tmp:
             figures[name] = run(repo, digits, Path(tmp))
         print(json.dumps({name: figures[name]}), flush=True)
-    name = args.out.stem if args.out else "tokenizer"  # the record names the file it is in
-    write_result(name, figures, "whole_numbers (the default tiny tokenizer)", out=args.out)
+    name = out.stem if out else "tokenizer"  # the record names the file it is in
+    write_result(name, figures, "whole_numbers (the default tiny tokenizer)", out=out)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@
 #
 # NAME: sam2 (SAM2.1-large-shaped consistency reward: shared encoding vs re-encoding per rollout, 8 rollouts ×
 # 6 frames at 560², bf16 as the stage, masks asserted to agree to IoU 0.9), sam2fp32 (the same in fp32 without
-# TF32, masks asserted bit-equal), sft (a Qwen2.5-VL-3B-shaped LoRA step: time, tokens/s, MFU, memory),
+# TF32: how far the paths differ without bf16), sft (a Qwen2.5-VL-3B-shaped LoRA step: time, tokens/s, MFU, memory),
 # evaluate (seconds per 100-frame video: 3B-shaped answer + SAM2.1-large tracking), segment (`vrsflow segment` on
 # 10 s / 60 s 480p and 1080p clips: seconds per frame for decode, generate, propagate, peak RSS; the published
 # seconds per 100-frame video beside it). Each writes
