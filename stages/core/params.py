@@ -542,10 +542,10 @@ class GrpoParams:
     out_dir: ExpPath[str] = "models/grpo"  # adapter/ and merged/
     # resumable trainer checkpoints (persist); fixed at serve time, as sft.checkpoint_dir (the stage removes them)
     checkpoint_dir: Server[str] = "models/checkpoints/grpo"
-    batch_size: Exp[PosInt] = 2  # prompts per step (paper: 16)
+    batch_size: Exp[PosInt] = 4  # prompts per step (paper: 16)
     num_generations: Exp[Annotated[int, Ge(2)]] = 8  # rollouts per prompt (paper: 8)
     # rollout rounds (one generation each); 0 = epochs over the pool (paper: 1 epoch of 10K)
-    max_steps: Exp[NonNegInt] = 96
+    max_steps: Exp[NonNegInt] = 48
     epochs: Exp[PosInt] = 1
     ppo_epochs: Exp[PosInt] = 1  # optimizer passes per round's rollouts: verl ppo_epochs, TRL num_iterations (paper: 1)
     learning_rate: Exp[PosFloat] = 1e-3  # (paper: 1e-6 on the pretrained model; the tiny model needs more)
