@@ -493,7 +493,8 @@ def main() -> None:
         if not args.baseline_commit:
             raise SystemExit("--stage needs --baseline-commit (the code to compare against)")
         result = bench_stage(args.stage, args.baseline_commit, args.repeats)
-        name, baseline = "sft-stage", f"train_sft at {args.baseline_commit} (hand-written loop), same data"
+        name = args.out.stem if args.out else "sft-stage"  # the record names the file it is in
+        baseline = f"train_sft at {args.baseline_commit}, same data"
     else:
         result = bench_cpu(args)
         name, baseline = "sft", "today's loop: read_shards decodes the pool up front, processor on every step"

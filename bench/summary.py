@@ -38,6 +38,9 @@ KNOWN = {
             "560 px); gradient checkpointing only where it saves memory that is needed"),
     "sft-stage": ("bench_sft.py --stage", "the SFT stage after those changes no slower than before them, same data "
                   "and steps (the issue sets no ratio)"),
+    "sft-stage-c0d26bc": ("bench_sft.py --stage DIR --baseline-commit c0d26bc --repeats 1",
+                          "is today's SFT slower than on 2026-11-23 (sft-stage.json, orchestration-default.json) "
+                          "because of the code? c0d26bc's train_sft against today's, same shards and tiny model"),
     "teacher": ("bench_teacher.py", "≥ 0.9 of the ideal request rate at concurrency 32; a rerun sends 0 requests"),
     "mask_parse": ("bench_mask_dict.py", "mask_dict.json parsed once per pipeline, RLEs identical (the issue sets no "
                   "ratio)"),
@@ -322,7 +325,7 @@ def measured(name: str, figures: dict) -> str:
         return _ingest(figures)
     if name == "sft":
         return _sft(figures)
-    if name == "sft-stage":
+    if name.startswith("sft-stage"):
         return _sft_stage(figures)
     if name == "teacher":
         return _teacher(figures)
