@@ -48,6 +48,10 @@ KNOWN = {
                       "per-stage overhead down: one Prefect API per repro, imports off each stage's start"),
     "orchestration-default": ("bench_orchestration.py --profile default",
                               "orchestration ≤ 5 % of the default run; default run ≤ 6 min on 2 cores"),
+    "orchestration-default-batch4": ("bench_orchestration.py --profile default --modes after --out "
+                                     "bench/results/orchestration-default-batch4.json",
+                                     "issue 24: the default run with GRPO's 48 rounds of 4 prompts, stage by stage "
+                                     "(≤ 10 min on 2 cores, pre-training included)"),
     "reader_check": ("bench_reader_check.py --mevis-repo … --videolisa-repo … --referformer-repo …",
                      "train-split readers equal the official MeViS / ReferFormer loaders; MeViS missing predictions "
                      "scored as the dataset authors' eval_mevis.py, ReasonVOS as its authors' script"),
