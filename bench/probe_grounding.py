@@ -4,8 +4,9 @@ One synth frame at 112 px, "Box the <colour> <texture> <kind>." → "[x1, y1, x2
 fine-tuning from a random tiny model (stages.models.tiny_qwen), AdamW with warm-up and cosine decay; greedy box IoU
 on held-out frames (another seed stream) against the constant mean-box baseline. Variants by environment variable:
 ORDER=img_first|text_first (the image before or after the words), NL (layers), HID (hidden size), THETA (the
-language model's rope theta), CUE=1 (a fixed left→right / top→bottom colour ramp blended into every frame: an
-absolute-position cue in the pixels), MROPE=t,h,w (the language model's mrope_section: how many rotary frequency
+language model's rope theta), CUE=1 (a fixed left→right / top→bottom colour ramp blended into every frame,
+TASK=plain's too: an absolute-position cue in the pixels, so that an image token's value carries its place),
+MROPE=t,h,w (the language model's mrope_section: how many rotary frequency
 pairs go to time, rows and columns), VIS (the vision tower's width; MLP twice that), DIGITS=1 (the tiny tokenizer
 with Qwen2's pre-tokenizer, numbers digit by digit: stages.models.tiny_qwen's build_tiny_qwen(digits=True)), STEPS,
 BS, LR, NV (training videos), TAG, WORK (scratch folder), EVERY (steps between evaluations). TASK=plain asks the
@@ -110,6 +111,8 @@ def plain_samples(seed: int, n: int, counts: list[int]) -> list[dict]:
             boxes.append(box)
             draw.rectangle([box[0], box[1], box[2] - 1, box[3] - 1], fill=PLAIN_COLOURS[names[k]])
         target = int(rng.integers(n_objects))
+        if os.environ.get("CUE"):  # the position ramp (CUE=1) on the plain frames too: absolute place in the pixels
+            image = Image.fromarray(position_cue(np.asarray(image)))
         out.append({"text": f"the {names[target]} square", "image": image, "box": boxes[target]})
     return out
 
