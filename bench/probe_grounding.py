@@ -11,9 +11,10 @@ pairs go to time, rows and columns), VIS (the vision tower's width; MLP twice th
 with Qwen2's pre-tokenizer, numbers digit by digit: stages.models.tiny_qwen's build_tiny_qwen(digits=True)), STEPS,
 BS, LR, NV (training videos), TAG, WORK (scratch folder), EVERY (steps between evaluations). TASK=plain asks the
 same question of the easiest possible frame: flat-coloured rectangles on a plain background, the question naming
-one by its colour (FIXED=red: always the red one, so that the words never change and finding the target among
-several needs no binding of a word; N training frames; NOBJ rectangles per frame, default 1: no binding of words
-to what is seen, only where it is; NOBJ=1,3 alternates the counts in training and holds out frames with the
+one by its colour (ASK=red,blue: only those colours are asked for, one per frame; FIXED=red: always the red
+one, so that the words never change and finding the target among several needs no binding of a word; N training
+frames; NOBJ rectangles per frame, default 1: no binding of words to what is seen, only where it is; NOBJ=1,3
+alternates the counts in training and holds out frames with the
 last), so that what is left is reading a position out of the image.
 Logs the mean loss per 100 steps and an evaluation every 500; bench/results/grounding_probe.json holds the figures
 of the runs made. Usage: TAG=A ORDER=img_first THETA=10 python bench/probe_grounding.py
@@ -45,6 +46,7 @@ SIZE = int(os.environ.get("SIZE", "112"))
 ORDER = os.environ.get("ORDER", "img_first")
 TAG = os.environ.get("TAG", "x")
 FIXED = os.environ.get("FIXED", "")  # TASK=plain: one colour always asked for (finding it needs no word binding)
+ASK = [c for c in os.environ.get("ASK", "").split(",") if c]  # TASK=plain: the colours that may be asked for
 TASK = os.environ.get("TASK", "box")  # box: "Box the <name>." → box; colour: "Colour of the <kind>?" → colour name
 # plain: "Box the <colour> square." on one flat rectangle over a plain background → box
 PLAIN_COLOURS = {"red": (220, 40, 40), "green": (40, 200, 60), "blue": (40, 80, 230), "yellow": (230, 220, 40),
@@ -106,6 +108,10 @@ def plain_samples(seed: int, n: int, counts: list[int]) -> list[dict]:
         if FIXED:  # FIXED=red: that colour is in every frame and always the target (the words never change)
             names.remove(FIXED)
             names.insert(int(rng.integers(n_objects)), FIXED)
+        elif ASK:  # ASK=red,blue: one of these colours, drawn per frame, is in the frame and is the target
+            asked = ASK[int(rng.integers(len(ASK)))]
+            names.remove(asked)
+            names.insert(int(rng.integers(n_objects)), asked)
         for k in range(n_objects):
             for _ in range(50):  # a few tries at a free spot; the last one is kept either way
                 w, h = rng.integers(14, 40, 2)
@@ -115,7 +121,7 @@ def plain_samples(seed: int, n: int, counts: list[int]) -> list[dict]:
                     break
             boxes.append(box)
             draw.rectangle([box[0], box[1], box[2] - 1, box[3] - 1], fill=PLAIN_COLOURS[names[k]])
-        target = names.index(FIXED) if FIXED else int(rng.integers(n_objects))
+        target = names.index(FIXED) if FIXED else names.index(asked) if ASK else int(rng.integers(n_objects))
         if os.environ.get("CUE"):  # the position ramp (CUE=1) on the plain frames too: absolute place in the pixels
             image = Image.fromarray(position_cue(np.asarray(image)))
         out.append({"text": f"the {names[target]} square", "image": image, "box": boxes[target]})
