@@ -209,11 +209,10 @@ PIPELINE_ORDER = ("tiny_models", "sft", "grpo")
 GPU_SAM2_TARGET = 10.0  # issue 27: the consistency reward on an H100, over re-encoding per rollout
 # a GPU figure without a results file, and why (default: no GPU was available)
 NOT_MEASURED = {
-    "gpu-sam2_reward-fp32": "no file: its one run (H100, 2026-11-26) asserted bit-equal masks and 1 pixel of one "
-                            "rollout differed (bench/results/gpu-logs/gpu-sam2fp32.log); compared by IoU since, "
-                            "not run again",
-    "gpu-segment": "not run: PyAV's wheel (36 MB) did not fit beside the others in the GPU machine's 64 MiB carry "
-                   "limit",
+    "gpu-sam2_reward-fp32": "no file: its one run (H100, 2026-11-26) asserted bit-equal masks and failed "
+                            "(bench/results/gpu-logs/gpu-sam2fp32.log); compared by IoU since, not run again",
+    "gpu-segment": "not run: PyAV's wheel did not fit beside the others in what could be carried to the GPU "
+                   "machine",
 }
 
 
