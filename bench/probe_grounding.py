@@ -6,12 +6,14 @@ on held-out frames (another seed stream) against the constant mean-box baseline.
 ORDER=img_first|text_first (the image before or after the words), NL (layers), HID (hidden size), THETA (the
 language model's rope theta), CUE=1 (a fixed left→right / top→bottom colour ramp blended into every frame,
 TASK=plain's too: an absolute-position cue in the pixels, so that an image token's value carries its place),
-MROPE=t,h,w (the language model's mrope_section: how many rotary frequency
+ECHO=1 (the answer repeats the asked-for name before its box, so the colour word sits a few tokens
+before each number), MROPE=t,h,w (the language model's mrope_section: how many rotary frequency
 pairs go to time, rows and columns), VIS (the vision tower's width; MLP twice that), DIGITS=1 (the tiny tokenizer
 with Qwen2's pre-tokenizer, numbers digit by digit: stages.models.tiny_qwen's build_tiny_qwen(digits=True)), STEPS,
 BS, LR, NV (training videos), TAG, WORK (scratch folder), EVERY (steps between evaluations). TASK=plain asks the
 same question of the easiest possible frame: flat-coloured rectangles on a plain background, the question naming
-one by its colour (ASK=red,blue: only those colours are asked for, one per frame; FIXED=red: always the red
+one by its colour (ASK=red,blue: only those colours are asked for, one per frame; GROW=400: ASK's first colour
+only at first, one more every 400 steps; FIXED=red: always the red
 one, so that the words never change and finding the target among several needs no binding of a word; N training
 frames; NOBJ rectangles per frame, default 1: no binding of words to what is seen, only where it is; NOBJ=1,3
 alternates the counts in training and holds out frames with the
@@ -47,6 +49,8 @@ ORDER = os.environ.get("ORDER", "img_first")
 TAG = os.environ.get("TAG", "x")
 FIXED = os.environ.get("FIXED", "")  # TASK=plain: one colour always asked for (finding it needs no word binding)
 ASK = [c for c in os.environ.get("ASK", "").split(",") if c]  # TASK=plain: the colours that may be asked for
+GROW = int(os.environ.get("GROW", "0"))  # TASK=plain with ASK: steps between adding the next asked-for colour
+ECHO = bool(os.environ.get("ECHO"))  # the answer names its target before the box: "red: [x1, y1, x2, y2]"
 TASK = os.environ.get("TASK", "box")  # box: "Box the <name>." → box; colour: "Colour of the <kind>?" → colour name
 # plain: "Box the <colour> square." on one flat rectangle over a plain background → box
 PLAIN_COLOURS = {"red": (220, 40, 40), "green": (40, 200, 60), "blue": (40, 80, 230), "yellow": (230, 220, 40),
@@ -124,7 +128,8 @@ def plain_samples(seed: int, n: int, counts: list[int]) -> list[dict]:
         target = names.index(FIXED) if FIXED else names.index(asked) if ASK else int(rng.integers(n_objects))
         if os.environ.get("CUE"):  # the position ramp (CUE=1) on the plain frames too: absolute place in the pixels
             image = Image.fromarray(position_cue(np.asarray(image)))
-        out.append({"text": f"the {names[target]} square", "image": image, "box": boxes[target]})
+        out.append({"text": f"the {names[target]} square", "image": image, "box": boxes[target],
+                    "name": names[target], "boxes": boxes})
     return out
 
 
@@ -136,6 +141,8 @@ def chat(sample: dict, answer: bool = True) -> list[dict]:
     messages = [{"role": "user", "content": parts}]
     if answer:
         reply = sample["answer"] if TASK == "colour" else json.dumps(sample["box"])
+        if ECHO and TASK != "colour":  # the colour word a few tokens before every number of the box
+            reply = f"the {sample['name']}: {reply}" if "name" in sample else f"{sample['text']}: {reply}"
         messages.append({"role": "assistant", "content": [{"type": "text", "text": reply}]})
     return messages
 
@@ -144,7 +151,7 @@ def chat(sample: dict, answer: bool = True) -> list[dict]:
 def evaluate(model, processor, held_out: list[dict]) -> tuple[float, str]:
     model.eval()
     processor.tokenizer.padding_side = "left"
-    ious, text = [], ""
+    ious, landed, text = [], [], ""
     for i in range(0, len(held_out), 32):
         batch = held_out[i:i + 32]
         x = processor(text=[processor.apply_chat_template(chat(s, False), tokenize=False, add_generation_prompt=True)
@@ -156,11 +163,18 @@ def evaluate(model, processor, held_out: list[dict]) -> tuple[float, str]:
                 ious.append(float(text.strip() == s["answer"]))
                 continue
             try:
-                ious.append(iou(json.loads(text), s["box"]))
+                box = json.loads(text[text.index("["):] if ECHO else text)
+                ious.append(iou(box, s["box"]))
+                # which rectangle the box lands on (IoU > 0.3 with it): the asked one or another
+                overlaps = [iou(box, other) for other in s.get("boxes", [])]
+                if overlaps and max(overlaps) > 0.3:
+                    landed.append(s["boxes"][int(np.argmax(overlaps))] == s["box"])
             except (ValueError, TypeError, IndexError, KeyError):
                 ious.append(0.0)
     processor.tokenizer.padding_side = "right"
     model.train()
+    if landed:  # of the boxes that land on a rectangle, the share on the asked one (1/NOBJ by chance)
+        text = f"{text} | on a rectangle {len(landed)}/{len(ious)}, the asked one {np.mean(landed):.2f}"
     return round(float(np.mean(ious)), 4), text
 
 
@@ -218,7 +232,12 @@ def main() -> None:
     rng, started, losses = np.random.default_rng(0), time.time(), []
     model.train()
     for step in range(1, steps + 1):
-        batch = collate([encoded[i] for i in rng.choice(len(encoded), batch_size, replace=False)])
+        if GROW:  # a curriculum over the colours asked for: ASK's first, then one more every GROW steps
+            allowed = set(ASK[:1 + (step - 1) // GROW])
+            pool = [i for i, s in enumerate(train) if s["name"] in allowed]
+        else:
+            pool = range(len(encoded))
+        batch = collate([encoded[i] for i in rng.choice(pool, batch_size, replace=False)])
         loss = model(**batch).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
