@@ -96,7 +96,7 @@ def samples(seed: int, n_videos: int, per_video: int = 3) -> list[dict]:
                     if sum(o.kind == obj.kind for o in video.objects if visible[o.obj_id].area >= 30) == 1:
                         out.append({"text": f"the {obj.kind}", "image": image, "box": box, "answer": obj.colour})
                     continue
-                out.append({"text": f"the {obj.name}", "image": image, "box": box})
+                out.append({"text": f"the {obj.name}", "image": image, "box": box, "name": obj.colour})
     return out
 
 
@@ -142,7 +142,7 @@ def chat(sample: dict, answer: bool = True) -> list[dict]:
     if answer:
         reply = sample["answer"] if TASK == "colour" else json.dumps(sample["box"])
         if ECHO and TASK != "colour":  # the colour word a few tokens before every number of the box
-            reply = f"the {sample['name']}: {reply}" if "name" in sample else f"{sample['text']}: {reply}"
+            reply = f"the {sample['name']}: {reply}" if TASK == "plain" else f"{sample['text']}: {reply}"
         messages.append({"role": "assistant", "content": [{"type": "text", "text": reply}]})
     return messages
 
