@@ -49,6 +49,9 @@ ORDER = os.environ.get("ORDER", "img_first")
 TAG = os.environ.get("TAG", "x")
 FIXED = os.environ.get("FIXED", "")  # TASK=plain: one colour always asked for (finding it needs no word binding)
 ASK = [c for c in os.environ.get("ASK", "").split(",") if c]  # TASK=plain: the colours that may be asked for
+# the order of the training batches and, with THETA or VIS (the model re-made), its initialisation; the tokenizer
+# stays the one of seed 0
+SEED = int(os.environ.get("SEED", "0"))
 GROW = int(os.environ.get("GROW", "0"))  # TASK=plain with ASK: steps between adding the next asked-for colour
 ECHO = bool(os.environ.get("ECHO"))  # the answer names its target before the box: "red: [x1, y1, x2, y2]"
 TASK = os.environ.get("TASK", "box")  # box: "Box the <name>." → box; colour: "Colour of the <kind>?" → colour name
@@ -214,7 +217,7 @@ def main() -> None:
                 if os.environ.get("MROPE"):
                     block["rope_parameters"]["mrope_section"] = [int(v) for v in os.environ["MROPE"].split(",")]
         (folder / "config.json").write_text(json.dumps(config))
-        torch.manual_seed(0)
+        torch.manual_seed(SEED)
         Qwen2_5_VLForConditionalGeneration(Qwen2_5_VLConfig.from_pretrained(folder)).save_pretrained(folder)
     model, processor = load_vlm(str(folder), "float32")
     processor.tokenizer.padding_side = "right"
@@ -229,7 +232,7 @@ def main() -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=float(os.environ.get("LR", "1e-3")), weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda k: min(1, (k + 1) / 50) * 0.5 * (1 + math.cos(math.pi * k / steps)))
-    rng, started, losses = np.random.default_rng(0), time.time(), []
+    rng, started, losses = np.random.default_rng(SEED), time.time(), []
     model.train()
     for step in range(1, steps + 1):
         if GROW:  # a curriculum over the colours asked for: ASK's first, then one more every GROW steps
