@@ -53,7 +53,7 @@ ASK = [c for c in os.environ.get("ASK", "").split(",") if c]  # TASK=plain: the 
 # stays the one of seed 0
 SEED = int(os.environ.get("SEED", "0"))
 GROW = int(os.environ.get("GROW", "0"))  # TASK=plain with ASK: steps between adding the next asked-for colour
-ECHO = bool(os.environ.get("ECHO"))  # the answer names its target before the box: "red: [x1, y1, x2, y2]"
+ECHO = bool(os.environ.get("ECHO"))  # the answer names its target before the box: "the red: [x1, y1, x2, y2]"
 TASK = os.environ.get("TASK", "box")  # box: "Box the <name>." → box; colour: "Colour of the <kind>?" → colour name
 # plain: "Box the <colour> square." on one flat rectangle over a plain background → box
 PLAIN_COLOURS = {"red": (220, 40, 40), "green": (40, 200, 60), "blue": (40, 80, 230), "yellow": (230, 220, 40),
@@ -183,6 +183,8 @@ def evaluate(model, processor, held_out: list[dict]) -> tuple[float, str]:
 
 def main() -> None:
     torch.set_num_threads(int(os.environ.get("THREADS", "1")))
+    if GROW and not ASK:
+        sys.exit("GROW needs ASK: the colours asked for, in the order the curriculum adds them (ASK=red,blue,...)")
     if TASK == "plain":
         # NOBJ=1,3: training frames alternate between the counts (a salient single object keeps teaching where, the
         # others which); the held-out frames have the last count
