@@ -132,7 +132,7 @@ def plain_samples(seed: int, n: int, counts: list[int]) -> list[dict]:
         if os.environ.get("CUE"):  # the position ramp (CUE=1) on the plain frames too: absolute place in the pixels
             image = Image.fromarray(position_cue(np.asarray(image)))
         out.append({"text": f"the {names[target]} square", "image": image, "box": boxes[target],
-                    "name": names[target], "boxes": boxes})
+                    "name": names[target], "boxes": boxes, "target": target})
     return out
 
 
@@ -171,7 +171,7 @@ def evaluate(model, processor, held_out: list[dict]) -> tuple[float, str]:
                 # which rectangle the box lands on (IoU > 0.3 with it): the asked one or another
                 overlaps = [iou(box, other) for other in s.get("boxes", [])]
                 if overlaps and max(overlaps) > 0.3:
-                    landed.append(s["boxes"][int(np.argmax(overlaps))] == s["box"])
+                    landed.append(int(np.argmax(overlaps)) == s["target"])
             except (ValueError, TypeError, IndexError, KeyError):
                 ious.append(0.0)
     processor.tokenizer.padding_side = "right"
@@ -234,14 +234,13 @@ def main() -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=float(os.environ.get("LR", "1e-3")), weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda k: min(1, (k + 1) / 50) * 0.5 * (1 + math.cos(math.pi * k / steps)))
+    # GROW: a curriculum over the colours asked for, ASK's first, then one more every GROW steps (phase k draws
+    # from the samples asking for one of ASK's first k + 1 colours); built once, not per step
+    phases = [[i for i, s in enumerate(train) if s["name"] in ASK[:k + 1]] for k in range(len(ASK))] if GROW else []
     rng, started, losses = np.random.default_rng(SEED), time.time(), []
     model.train()
     for step in range(1, steps + 1):
-        if GROW:  # a curriculum over the colours asked for: ASK's first, then one more every GROW steps
-            allowed = set(ASK[:1 + (step - 1) // GROW])
-            pool = [i for i, s in enumerate(train) if s["name"] in allowed]
-        else:
-            pool = range(len(encoded))
+        pool = phases[min((step - 1) // GROW, len(phases) - 1)] if GROW else range(len(encoded))
         batch = collate([encoded[i] for i in rng.choice(pool, batch_size, replace=False)])
         loss = model(**batch).loss
         loss.backward()

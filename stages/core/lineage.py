@@ -136,7 +136,7 @@ def _module_files(modules: Iterable[str]) -> list[Path]:
     files: list[Path] = []
     for name in sorted(set(modules)):
         spec = importlib.util.find_spec(name)
-        if spec is None or spec.origin is None or not spec.has_location:  # built-in or frozen: no source to hash
+        if spec is None or not spec.has_location:  # built-in, frozen or a namespace package: no source file to hash
             continue
         origin = Path(spec.origin)
         files += sorted(origin.parent.rglob("*.py")) if origin.name == "__init__.py" else [origin]
