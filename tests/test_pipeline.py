@@ -234,6 +234,12 @@ def test_outputs_hold_the_values_params_and_data_determine(repo: Path, ci: dict[
     assert len(pd.read_parquet(repo / "data/evaluate/scores.parquet")) == 3
     assert len(pd.read_parquet(repo / "data/evaluate/answers.parquet")) == 3
     assert metrics["eval"]["n_expressions"] == 3
+    # the benchmark table: every model of benchmarks.models, then the ground-truth answers' row (the ceiling)
+    for name in ci["benchmarks.names"]:
+        rows = {key.partition(".")[0] for key in json.loads((repo / f"metrics/bench/{name}.json").read_text())}
+        assert rows == {"base", "sft", "grpo", "ground_truth"}, name
+    table = (repo / "reports/benchmarks.md").read_text()
+    assert table.index("| grpo |") < table.index("| ground_truth |")
 
 
 def test_nothing_left_to_redo(repo: Path) -> None:

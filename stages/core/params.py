@@ -458,6 +458,8 @@ class BenchmarksParams:
     # mevis / reasonvos: an expression whose prediction video folder is missing scores 0 (zero) or is left out
     # (skip); authors = the dataset authors' script (mevis: zero, reasonvos: skip)
     missing: Exp[Literal["authors", "zero", "skip"]] = "authors"
+    # a `ground_truth` row: the ground-truth answers through the same segmenter and protocol (the ceiling)
+    reference: Exp[bool] = True
 
     def _rules(self) -> Iterator[tuple[str, str]]:
         for name in (*self.names, *self.roots, *self.splits):
@@ -465,6 +467,8 @@ class BenchmarksParams:
                 yield "names", f"unknown benchmark {name!r} (one of {', '.join(BENCHMARK_NAMES)})"
         if not self.models:
             yield "models", "needs at least one model"
+        if "ground_truth" in self.models:
+            yield "models", "'ground_truth' is the label of the reference row (benchmarks.reference): rename it"
 
 
 @dataclass(frozen=True)

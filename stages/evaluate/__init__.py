@@ -15,6 +15,7 @@ An answered keyframe that was not among the frames shown is moved to the nearest
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import shutil
@@ -30,6 +31,7 @@ from PIL import Image
 from pycocotools import mask as mask_utils
 from scipy.optimize import linear_sum_assignment
 
+from schemas.answer import parse_answer
 from schemas.evaluate import ExpressionScoresSchema, InferenceSchema
 from schemas.sample import KeyframesSchema
 from stages.core import mask_table, revos
@@ -49,8 +51,8 @@ from stages.teacher.prompts import QUESTION_VERSION
 log = logging.getLogger(__name__)
 
 __all__ = ["VideoAnswers", "answer_video", "box_masks", "evaluate", "evaluate_video", "model_policy", "predict_masks",
-           "segment_answers", "segmenter", "select_points", "select_prompt", "target_areas", "target_boxes",
-           "write_mask", "write_prediction"]
+           "reference_policy", "segment_answers", "segmenter", "select_points", "select_prompt", "target_areas",
+           "target_boxes", "write_mask", "write_prediction"]
 
 
 def evaluate(params: EvaluateParams, model: ModelParams, sam2: Sam2Params, train_size: int, data_root: Path,
@@ -157,6 +159,32 @@ def model_policy(params: EvaluateParams, model_path: str | Path, dtype: str) -> 
     htfs = HtfsParams(k=params.htfs_k, delta=params.htfs_delta, m=params.htfs_m)
     return lambda queries: answer_queries(vlm, processor, queries, params.max_new_tokens, params.batch_size,
                                           params.mode, params.max_rounds, htfs)
+
+
+def reference_policy(gt: GroundTruth, expressions: dict[str, tuple[str, str]], size: int) -> Policy:
+    """The ground-truth answer as the policy: what a model that answers perfectly would write, read back by the
+    parser a model's answer goes through. Run through the same segmenter and scoring, it is the evaluation's
+    ceiling (the benchmark table's `ground_truth` row): the J&F that no answer can beat with that segmenter.
+
+    `expressions`: query key → (video, exp_id) of `gt`. The keyframe is the shown frame where the union of the
+    targets' masks is largest (the earliest on a tie), the boxes are the targets' boxes there at the shown `size`
+    (rounded to whole pixels, as a model writes them). A no-target expression, or a target absent from every
+    frame shown, answers the first shown frame with no boxes.
+    """
+    def answer(query: Query) -> Reply:
+        video, exp_id = expressions[query.key]
+        entry, meta = gt.videos[video]["expressions"][exp_id], gt.videos[video]
+        annos = [str(a) for a in entry.get("anno_id", [])]
+        areas = target_areas(gt, annos, query.timestamps) if annos else [0.0] * len(query.timestamps)
+        key = query.timestamps[int(np.argmax(areas))]
+        sx, sy = size / int(meta["width"]), size / int(meta["height"])
+        boxes = [[round(x1 * sx), round(y1 * sy), round(x2 * sx), round(y2 * sy)]
+                 for x1, y1, x2, y2 in (target_boxes(gt, annos, key) if max(areas, default=0.0) > 0 else [])]
+        text = (f'<think>the ground-truth answer</think><answer>{{"keyframe_timestamp": {key}, '
+                f'"bbox_2d_list": {json.dumps(boxes)}}}</answer>')
+        return Reply(text, parse_answer(text), [key])
+
+    return lambda queries: [answer(query) for query in queries]
 
 
 def segmenter(params: EvaluateParams, sam2: Sam2Params) -> Segmenter:

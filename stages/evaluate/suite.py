@@ -26,7 +26,15 @@ from stages.core.io import atomic_write_text, markdown_table, write_table
 from stages.core.lineage import write_lineage
 from stages.core.params import BenchmarksParams, EvaluateParams, ModelParams, Sam2Params
 from stages.core.report import StageReport
-from stages.evaluate import Policy, Segmenter, _answer_metrics, evaluate_video, model_policy, segmenter
+from stages.evaluate import (
+    Policy,
+    Segmenter,
+    _answer_metrics,
+    evaluate_video,
+    model_policy,
+    reference_policy,
+    segmenter,
+)
 from stages.evaluate.benchmarks import make_submission, score_benchmark
 from stages.evaluate.scorer import _exp_order, load_ground_truth
 from stages.ingest.benchmarks import DEFAULT_SPLIT, SERVER_SPLITS, read_benchmark, to_revos
@@ -34,6 +42,10 @@ from stages.synth.layouts import write_layout
 
 log = logging.getLogger(__name__)
 
+REFERENCE = "ground_truth"  # the table's row of the ground-truth answers (`benchmarks.reference`)
+REFERENCE_MD = ("`ground_truth`: the ground-truth answer (the keyframe where the target is largest, its boxes there) "
+                "read by the same parser and segmented by the same segmenter: the ceiling, which no model's answer "
+                "can beat with this segmenter.")
 SUMMARY_KEYS = ("J", "F", "JF", "R_visa_overall", "R_binary_overall", "n_expressions", "n_scored", "pngs")
 
 
@@ -55,11 +67,11 @@ def _revos_videos(root: Path, split: str) -> dict[str, list[str]]:
 
 
 def evaluate_benchmark(params: EvaluateParams, name: str, root: Path, split: str, out_dir: Path, size: int,
-                       policy: Policy, segment: Segmenter, videos: int = 0, expressions: int = 0,
+                       policy: Policy | None, segment: Segmenter, videos: int = 0, expressions: int = 0,
                        missing: str = "authors") -> tuple[dict[str, float], pd.DataFrame]:
     """Infer and score the first `videos` videos (sorted keys; 0 = all) of a benchmark split, and of those the
     first `expressions` expressions (0 = all; Ref-DAVIS17: whole objects, i.e. multiples of 4 per video, and only
-    the kept objects are scored).
+    the kept objects are scored). `policy` None: the ground-truth answers (`reference_policy`), the ceiling.
 
     Returns:
         (summary: J, F, JF in percent and counts — for a server split the archive's counts —, answers table).
@@ -82,6 +94,8 @@ def evaluate_benchmark(params: EvaluateParams, name: str, root: Path, split: str
         canon, canon_split = to_revos(bench, out_dir / "root"), "train" if split == "train" else "valid"
     ids = [expression_id(v, e) for v in keys for e in exps[v]]
     gt = load_ground_truth(canon, canon_split, ids)
+    if policy is None:
+        policy = reference_policy(gt, {expression_id(v, e): (v, e) for v in keys for e in exps[v]}, size)
     pred_dir = out_dir / "predictions"
     shutil.rmtree(pred_dir, ignore_errors=True)
     pred_dir.mkdir(parents=True)
@@ -145,10 +159,13 @@ def run_benchmark(name: str, params: BenchmarksParams, evaluate: EvaluateParams,
     size = evaluate.frame_size or train_size
     segment = segmenter(evaluate, sam2)
     metrics: dict[str, dict] = {}
-    for label, path in params.models.items():
-        summary, _ = evaluate_benchmark(evaluate, name, root, split, out_dir / label, size,
-                                        model_policy(evaluate, path, model.dtype), segment, params.videos,
-                                        params.expressions, missing=params.missing)
+    rows: dict[str, str | None] = dict(params.models)
+    if params.reference:  # the ceiling: no model's answer can beat the ground truth's with this segmenter
+        rows[REFERENCE] = None
+    for label, path in rows.items():  # one model loaded at a time
+        policy = None if path is None else model_policy(evaluate, path, model.dtype)
+        summary, _ = evaluate_benchmark(evaluate, name, root, split, out_dir / label, size, policy, segment,
+                                        params.videos, params.expressions, missing=params.missing)
         # NaN (e.g. a ReVOS subset without expressions in the chosen videos) stays out of the JSON metrics
         metrics[label] = {k: float(v) for k, v in summary.items()
                           if (k in SUMMARY_KEYS or k.startswith("JF_anno")) and np.isfinite(float(v))}
@@ -203,12 +220,13 @@ def write_benchmark_table(params: BenchmarksParams, metrics_dir: Path, report_pa
             label, _, metric = key.partition(".")
             per_model.setdefault(label, {})[metric] = value
         results[name] = per_model
-    models = list(params.models)
+    models = list(params.models) + ([REFERENCE] if params.reference else [])
     table = benchmark_table(results, models)
     line = gain_line(results) if {"grpo", "sft"} <= set(models) else ""
     text = "\n".join(["# Benchmarks", "",
                       "J&F (percent) per benchmark with each benchmark's own protocol (docs/benchmarks.md); R for "
                       "ReVOS as VISA computes it. \"server\": no public masks, the submission archive was written.",
+                      *([REFERENCE_MD] if params.reference else []),
                       "", markdown_table(table), "", line, ""])
     Path(report_path).parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(Path(report_path), text)

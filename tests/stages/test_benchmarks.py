@@ -336,8 +336,10 @@ def test_bench_table_stage_writes_report_and_metrics(tmp_path: Path) -> None:
 
     (tmp_path / "m").mkdir()
     (tmp_path / "m/revos.json").write_text(json.dumps({"sft.JF": 10.0, "sft.R_visa_overall": 5.0, "grpo.JF": 12.5,
-                                                       "grpo.R_visa_overall": 6.0, "base.JF": 0.0}))
-    (tmp_path / "m/refdavis.json").write_text(json.dumps({"sft.JF": 20.0, "grpo.JF": 19.0, "base.JF": 1.0}))
+                                                       "grpo.R_visa_overall": 6.0, "base.JF": 0.0,
+                                                       "ground_truth.JF": 61.25, "ground_truth.R_visa_overall": 30.0}))
+    (tmp_path / "m/refdavis.json").write_text(json.dumps({"sft.JF": 20.0, "grpo.JF": 19.0, "base.JF": 1.0,
+                                                          "ground_truth.JF": 70.0}))
     report = write_benchmark_table(BenchmarksParams(names=("revos", "refdavis")), tmp_path / "m",
                                    tmp_path / "benchmarks.md")
     assert report.metrics["grpo.revos.JF"] == 12.5 and report.metrics["sft.revos.R"] == 5.0
@@ -346,6 +348,12 @@ def test_bench_table_stage_writes_report_and_metrics(tmp_path: Path) -> None:
     assert "| model | revos J&F | revos R | refdavis J&F |" in text
     assert "| base | 0 | — | 1 |" in text and "| grpo | 12.5 | 6 | 19 |" in text
     assert "grpo vs sft: +0.8 J&F on average (revos +2.5, refdavis -1.0)." in text
+    # the reference row (benchmarks.reference, on by default) last, with what it is
+    assert text.index("| grpo | 12.5 |") < text.index("| ground_truth | 61.2 | 30 | 70 |")
+    assert "`ground_truth`: the ground-truth answer" in text and report.metrics["ground_truth.refdavis.JF"] == 70.0
+    off = write_benchmark_table(BenchmarksParams(names=("revos", "refdavis"), reference=False), tmp_path / "m",
+                                tmp_path / "off.md")
+    assert "ground_truth" not in (tmp_path / "off.md").read_text() and "ground_truth.revos.JF" not in off.metrics
 
 
 def test_prediction_pngs_are_read_as_opencv_reads_them(tmp_path: Path) -> None:

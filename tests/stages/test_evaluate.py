@@ -325,6 +325,44 @@ def test_oracle_policy_with_box_segmenter_scores_full_marks(tmp_path: Path) -> N
     assert summary["F"] == pytest.approx(100.0) and summary["keyframe_box_iou"] == pytest.approx(1.0)
 
 
+def test_reference_policy_answers_the_ground_truth_and_the_box_segmenter_scores_full_marks(tmp_path: Path) -> None:
+    from stages.evaluate import box_masks
+    from stages.evaluate.suite import evaluate_benchmark
+
+    root = write_root(tmp_path / "root", oracle_specs())
+    params = EvaluateParams(n_frames=3, segmenter="box")
+    summary, answers = evaluate_benchmark(params, "revos", root, "valid", tmp_path / "out", ORACLE_SIZE, None,
+                                          box_masks)
+    assert (answers["status"] == "ok").all() and len(answers) == 6
+    assert summary["J"] == pytest.approx(100.0) and summary["F"] == pytest.approx(100.0)
+    # the boxes written are the rectangles at the shown size (x × 2, y × 4), on the first shown frame (all equal)
+    by_text = {(row.video, row.text): [list(b) for b in row.boxes] for row in answers.itertuples()}
+    assert by_text[("SRC/valid/o1", "both boxes")] == [[12.0, 16.0, 60.0, 80.0], [88.0, 88.0, 140.0, 148.0]]
+    assert set(answers["keyframe_timestamp"]) == {0.0}
+
+
+def test_reference_row_falls_when_the_parsed_boxes_swap_x_and_y(tmp_path: Path, monkeypatch) -> None:
+    """The ground-truth answers go through the parser a model's answer goes through: a parser that swaps x and y
+    drops the ceiling row, so a broken text → box path shows in the benchmark table."""
+    import schemas.answer as A
+    from stages.evaluate import box_masks
+    from stages.evaluate.suite import evaluate_benchmark
+
+    parse = A.parse_answer_fields
+
+    def swapped(payload, *args, **kwargs):
+        fields = parse(payload, *args, **kwargs)
+        if fields and "boxes" in fields:
+            fields["boxes"] = tuple((y1, x1, y2, x2) for x1, y1, x2, y2 in fields["boxes"])
+        return fields
+
+    monkeypatch.setattr(A, "parse_answer_fields", swapped)
+    root = write_root(tmp_path / "root", oracle_specs())
+    summary, _ = evaluate_benchmark(EvaluateParams(n_frames=3, segmenter="box"), "revos", root, "valid",
+                                    tmp_path / "out", ORACLE_SIZE, None, box_masks)
+    assert summary["J"] < 50  # 100 with the parser as it is (the test above)
+
+
 def test_oracle_prompts_reach_sam2_at_the_original_resolution_and_frame(tiny_models, tmp_path: Path) -> None:
     from stages.evaluate.suite import evaluate_benchmark
     from stages.segment import load_video_predictor
