@@ -130,7 +130,8 @@ def run_mode(mode: str, profile: str | None, work: Path) -> dict:
             "timings_raw": lines,  # every record the stage processes and commands wrote (epoch seconds)
             # what the run produced, beside how long it took (the repo is thrown away afterwards)
             "pipeline_metrics": {name: json.loads((repo / "metrics" / f"{name}.json").read_text())
-                                 for name in ("sft", "grpo", "eval") if (repo / "metrics" / f"{name}.json").is_file()}}
+                                 for name in ("sft", "grpo", "eval", "benchmarks")
+                                 if (repo / "metrics" / f"{name}.json").is_file()}}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -234,6 +234,8 @@ def test_outputs_hold_the_values_params_and_data_determine(repo: Path, ci: dict[
     assert len(pd.read_parquet(repo / "data/evaluate/scores.parquet")) == 3
     assert len(pd.read_parquet(repo / "data/evaluate/answers.parquet")) == 3
     assert metrics["eval"]["n_expressions"] == 3
+    # and the ground-truth answers through the same segmenter: the ceiling beside the model's scores
+    assert 0 <= metrics["eval"]["ceiling_JF_overall"] <= 100 and "ceiling_R_visa_overall" in metrics["eval"]
     # the benchmark table: every model of benchmarks.models, then the ground-truth answers' row (the ceiling)
     for name in ci["benchmarks.names"]:
         rows = {key.partition(".")[0] for key in json.loads((repo / f"metrics/bench/{name}.json").read_text())}

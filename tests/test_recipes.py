@@ -34,7 +34,7 @@ PAPER = {
         "grpo.num_generations": 8, "grpo.learning_rate": 1e-6, "grpo.kl_coef": 0.005, "grpo.kl_type": "low_var_kl",
         "grpo.max_response_length": 1024, "grpo.temperature": 1.0, "grpo.grad_clip": 1.0, "grpo.epochs": 1,
         "grpo.max_steps": 0, "evaluate.n_frames": 8, "evaluate.frame_size": 560, "evaluate.max_new_tokens": 1024,
-        "evaluate.mode": "veason",
+        "evaluate.mode": "veason", "evaluate.segmenter": "sam2",
     },
     "rcot-seg": {
         "sample.grpo_size": 10000, "sample.single_multi_ratio": 3.0,
@@ -48,14 +48,14 @@ PAPER = {
         "reward.box_l1_threshold": 10.0, "reward.point_l1_threshold": 30.0, "reward.threshold_size": 840,
         "grpo.kl_coef": 0.01, "grpo.max_response_length": 2000, "grpo.max_steps": 1000,
         "evaluate.mode": "rcot", "evaluate.max_rounds": 5, "evaluate.frame_size": 448,
-        "evaluate.max_new_tokens": 2000,
+        "evaluate.max_new_tokens": 2000, "evaluate.segmenter": "sam2",
     },
     "videoseg-r1": {
         "sample.sft_tasks": ["videoseg"], "sample.grpo_tasks": ["videoseg"], "keyframes.keyframe_size": 840,
         "reward.components": ["format", "rcot_match", "non_repeat", "negative_point"],
         "reward.negative_point_tau": 40.0, "reward.threshold_size": 840, "reward.length_penalty": True,
         "difficulty.backend": "mllm", "grpo.batch_size": 16, "grpo.num_generations": 8, "grpo.learning_rate": 1e-6,
-        "grpo.weight_decay": 0.01, "evaluate.mode": "htfs",
+        "grpo.weight_decay": 0.01, "evaluate.mode": "htfs", "evaluate.segmenter": "sam2",
     },
 }
 

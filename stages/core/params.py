@@ -432,6 +432,9 @@ class EvaluateParams:
     mask_threshold: Exp[float] = 0.0  # SAM2 mask logit threshold (SAM2's own: 0)
     # box: the keyframe boxes filled on every frame (box-only lower bound)
     segmenter: Exp[Literal["sam2", "box"]] = "sam2"
+    # also score the ground-truth answers through the same segmenter (the ceiling; `ceiling_*` metrics, the report's
+    # second row): one more segmenter pass, no model
+    reference: Exp[bool] = True
     limit: Exp[NonNegInt] = 0  # evaluate the first `limit` expressions of the eval pool; 0 = all
     bound_th: Exp[PosFloat] = 0.008  # DAVIS boundary tolerance, fraction of the diagonal (published: 0.008)
     report_examples: Exp[NonNegInt] = 2  # best and worst expressions pictured in the report

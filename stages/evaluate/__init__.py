@@ -90,24 +90,35 @@ def evaluate(params: EvaluateParams, model: ModelParams, sam2: Sam2Params, train
     policy = policy or model_policy(params, model_path, model.dtype)
     segment = segmenter(params, sam2)
 
-    pred_dir = out_dir / "predictions"
-    shutil.rmtree(pred_dir, ignore_errors=True)  # outputs are rewritten whole
-    pred_dir.mkdir(parents=True)
-    answers: list[dict] = []
-    seconds: list[float] = []
-    for video, group in track(list(rows.groupby("video", sort=True)), desc="evaluate videos"):
-        started = time.perf_counter()
-        answers += evaluate_video(params, size, policy, segment, data_root, gt, video, group.to_dict("records"),
-                                  pred_dir)
-        seconds.append(time.perf_counter() - started)
+    def answer_and_score(policy: Policy, pred_dir: Path, desc: str) -> tuple[list[dict], list[float], dict,
+                                                                           pd.DataFrame]:
+        shutil.rmtree(pred_dir, ignore_errors=True)  # outputs are rewritten whole
+        pred_dir.mkdir(parents=True)
+        answers: list[dict] = []
+        seconds: list[float] = []
+        for video, group in track(list(rows.groupby("video", sort=True)), desc=desc):
+            started = time.perf_counter()
+            answers += evaluate_video(params, size, policy, segment, data_root, gt, video,
+                                      group.to_dict("records"), pred_dir)
+            seconds.append(time.perf_counter() - started)
+        summary, scores = score_predictions(pred_dir, data_root, params.split, ids, runner, params.bound_th, gt)
+        return answers, seconds, summary, scores
 
-    summary, scores = score_predictions(pred_dir, data_root, params.split, ids, runner, params.bound_th, gt)
+    pred_dir = out_dir / "predictions"
+    answers, seconds, summary, scores = answer_and_score(policy, pred_dir, "evaluate videos")
     answers_df = write_table(pd.DataFrame(answers, columns=list(InferenceSchema.to_schema().columns)),
                              InferenceSchema, out_dir / "answers.parquet")
     write_table(scores, ExpressionScoresSchema, out_dir / "scores.parquet")
     metrics = {**{k: v for k, v in summary.items() if np.isfinite(v)},
                **_answer_metrics(answers_df, params.mode),
                "seconds_per_video": float(np.mean(seconds)) if seconds else 0.0}
+    shutil.rmtree(out_dir / "reference", ignore_errors=True)
+    if params.reference:  # the ceiling: the ground-truth answers through the same segmenter and scoring
+        expressions = {row.sample_id: (row.video, str(row.exp_id)) for row in rows.itertuples()}
+        *_, ceiling, _ = answer_and_score(reference_policy(gt, expressions, size), out_dir / "reference" /
+                                          "predictions", "evaluate the ground-truth answers")
+        metrics.update({f"ceiling_{k}": v for k, v in ceiling.items()
+                        if k.split("_")[0] in ("J", "F", "JF", "R") and np.isfinite(v)})
     write_lineage(out_dir, "evaluate", {"evaluate": params, "model": model, "sam2": sam2},
                   inputs={"eval_table": Path(eval_table), "model": Path(model_path),
                           **({"masks": Path(index_dir) / mask_table.FILE} if index_dir else {}),

@@ -49,6 +49,10 @@ SEGMENTERS = {  # evaluate.segmenter → what made the predicted masks (stated i
 }
 EXAMPLES_MD = ("Best examples are chosen among expressions whose answer parsed and gave boxes (worst: among all "
                "with a visible target), so that no best example scores only from frames where the target is absent.")
+CEILING_LABEL = "ground-truth answers (the ceiling)"
+CEILING_MD = ("The ceiling row is the same evaluation with the ground-truth answer as the policy (the keyframe where "
+              "the target is largest, its boxes there, read by the same parser) and the same segmenter: no answer "
+              "scores more with these masks.")
 EMPTY_MATCH_MD = ("**No boxes answered**: this score comes only from frames where the target is absent (an empty "
                   "prediction matches an empty ground truth), not from finding the target.")
 
@@ -231,12 +235,16 @@ def write_report(path: Path, metrics: dict[str, float], scores: pd.DataFrame, an
              f"Masks: {SEGMENTERS.get(segmenter, segmenter)}.", ""]
     if comparison is not None and len(comparison):
         lines += ["## Models compared", "", markdown_table(comparison), ""]
-    lines += ["## This model", "", markdown_table(results_table(metrics, model_label)), "",
+    results = results_table(metrics, model_label)
+    ceiling = {k.removeprefix("ceiling_"): v for k, v in metrics.items() if k.startswith("ceiling_")}
+    if ceiling:  # evaluate.reference: the same evaluation with the ground-truth answers
+        results = pd.concat([results, results_table(ceiling, CEILING_LABEL)], ignore_index=True)
+    lines += ["## This model", "", markdown_table(results), "", *([CEILING_MD, ""] if ceiling else []),
               "Base, SFT and GRPO models side by side on every benchmark: [benchmarks.md](benchmarks.md) "
               "(stage `bench_table`; `dvc repro bench_table`).", ""]
     # timings stay in metrics/eval.json: the report is a DVC output (identical runs, identical bytes)
     counts = {k: v for k, v in sorted(metrics.items())
-              if k.split("_")[0] not in ("J", "F", "JF", "R") and not is_timing(k)}
+              if k.split("_")[0] not in ("J", "F", "JF", "R", "ceiling") and not is_timing(k)}
     lines += ["## Answers and keyframes", "", markdown_table(pd.DataFrame(
         [{"metric": k, "value": v} for k, v in counts.items()])), ""]
     best, worst = pick_examples(scores, answers, gt, n_examples)

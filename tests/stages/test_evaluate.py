@@ -274,6 +274,55 @@ def test_evaluate_end_to_end_with_tiny_models(root: Path, tiny_models, tmp_path:
     assert pictures and all(Image.open(p).size[0] > 0 for p in pictures)
 
 
+def test_evaluate_scores_the_ground_truth_answers_as_its_ceiling_row(root: Path, tmp_path: Path) -> None:
+    """evaluate.reference: the ceiling row is what a policy answering the ground truth scores. The ground truth here
+    is worked out from the rectangles of the test videos (the shown frame where the targets cover the most area,
+    the earliest on a tie; their boxes there at the shown size), not by the project's code."""
+    from stages.evaluate.infer import Reply
+
+    specs = {spec.key: spec for spec in VALID}
+    size = 56
+    table = eval_table(tmp_path, root)
+    expressions = {row.sample_id: (specs[row.video], int(row.exp_id)) for row in pd.read_parquet(table).itertuples()}
+
+    def area(spec: VideoSpec, annos: list[int], t: int) -> int:
+        boxes = [spec.objects[a][t] for a in annos if spec.objects[a][t] is not None]
+        return sum((x2 - x1) * (y2 - y1) for x1, y1, x2, y2 in boxes)  # the two rectangles never overlap
+
+    def truth(queries):
+        out = []
+        for q in queries:
+            spec, exp_id = expressions[q.key]
+            annos = spec.expressions[exp_id]["anno_id"]
+            key = max(q.timestamps, key=lambda t: (area(spec, annos, t), -t))
+            boxes = [[round(x1 * size / spec.width), round(y1 * size / spec.height), round(x2 * size / spec.width),
+                      round(y2 * size / spec.height)]
+                     for x1, y1, x2, y2 in (spec.objects[a][key] for a in annos if spec.objects[a][key] is not None)]
+            text = f'<think>t</think><answer>{{"keyframe_timestamp": {key}, "bbox_2d_list": {boxes}}}</answer>'
+            out.append(Reply(text, parse_answer(text), [key]))
+        return out
+
+    def silent(queries):
+        return [Reply("no answer", None) for _ in queries]
+
+    params = EvaluateParams(n_frames=3, segmenter="box")
+    runs = {name: evaluate(params, ModelParams(), Sam2Params(), size, root, table, tmp_path / name,
+                           tmp_path / name / "eval.md", policy=policy)
+            for name, policy in (("truth", truth), ("silent", silent))}
+    ceiling = {k: v for k, v in runs["truth"].metrics.items() if k.startswith("ceiling_")}
+    assert ceiling["ceiling_JF_overall"] < 100  # the rectangles move: the keyframe box misses on other frames
+    for name in ("truth", "silent"):  # the same ceiling, whatever the model answered
+        assert {k: v for k, v in runs[name].metrics.items() if k.startswith("ceiling_")} == ceiling
+    for key in ("J_overall", "F_overall", "JF_overall", "JF_referring", "JF_reasoning", "R_visa_overall"):
+        assert runs["truth"].metrics[key] == pytest.approx(ceiling[f"ceiling_{key}"]), key
+    assert runs["silent"].metrics["JF_referring"] < ceiling["ceiling_JF_referring"]
+    text = (tmp_path / "silent" / "eval.md").read_text()
+    assert "| ground-truth answers (the ceiling) |" in text and "ceiling_" not in text
+    off = evaluate(EvaluateParams(n_frames=3, segmenter="box", reference=False), ModelParams(), Sam2Params(), size,
+                   root, table, tmp_path / "silent", tmp_path / "off.md", policy=silent)
+    assert not any(k.startswith("ceiling_") for k in off.metrics) and not (tmp_path / "silent/reference").exists()
+
+
 # --- end-to-end oracle of coordinates (train size ↔ original size ↔ SAM2 frames) ------------------------------
 
 ORACLE_H, ORACLE_W, ORACLE_SIZE = 40, 80, 160  # shown at 160 × 160: x × 2, y × 4 (exact both ways)
