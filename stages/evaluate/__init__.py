@@ -202,6 +202,10 @@ def segmenter(params: EvaluateParams, sam2: Sam2Params) -> Segmenter:
     """`evaluate.segmenter`: "sam2" (boxes prompt SAM2 at the keyframe, tracked both ways) or "box" (the
     keyframe boxes filled as the mask on every frame: the lower bound of a box-only method)."""
     if params.segmenter == "box":
+        if sam2.checkpoint != Sam2Params.checkpoint:  # a SAM2 was named, so it was likely meant to make the masks
+            log.warning("evaluate.segmenter is box: the masks are the answered boxes on every frame, and "
+                        "sam2.checkpoint %s does not make them (set evaluate.segmenter=sam2 for SAM2's tracking)",
+                        sam2.checkpoint)
         return box_masks
     from stages.segment import load_video_predictor
 

@@ -323,6 +323,18 @@ def test_evaluate_scores_the_ground_truth_answers_as_its_ceiling_row(root: Path,
     assert not any(k.startswith("ceiling_") for k in off.metrics) and not (tmp_path / "silent/reference").exists()
 
 
+def test_the_box_segmenter_warns_when_a_sam2_checkpoint_was_named(caplog: pytest.LogCaptureFixture) -> None:
+    from stages.evaluate import box_masks, segmenter
+
+    with caplog.at_level("WARNING", logger="stages.evaluate"):
+        assert segmenter(EvaluateParams(segmenter="box"), Sam2Params()) is box_masks  # the tiny default: quiet
+        assert not caplog.records
+        assert segmenter(EvaluateParams(segmenter="box"), Sam2Params(checkpoint="/ckpt/sam2.pt")) is box_masks
+    assert [r.getMessage() for r in caplog.records] == [
+        "evaluate.segmenter is box: the masks are the answered boxes on every frame, and sam2.checkpoint "
+        "/ckpt/sam2.pt does not make them (set evaluate.segmenter=sam2 for SAM2's tracking)"]
+
+
 # --- end-to-end oracle of coordinates (train size ↔ original size ↔ SAM2 frames) ------------------------------
 
 ORACLE_H, ORACLE_W, ORACLE_SIZE = 40, 80, 160  # shown at 160 × 160: x × 2, y × 4 (exact both ways)
