@@ -60,9 +60,10 @@ def machine() -> dict:
             "python": platform.python_version(), "platform": platform.platform()}
 
 
-def run_mode(mode: str, profile: str | None, work: Path) -> dict:
-    """One fresh repo, one whole repro in `mode`; per-stage wall / work / orchestration seconds."""
-    repo = make_repo(ROOT, work / mode / "repo", profile=profile)
+def run_mode(mode: str, profile: str | None, work: Path, overrides: dict[str, object] | None = None) -> dict:
+    """One fresh repo (`work/<mode>/repo`, params.yaml with `profile` then `overrides` applied), one whole repro in
+    `mode`; per-stage wall / work / orchestration seconds."""
+    repo = make_repo(ROOT, work / mode / "repo", params_overrides=overrides, profile=profile)
     timings = work / mode / "timings.jsonl"
     env = env_with_venv()
     env.pop("PREFECT_API_URL", None)

@@ -64,6 +64,9 @@ KNOWN = {
     "learning": ("bench_learning.py --seeds 0 1 2 --repo DIR",
                  "the default run learns to segment (issue 24): pre-trained base → after SFT parse ≥ 95 %, J&F ≥ 40 "
                  "and ≥ half the ceiling (ground-truth answers, same segmenter)"),
+    "learning-runs": ("bench_learning_runs.py --seeds 0 1 2",
+                      "issue 24: the default run per training seed — J&F after SFT ≥ 40 and ≥ half the ceiling, "
+                      "parse ≥ 95 %, run ≤ 10 min on 2 cores"),
     "learning-rope": ("bench_learning.py --seeds 0 --set pretrain.epochs=12 --out bench/results/learning-rope.json",
                       "issue 24: the pretrain stage with its grounding M-RoPE (theta 3, [2, 15, 15]), in the "
                       "evaluation's 6-frame format, 3× the default epochs: does the base localise on held-out synth "
@@ -303,6 +306,8 @@ def measured(name: str, figures: dict) -> str:
                    if "target_speedup" in figures else ""))
     if name in ("learning", "learning-rope"):
         return _learning(figures)
+    if name == "learning-runs":
+        return _learning_runs(figures)
     if name.startswith(("sam2_pretrain", "sam2_lr")):
         return _sam2_pretrain(figures)
     if name == "tokenizer":
@@ -395,6 +400,23 @@ def _learning(figures: dict) -> str:
     if runs and not any("sft_jf" in r for r in runs.values()):
         parts.append("base / SFT / GRPO J&F per seed not measured")
     return "; ".join(parts) or "figures in the file (no headline for this name)"
+
+
+def _learning_runs(figures: dict) -> str:
+    runs, met = figures["runs"], figures["summary"]["targets_met"]
+    seeds = ", ".join(runs)
+
+    def per_seed(model: str) -> str:
+        return "/".join(f"{r['eval'][model]['JF_overall']:.2f}" for r in runs.values())
+
+    first = next(iter(runs.values()))
+    return (f"default run over training seeds {seeds} ({first['segmenter']} segmenter): J&F on the eval pool base "
+            f"{per_seed('base')}, SFT {per_seed('sft')}, GRPO {per_seed('grpo')}; ceiling (ground-truth answers) "
+            + "/".join(f"{r['ceiling']['JF_overall']:.2f}" for r in runs.values())
+            + "; SFT parse rate " + "/".join(f"{1 - r['eval']['sft']['parse_failure_rate']:.2f}" for r in runs.values())
+            + "; run " + "/".join(f"{r['run_s']:.0f}" for r in runs.values()) + " s; targets: SFT J&F ≥ 40 "
+            + _met(met["sft_jf"]) + ", ≥ half the ceiling " + _met(met["sft_jf_half_ceiling"]) + ", parse ≥ 95 % "
+            + _met(met["sft_parse_rate"]) + ", run ≤ 600 s " + _met(met["default_run_s"]))
 
 
 def _ceilings(ceiling: dict, label: str = "") -> str:

@@ -175,7 +175,9 @@ def model_policy(params: EvaluateParams, model_path: str | Path, dtype: str) -> 
 def reference_policy(gt: GroundTruth, expressions: dict[str, tuple[str, str]], size: int) -> Policy:
     """The ground-truth answer as the policy: what a model that answers perfectly would write, read back by the
     parser a model's answer goes through. Run through the same segmenter and scoring, it is the evaluation's
-    ceiling (the benchmark table's `ground_truth` row): the J&F that no answer can beat with that segmenter.
+    ceiling (the benchmark table's `ground_truth` row): what a perfect answer scores with that segmenter. (Not a
+    bound on every answer: an empty answer scores the frames where the target is absent, which a segmenter that
+    marks the keyframe's boxes on every frame gets wrong.)
 
     `expressions`: query key → (video, exp_id) of `gt`. The keyframe is the shown frame where the union of the
     targets' masks is largest (the earliest on a tie), the boxes are the targets' boxes there at the shown `size`

@@ -51,8 +51,10 @@ EXAMPLES_MD = ("Best examples are chosen among expressions whose answer parsed a
                "with a visible target), so that no best example scores only from frames where the target is absent.")
 CEILING_LABEL = "ground-truth answers (the ceiling)"
 CEILING_MD = ("The ceiling row is the same evaluation with the ground-truth answer as the policy (the keyframe where "
-              "the target is largest, its boxes there, read by the same parser) and the same segmenter: no answer "
-              "scores more with these masks.")
+              "the target is largest, its boxes there, read by the same parser) and the same segmenter: what a "
+              "perfect answer scores with these masks. It is not a bound on every answer: where the target is absent "
+              "from many frames, an empty answer can score more, since a segmenter that marks the keyframe's boxes "
+              "on every frame (or a poor SAM2) marks frames the ground truth leaves empty.")
 EMPTY_MATCH_MD = ("**No boxes answered**: this score comes only from frames where the target is absent (an empty "
                   "prediction matches an empty ground truth), not from finding the target.")
 

@@ -44,8 +44,9 @@ log = logging.getLogger(__name__)
 
 REFERENCE = "ground_truth"  # the table's row of the ground-truth answers (`benchmarks.reference`)
 REFERENCE_MD = ("`ground_truth`: the ground-truth answer (the keyframe where the target is largest, its boxes there) "
-                "read by the same parser and segmented by the same segmenter: the ceiling, which no model's answer "
-                "can beat with this segmenter.")
+                "read by the same parser and segmented by the same segmenter: the ceiling, what a perfect answer "
+                "scores with this segmenter (an empty answer can score more where the target is absent from many "
+                "frames).")
 SUMMARY_KEYS = ("J", "F", "JF", "R_visa_overall", "R_binary_overall", "n_expressions", "n_scored", "pngs")
 
 
@@ -160,7 +161,7 @@ def run_benchmark(name: str, params: BenchmarksParams, evaluate: EvaluateParams,
     segment = segmenter(evaluate, sam2)
     metrics: dict[str, dict] = {}
     rows: dict[str, str | None] = dict(params.models)
-    if params.reference:  # the ceiling: no model's answer can beat the ground truth's with this segmenter
+    if params.reference:  # the ceiling: what the ground-truth answer scores with this segmenter
         rows[REFERENCE] = None
     for label, path in rows.items():  # one model loaded at a time
         policy = None if path is None else model_policy(evaluate, path, model.dtype)
