@@ -25,6 +25,7 @@ from stages.core.report import StageReport
 # (summary key, metrics file stem, key in that file), in the order they are shown
 HEADLINE = (
     ("summary.JF", "eval", "JF_overall"),
+    ("summary.ceiling_JF", "eval", "ceiling_JF_overall"),  # the ground-truth answers, same segmenter (reference)
     ("summary.J", "eval", "J_overall"),
     ("summary.F", "eval", "F_overall"),
     ("summary.JF_referring", "eval", "JF_referring"),
