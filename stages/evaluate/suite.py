@@ -227,7 +227,7 @@ def write_benchmark_table(params: BenchmarksParams, metrics_dir: Path, report_pa
     text = "\n".join(["# Benchmarks", "",
                       "J&F (percent) per benchmark with each benchmark's own protocol (docs/benchmarks.md); R for "
                       "ReVOS as VISA computes it. \"server\": no public masks, the submission archive was written.",
-                      *([REFERENCE_MD] if params.reference else []),
+                      *(["", REFERENCE_MD] if params.reference else []),
                       "", markdown_table(table), "", line, ""])
     Path(report_path).parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(Path(report_path), text)
