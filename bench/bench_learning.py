@@ -26,9 +26,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.results_io import write_result  # noqa: E402
-from schemas.answer import parse_answer  # noqa: E402
 from stages.core.params import ModelParams, apply_overrides, load_params, read_params_file  # noqa: E402
-from stages.evaluate import evaluate, target_areas, target_boxes  # noqa: E402
+from stages.evaluate import evaluate  # noqa: E402
 from stages.evaluate.infer import Reply  # noqa: E402
 from stages.models.tiny_qwen import build_tiny_qwen  # noqa: E402
 from stages.pretrain import pretrain  # noqa: E402
@@ -53,50 +52,21 @@ def pretrain_seed(params, seed: int, tmp: Path) -> dict:
 
 
 def ceiling(params, repo: Path, segmenter: str, tmp: Path) -> dict:
-    """The evaluation of the eval pool with the ground-truth answer as the policy and `segmenter`."""
-    import stages.evaluate as ev
-
-    size = params.evaluate.frame_size or params.keyframes.train_size
-    held = {}
-    load = ev.load_ground_truth
-
-    def keep(*args, **kwargs):
-        held["gt"] = load(*args, **kwargs)
-        return held["gt"]
-
-    import pandas as pd
-
-    rows = pd.read_parquet(repo / "data/keyframes/eval.parquet")
-    keys = {r.sample_id: (r.video, str(r.exp_id)) for r in rows.itertuples()}
-
-    def policy(queries):
-        gt, out = held["gt"], []
-        for query in queries:
-            video, exp_id = keys[query.key]
-            annos = [str(a) for a in gt.videos[video]["expressions"][exp_id].get("anno_id", [])]
-            areas = target_areas(gt, annos, query.timestamps)
-            key = query.timestamps[int(np.argmax(areas))]
-            height, width = (int(gt.videos[video]["height"]), int(gt.videos[video]["width"]))
-            boxes = [[round(x1 * size / width), round(y1 * size / height), round(x2 * size / width),
-                      round(y2 * size / height)] for x1, y1, x2, y2 in target_boxes(gt, annos, key)]
-            text = f'<think>ground truth</think><answer>{{"keyframe_timestamp": {key}, "bbox_2d_list": ' \
-                   f'{json.dumps(boxes)}}}</answer>'
-            out.append(Reply(text, parse_answer(text), [key]))
-        return out
-
-    ev.load_ground_truth = keep
-    try:
-        block = dataclasses.replace(params.evaluate, segmenter=segmenter, model_path=str(repo / params.model.path))
-        sam2 = dataclasses.replace(params.sam2, checkpoint=str(repo / params.sam2.checkpoint),
-                                   config=str(repo / params.sam2.config))
-        started = time.perf_counter()
-        report = evaluate(block, params.model, sam2, params.keyframes.train_size, repo / params.data.root,
-                          repo / "data/keyframes/eval.parquet", tmp / f"ceiling-{segmenter}",
-                          tmp / f"ceiling-{segmenter}.md", policy=policy, index_dir=repo / params.data.index_dir)
-    finally:
-        ev.load_ground_truth = load
-    keep_keys = ("JF_overall", "JF_referring", "JF_reasoning", "J_overall", "F_overall", "n_scored", "n_expressions")
-    return {**{k: round(float(report.metrics[k]), 2) for k in keep_keys},
+    """The evaluation of the eval pool with the ground-truth answer as the policy and `segmenter`: the evaluate
+    stage's own ceiling (`evaluate.reference`, its `ceiling_*` metrics). The model's pass is a policy that answers
+    nothing, so no model is loaded."""
+    block = dataclasses.replace(params.evaluate, segmenter=segmenter, reference=True,
+                                model_path=str(repo / params.model.path))
+    sam2 = dataclasses.replace(params.sam2, checkpoint=str(repo / params.sam2.checkpoint),
+                               config=str(repo / params.sam2.config))
+    started = time.perf_counter()
+    out = tmp / f"ceiling-{segmenter}"
+    report = evaluate(block, params.model, sam2, params.keyframes.train_size, repo / params.data.root,
+                      repo / "data/keyframes/eval.parquet", out, out / "eval.md",
+                      policy=lambda queries: [Reply("", None) for _ in queries], index_dir=repo / params.data.index_dir)
+    keep_keys = ("JF_overall", "JF_referring", "JF_reasoning", "J_overall", "F_overall")
+    return {**{k: round(float(report.metrics[f"ceiling_{k}"]), 2) for k in keep_keys},
+            **{k: round(float(report.metrics[k]), 2) for k in ("n_scored", "n_expressions")},
             "wall_s": round(time.perf_counter() - started, 1)}
 
 

@@ -69,8 +69,7 @@ def run_seed(seed: int, work: Path, profile: str | None = None) -> dict:
     started = time.perf_counter()
     timed = run_mode("after", profile, work, overrides)  # vrsflow repro in a fresh copy, stage by stage
     repo = work / "after" / "repo"
-    metrics = {name: json.loads((repo / "metrics" / f"{name}.json").read_text())
-               for name in ("sft", "grpo", "eval", "benchmarks")}
+    metrics = timed["pipeline_metrics"]  # sft, grpo, eval, benchmarks: read by run_mode
     from stages.core.params import load_params
 
     params = load_params(repo / "params.yaml")

@@ -403,7 +403,7 @@ def _learning(figures: dict) -> str:
 
 
 def _learning_runs(figures: dict) -> str:
-    runs, met = figures["runs"], figures["summary"]["targets_met"]
+    runs, met, targets = figures["runs"], figures["summary"]["targets_met"], figures["targets"]
     seeds = ", ".join(runs)
 
     def per_seed(model: str) -> str:
@@ -414,9 +414,11 @@ def _learning_runs(figures: dict) -> str:
             f"{per_seed('base')}, SFT {per_seed('sft')}, GRPO {per_seed('grpo')}; ceiling (ground-truth answers) "
             + "/".join(f"{r['ceiling']['JF_overall']:.2f}" for r in runs.values())
             + "; SFT parse rate " + "/".join(f"{1 - r['eval']['sft']['parse_failure_rate']:.2f}" for r in runs.values())
-            + "; run " + "/".join(f"{r['run_s']:.0f}" for r in runs.values()) + " s; targets: SFT J&F ≥ 40 "
-            + _met(met["sft_jf"]) + ", ≥ half the ceiling " + _met(met["sft_jf_half_ceiling"]) + ", parse ≥ 95 % "
-            + _met(met["sft_parse_rate"]) + ", run ≤ 600 s " + _met(met["default_run_s"]))
+            + "; run " + "/".join(f"{r['run_s']:.0f}" for r in runs.values())
+            + f" s; targets: SFT J&F ≥ {targets['sft_jf_min']:g} " + _met(met["sft_jf"])
+            + f", ≥ {targets['sft_jf_min_share_of_ceiling']:g} of the ceiling " + _met(met["sft_jf_half_ceiling"])
+            + f", parse ≥ {100 * targets['sft_parse_rate_min']:g} % " + _met(met["sft_parse_rate"])
+            + f", run ≤ {targets['default_run_max_s']:g} s " + _met(met["default_run_s"]))
 
 
 def _ceilings(ceiling: dict, label: str = "") -> str:
