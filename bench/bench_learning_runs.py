@@ -39,7 +39,7 @@ from bench.results_io import write_result  # noqa: E402
 TARGETS = {"sft_jf_min": 40.0, "sft_jf_min_share_of_ceiling": 0.5, "sft_parse_rate_min": 0.95,
            "default_run_max_s": 600.0}  # issue 24
 KEYS = ("JF_overall", "J_overall", "F_overall", "JF_referring", "JF_reasoning", "parse_failure_rate",
-        "n_answer_no_boxes", "keyframe_area_ratio", "keyframe_box_iou", "n_expressions")
+        "n_answer_no_boxes", "n_answer_degenerate_boxes", "keyframe_area_ratio", "keyframe_box_iou", "n_expressions")
 
 
 def score_model(repo: Path, model_path: Path, out: Path) -> dict:

@@ -34,22 +34,25 @@ from bench.results_io import write_result  # noqa: E402
 from stages.segment import BoxGroup, load_video_predictor, propagate_groups  # noqa: E402
 
 
-def build(image_size: int, micro: bool, folder: Path, config: str = "", device: str = "cpu"):
-    """A random-weight SAM2 video predictor: `config` (default hiera_t) at `image_size`, or the micro model."""
+def build(image_size: int, micro: bool, folder: Path, config: str = "", device: str = "cpu", dtype: str = "auto",
+          vos_optimized: bool = False):
+    """A random-weight SAM2 video predictor: `config` (default hiera_t) at `image_size`, or the micro model; `dtype`
+    and `vos_optimized` as `load_video_predictor` takes them (CUDA only but auto)."""
+    options = {"device": device, "dtype": dtype, "vos_optimized": vos_optimized}
     from sam2.build_sam import build_sam2
 
     from stages.models.tiny_sam2 import BASE_CONFIG, build_tiny_sam2
 
     if micro:
         checkpoint, config = build_tiny_sam2(folder, image_size, 0)
-        return load_video_predictor(str(checkpoint), str(config), device=device)
+        return load_video_predictor(str(checkpoint), str(config), **options)
     base = config or BASE_CONFIG
     overrides = [f"++model.image_size={image_size}"]
     torch.manual_seed(0)
     model = build_sam2(base, ckpt_path=None, device="cpu", hydra_overrides_extra=overrides)
     torch.save({"model": model.state_dict()}, folder / "model.pt")
     (folder / "config.yaml").write_text(json.dumps({"base": base, "overrides": overrides}))
-    return load_video_predictor(str(folder / "model.pt"), str(folder / "config.yaml"), device=device)
+    return load_video_predictor(str(folder / "model.pt"), str(folder / "config.yaml"), **options)
 
 
 def rollouts(n: int, n_frames: int, size: int, n_keys: int, seed: int = 0) -> list[BoxGroup]:
@@ -104,12 +107,7 @@ def compare(masks: list[np.ndarray], reference: list[np.ndarray], exact: bool, n
 
 
 def fp32_without_tf32() -> None:
-    """CUDA in true fp32: no bf16 autocast around SAM2 (the stage's `_autocast`), no TF32 matrix products."""
-    import contextlib
-
-    import stages.segment as segment
-
-    segment._autocast = lambda predictor: contextlib.nullcontext()
+    """CUDA in true fp32: no TF32 matrix products (the predictor is loaded with dtype float32: no bf16 autocast)."""
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
 
@@ -128,6 +126,8 @@ def main() -> None:
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--precision", choices=["bf16", "fp32"], default="bf16",
                         help="CUDA: bf16 autocast as the stage, or fp32 without TF32 (masks compared by IoU)")
+    parser.add_argument("--vos-optimized", action="store_true",
+                        help="CUDA: SAM2.1's compiled predictor (SAM2VideoPredictorVOS); the warm-up call compiles")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=None, help="default: bench/results/sam2_reward.json")
     args = parser.parse_args()
@@ -138,7 +138,8 @@ def main() -> None:
     if args.device == "cuda" and args.precision == "fp32":
         fp32_without_tf32()
     with tempfile.TemporaryDirectory() as tmp:
-        predictor = build(args.image_size, args.micro, Path(tmp), args.config, args.device)
+        dtype = "float32" if args.device == "cpu" or args.precision == "fp32" else "bfloat16"
+        predictor = build(args.image_size, args.micro, Path(tmp), args.config, args.device, dtype, args.vos_optimized)
     rng = np.random.default_rng(1)
     frames = [rng.integers(0, 255, (args.frame_side, args.frame_side, 3), dtype=np.uint8) for _ in range(args.frames)]
     propagate_groups(predictor, frames, rollouts(1, args.frames, args.frame_side, 1))  # warm-up
@@ -158,6 +159,7 @@ def main() -> None:
         figures = {"model": model, "image_size": args.image_size, "frames": args.frames,
                    "frame_side": args.frame_side, "rollouts": args.rollouts, "device": str(predictor.device),
                    "threads": args.threads, "precision": "fp32" if args.device == "cpu" else args.precision,
+                   "vos_optimized": args.vos_optimized, "encoder_passes_shared": "one per prompt (all frames)",
                    "repeats_best_of": args.repeats, "sweep": sweep,
                    "sweep_asked": args.keyframes, "target_speedup": 4.0}
         name = args.out.stem if args.out else "sam2_reward"  # the record names the file it is in

@@ -20,11 +20,16 @@ CPU (default), three parts, each a ratio measured in this run:
 GPU (`--gpu`): a randomly initialised model with Qwen2.5-VL-3B's shapes, 6 frames at 560 × 560, bf16,
 LoRA r=8 on every linear layer of the language model (vision tower frozen, as the stage). Reports step time,
 tokens/s, the FLOPs actually executed (torch's FlopCounterMode over one step) and model FLOPs utilisation
-against the device's dense bf16 peak, and peak memory.
+against the device's dense bf16 peak, and peak memory. A variant is a micro-batch size with flags: `c` gradient
+checkpointing, `p` the stage's packed rows (`PackCollator`) instead of padded ones (`PadCollator`), `l` Liger's
+kernels (transformers' `apply_liger_kernel`, as `sft.liger` does; they stay applied, so `l` variants come last).
+`--lengths` gives the samples' response lengths in turn (one length: every sample alike, no padding), `--attention`
+the attention implementation (sdpa; flex_attention reads the packed rows' block mask sparsely). The figures name
+the micro-batch to train with: the largest that fits without checkpointing, else the smallest with it.
 
     python bench/bench_sft.py [--samples 32] [--size 560] [--epochs 3]      # → bench/results/sft.json
     python bench/bench_sft.py --stage /path/to/pipeline-copy --baseline-commit SHA   # → sft-stage.json
-    python bench/bench_sft.py --gpu [--steps 10] [--variants 1 2 4c 8c] [--peak-tflops 989]
+    python bench/bench_sft.py --gpu [--steps 10] [--variants 1 2 4c 2p 4p 2l 2pl] [--lengths 400 150 600 300]
 """
 
 from __future__ import annotations
@@ -33,11 +38,13 @@ import argparse
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -48,23 +55,19 @@ sys.path.insert(0, str(REPO))
 
 from bench.results_io import write_result  # noqa: E402
 from stages.core.params import KeyframesParams, SftParams, TinyModelsParams  # noqa: E402
+from stages.models.qwen_shapes import (  # noqa: E402
+    IMAGE_TOKEN,
+    QWEN25VL_3B_TEXT,
+    VISION_END,
+    VISION_START,
+)
 from stages.models.trainable import lora_targets  # noqa: E402
-from stages.sft.data import SftDataset, assistant_labels, index_shards, messages  # noqa: E402
+from stages.sft.data import PackCollator, PadCollator, SftDataset, assistant_labels, index_shards, messages  # noqa: E402
 from stages.teacher.template_teacher import write_trace  # noqa: E402
 
 # dense bf16 peak (TFLOP/s, no sparsity) by device-name fragment: NVIDIA datasheets
 PEAK_BF16_TFLOPS = {"H200": 989.0, "H100 PCIe": 756.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 70.0}
 
-# Qwen2.5-VL-3B-Instruct's config.json shapes (random weights: the hub is not reachable)
-QWEN25VL_3B_TEXT = {"vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 36,
-                    "num_attention_heads": 16, "num_key_value_heads": 2, "max_position_embeddings": 128000,
-                    "rope_parameters": {"rope_type": "default", "rope_theta": 1_000_000.0,
-                                        "mrope_section": [16, 24, 24]},
-                    "bos_token_id": 151643, "eos_token_id": 151645, "pad_token_id": 151643, "tie_word_embeddings": True}
-QWEN25VL_3B_VISION = {"depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16,
-                      "out_hidden_size": 2048, "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2,
-                      "window_size": 112, "fullatt_block_indexes": [7, 15, 23, 31], "tokens_per_second": 2}
-IMAGE_TOKEN, VISION_START, VISION_END = 151655, 151652, 151653
 
 
 def synthetic_samples(n: int, n_frames: int, size: int) -> list[dict]:
@@ -118,7 +121,9 @@ def time_steps(model, batches: list[dict], device: str, autocast: bool) -> tuple
         step(batch)
     if device == "cuda":
         torch.cuda.synchronize()
-    return time.perf_counter() - started, sum(int(b["attention_mask"].sum()) for b in batches)
+    # a packed row has no attention mask and no padding: all its tokens count
+    return time.perf_counter() - started, sum(int(b["attention_mask"].sum()) if "attention_mask" in b
+                                              else b["input_ids"].numel() for b in batches)
 
 
 def write_shards(folder: Path, samples: list[dict]) -> None:
@@ -349,28 +354,58 @@ def gpu_batch(n_frames: int, size: int, text_tokens: int, response_tokens: int, 
     grid = torch.tensor([[1, size // 14, size // 14]] * n_frames, device=device)
     pixels = torch.randn(n_frames * patches, 3 * 2 * 14 * 14, device=device, dtype=torch.bfloat16)
     return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids), "labels": labels,
-            "pixel_values": pixels, "image_grid_thw": grid}
+            "mm_token_type_ids": (input_ids == IMAGE_TOKEN).long(), "pixel_values": pixels, "image_grid_thw": grid}
 
 
-def parse_variant(text: str) -> tuple[int, bool]:
-    """`4` → batch 4 without gradient checkpointing; `8c` → batch 8 with it."""
-    checkpointing = text.endswith("c")
-    try:
-        batch = int(text.removesuffix("c"))
-    except ValueError:
-        raise SystemExit(f"--variants: '{text}' is not a batch size with an optional 'c' (e.g. 1, 2, 8c)") from None
-    if batch < 1:
+class Variant(NamedTuple):
+    batch: int
+    checkpointing: bool = False
+    packed: bool = False
+    liger: bool = False
+
+
+def parse_variant(text: str) -> Variant:
+    """`4` → micro-batch 4, padded rows; `8c` with gradient checkpointing; `4p` packed; `4pl` packed with Liger."""
+    match = re.fullmatch(r"(\d+)(c?)(p?)(l?)", text)
+    if match is None:
+        raise SystemExit(f"--variants: '{text}' is not a batch size with optional flags c, p, l in that order "
+                         "(e.g. 1, 2, 8c, 4p, 4pl)")
+    if int(match.group(1)) < 1:
         raise SystemExit(f"--variants: '{text}': the batch size must be at least 1")
-    return batch, checkpointing
+    return Variant(int(match.group(1)), *(bool(match.group(i)) for i in (2, 3, 4)))
 
 
-def stack(sample: dict, batch: int) -> dict:
-    """`batch` copies of one sample as one batch (equal lengths: no padding FLOPs); the images in sample order."""
-    return {key: sample[key].repeat(batch, 1) for key in
-            ("input_ids", "attention_mask", "labels", "pixel_values", "image_grid_thw")}
+def check_order(variants: list[Variant]) -> None:
+    """Liger's kernels cannot be taken off a model: every `l` variant after every other."""
+    seen_liger = False
+    for variant in variants:
+        if seen_liger and not variant.liger:
+            raise SystemExit("--variants: Liger variants (l) must come after all others (its kernels stay applied)")
+        seen_liger = seen_liger or variant.liger
 
 
-def count_flops(model, sample: dict) -> int:
+def micro_batch_choice(rows: list[dict]) -> dict | None:
+    """The micro-batch to train with (padded or packed alike): the largest that ran without checkpointing, else the
+    smallest that ran with it (checkpointing recomputes the forward pass: a cost to pay only where memory needs it)."""
+    ran = [r for r in rows if "error" not in r]
+    plain = [r for r in ran if not r["gradient_checkpointing"]]
+    if plain:
+        best = max(plain, key=lambda r: (r["batch"], r.get("mfu") or 0.0))
+        return {"variant": best["variant"], "batch": best["batch"], "gradient_checkpointing": False}
+    if ran:
+        least = min(ran, key=lambda r: r["batch"])
+        return {"variant": least["variant"], "batch": least["batch"], "gradient_checkpointing": True}
+    return None
+
+
+def make_batch(samples: list[dict], packed: bool, rope_index) -> dict:
+    """The micro-batch of `samples` as the stage makes it: one packed row, or right-padded rows."""
+    if packed:
+        return PackCollator(rope_index)(samples)
+    return PadCollator(QWEN25VL_3B_TEXT["pad_token_id"])(samples)
+
+
+def count_flops(model, sample: dict, attention: str = "sdpa") -> int:
     """FLOPs of one forward + backward, counted with eager attention: torch's counter cannot read the grouped-query
     shapes (16 query heads, 2 key/value heads) that sdpa receives on CUDA, while eager attention's matrix products
     are the same arithmetic in plain matmuls. The model is back on sdpa afterwards."""
@@ -381,38 +416,43 @@ def count_flops(model, sample: dict) -> int:
         with FlopCounterMode(display=False) as counter:
             model(**sample).loss.backward()
     finally:
-        model.set_attn_implementation("sdpa")
+        model.set_attn_implementation(attention)
         model.zero_grad(set_to_none=True)
     return counter.get_total_flops()
 
 
 def bench_gpu(steps: int, variants: list[str], peak_tflops: float | None, smoke: bool = False,
-              progress=None) -> dict:
-    """3B-shaped LoRA steps on CUDA, one model, one row per variant (batch size, gradient checkpointing);
-    `smoke` runs the same code on CPU with shrunken shapes (a check, no figures). `progress(result)` is called after
-    every variant with the figures so far (a run stopped during a later variant keeps the earlier ones).
+              progress=None, lengths: tuple[int, ...] = (400,), attention: str = "sdpa") -> dict:
+    """3B-shaped LoRA steps on CUDA, one model, one row per variant (`parse_variant`); `smoke` runs the same code on
+    CPU with shrunken shapes (a check, no figures). `progress(result)` is called after every variant with the
+    figures so far (a run stopped during a later variant keeps the earlier ones). Sample i of a micro-batch has
+    `lengths[i % len(lengths)]` response tokens.
 
-    MFU counts the model's FLOPs (one forward + backward of the batch, as torch's FlopCounterMode measures it without
-    checkpointing, with eager attention: `count_flops`), so the recomputed forward of a checkpointed variant is
-    cost, not credit."""
-    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+    MFU counts the model's FLOPs (one forward + backward of each sample alone, as torch's FlopCounterMode measures it
+    without checkpointing, with eager attention: `count_flops`), so padding and the recomputed forward of a
+    checkpointed variant are cost, not credit."""
+    from transformers import Qwen2_5_VLForConditionalGeneration
 
-    text, vision, size, device = dict(QWEN25VL_3B_TEXT), dict(QWEN25VL_3B_VISION), 560, "cuda"
+    from stages.models.qwen_shapes import qwen25vl_3b_config
+
+    parsed = [parse_variant(v) for v in variants]
+    check_order(parsed)
+    config, size, device = qwen25vl_3b_config(), 560, "cuda"
     if smoke:
-        text.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                    num_key_value_heads=2, rope_parameters={"rope_type": "default", "rope_theta": 1e6,
-                                                            "mrope_section": [4, 2, 2]})
-        vision.update(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64,
-                      fullatt_block_indexes=[1])
+        if any(v.liger for v in parsed):
+            raise SystemExit("--smoke: Liger variants need CUDA")
+        text, vision = config.text_config, config.vision_config
+        text.hidden_size, text.intermediate_size, text.num_hidden_layers = 64, 128, 2
+        text.num_attention_heads, text.num_key_value_heads, text.head_dim = 4, 2, 16
+        text.rope_parameters = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [4, 2, 2]}
+        vision.depth, vision.hidden_size, vision.intermediate_size, vision.num_heads = 2, 32, 64, 2
+        vision.out_hidden_size, vision.fullatt_block_indexes = 64, [1]
         size, device = 112, "cpu"
     elif not torch.cuda.is_available():
         raise SystemExit("--gpu needs a CUDA device")
+    config._attn_implementation = attention
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu (smoke)"
     peak = peak_tflops or next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
-    config = Qwen2_5_VLConfig(text_config=text, vision_config=vision, image_token_id=IMAGE_TOKEN,
-                              video_token_id=151656, vision_start_token_id=VISION_START,
-                              vision_end_token_id=VISION_END, tie_word_embeddings=True)
-    config._attn_implementation = "sdpa"
     default_dtype = torch.get_default_dtype()
     torch.set_default_dtype(torch.bfloat16)  # build in bf16 directly: no fp32 copy of 3.8B parameters
     try:
@@ -421,42 +461,58 @@ def bench_gpu(steps: int, variants: list[str], peak_tflops: float | None, smoke:
     finally:
         torch.set_default_dtype(default_dtype)
     n_params = sum(p.numel() for p in model.parameters())
+    rope_index = model.model.get_rope_index
     model = lora_model(model, SftParams(lora_dropout=0.0), gradient_checkpointing=False)
     model.train()
-    sample = gpu_batch(6, size, 200, 400, device)
-    tokens = int(sample["attention_mask"].sum())
-    flops = count_flops(model, sample)
-    rows = []
+    samples = {n: gpu_batch(6, size, 200, n, device) for n in dict.fromkeys(lengths)}
+    flops = {n: count_flops(model, sample, attention) for n, sample in samples.items()}
+    tokens = {n: int(sample["attention_mask"].sum()) for n, sample in samples.items()}
+    rows: list[dict] = []
 
     def gpu_figures(rows: list[dict]) -> dict:
         measured = [r for r in rows if r.get("mfu") is not None]
         return {"device": name, "parameters": n_params, "tokens_per_sample": tokens, "frames": 6, "frame_size": size,
-                "attention": "sdpa", "lora": "r=8 on every linear layer of the language model, vision tower frozen",
-                "tflops_per_sample": round(flops / 1e12, 3), "peak_tflops_bf16": peak, "steps": steps,
-                "variants": list(rows), "best": max(measured, key=lambda r: r["mfu"]) if measured else None,
-                "variants_asked": list(variants)}
+                "attention": attention, "lora": "r=8 on every linear layer of the language model, vision tower frozen",
+                "response_lengths": list(lengths),
+                "tflops_per_sample": {n: round(f / 1e12, 3) for n, f in flops.items()},
+                "flops_counted": "each sample alone, forward + backward, eager attention (FlopCounterMode)",
+                "peak_tflops_bf16": peak, "steps": steps, "variants": list(rows),
+                "best": max(measured, key=lambda r: r["mfu"]) if measured else None,
+                "micro_batch_choice": micro_batch_choice(rows), "variants_asked": list(variants)}
 
-    for text_variant in variants:
-        batch, checkpointing = parse_variant(text_variant)
-        if checkpointing:
+    liger_applied = False
+    for text_variant, variant in zip(variants, parsed, strict=True):
+        if variant.liger and not liger_applied:
+            from transformers.integrations.liger import apply_liger_kernel
+
+            apply_liger_kernel(model, None)  # what the Trainer does with use_liger_kernel (sft.liger)
+            liger_applied = True
+        if variant.checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             model.enable_input_require_grads()
         else:
             model.gradient_checkpointing_disable()
-        row = {"variant": text_variant, "batch": batch, "gradient_checkpointing": checkpointing}
+        members = [lengths[i % len(lengths)] for i in range(variant.batch)]
+        batch = make_batch([samples[n] for n in members], variant.packed, rope_index)
+        row = {"variant": text_variant, "batch": variant.batch, "gradient_checkpointing": variant.checkpointing,
+               "packed": variant.packed, "liger": variant.liger,
+               "padding_share": round(1 - sum(tokens[n] for n in members) / batch["input_ids"].numel(), 4)}
         if device == "cuda":
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
         try:
-            seconds, _ = time_steps(model, [stack(sample, batch)] * steps, device, autocast=False)
+            seconds, _ = time_steps(model, [batch] * steps, device, autocast=False)
         except torch.OutOfMemoryError:
             model.zero_grad(set_to_none=True)
             rows.append({**row, "error": "CUDA out of memory"})
             print(f"bench_sft: variant {text_variant}: CUDA out of memory", flush=True)
+            if progress is not None:
+                progress(gpu_figures(rows))
             continue
         per_step = seconds / steps
-        achieved = batch * flops / per_step / 1e12
-        rows.append({**row, "s_per_step": round(per_step, 4), "tokens_per_s": round(batch * tokens / per_step, 1),
+        achieved = sum(flops[n] for n in members) / per_step / 1e12
+        rows.append({**row, "s_per_step": round(per_step, 4),
+                     "tokens_per_s": round(sum(tokens[n] for n in members) / per_step, 1),
                      "achieved_tflops": round(achieved, 2), "mfu": None if peak is None else round(achieved / peak, 4),
                      "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)
                      if device == "cuda" else None})
@@ -479,7 +535,11 @@ def main() -> None:
     parser.add_argument("--baseline-commit", default="", help="--stage: the commit whose train_sft is the baseline")
     parser.add_argument("--repeats", type=int, default=2, help="--stage: runs of each (best is reported)")
     parser.add_argument("--variants", nargs="+", default=["1"],
-                        help="GPU mode: batch sizes, each with a trailing 'c' for gradient checkpointing (1 2 4c 8c)")
+                        help="GPU mode: micro-batch sizes, flags c (checkpointing) p (packed) l (Liger): 1 2 4c 2pl")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[400],
+                        help="GPU mode: response tokens of the micro-batch's samples in turn (one value: no padding)")
+    parser.add_argument("--attention", default="sdpa", choices=["sdpa", "flex_attention", "flash_attention_2", "eager"],
+                        help="GPU mode: attention implementation")
     parser.add_argument("--peak-tflops", type=float, default=None, help="GPU mode: dense bf16 peak override")
     parser.add_argument("--smoke", action="store_true", help="GPU mode's code on CPU with tiny shapes (a check)")
     parser.add_argument("--out", type=Path, default=None, help="result file (default: bench/results/<name>.json)")
@@ -488,7 +548,8 @@ def main() -> None:
         name = args.out.stem if args.out else "gpu-sft"  # the record names the file it is in
         baseline = "none (absolute figures; MFU against the device's dense bf16 peak)"
         result = bench_gpu(args.steps, args.variants, args.peak_tflops, smoke=args.smoke,
-                           progress=lambda figures: write_result(name, figures, baseline, out=args.out))
+                           progress=lambda figures: write_result(name, figures, baseline, out=args.out),
+                           lengths=tuple(args.lengths), attention=args.attention)
     elif args.stage is not None:
         if not args.baseline_commit:
             raise SystemExit("--stage needs --baseline-commit (the code to compare against)")

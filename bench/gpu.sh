@@ -5,13 +5,17 @@
 #
 # NAME: sam2 (SAM2.1-large-shaped consistency reward: shared encoding vs re-encoding per rollout, 8 rollouts ×
 # 6 frames at 560², bf16 as the stage, masks asserted to agree to IoU 0.9), sam2fp32 (the same in fp32 without
-# TF32: how far the paths differ without bf16), sft (a Qwen2.5-VL-3B-shaped LoRA step: time, tokens/s, MFU, memory),
+# TF32: how far the paths differ without bf16), sam2vos (bf16 with SAM2.1's compiled predictor, vos_optimized),
+# sft (a Qwen2.5-VL-3B-shaped LoRA step: time, tokens/s, MFU, memory; variants: micro-batch 1/2/4, checkpointing,
+# padded vs packed rows of samples of 4 lengths, Liger on/off; it names the micro-batch to train with), sftflex
+# (packed rows with flex attention, which reads the packed block mask sparsely),
 # evaluate (seconds per 100-frame video: 3B-shaped answer + SAM2.1-large tracking), segment (`vrsflow segment` on
 # 10 s / 60 s 480p and 1080p clips: seconds per frame for decode, generate, propagate, peak RSS; the published
 # seconds per 100-frame video beside it). Each writes
 # bench/results/gpu-<name>.json (figures, baseline, commit, machine). All models are built with random weights
 # from the packages' own configs, so nothing is downloaded; the machine needs this repository's Python
-# dependencies (torch with CUDA, transformers, sam2, …) and nothing else. Budget: under 10 minutes on one H100.
+# dependencies (torch with CUDA, transformers, sam2, liger-kernel, …) and nothing else. Budget: 9 minutes on one
+# H100, the issue's figures first; each file is written as its figure (and each SFT variant) finishes.
 #
 # --dry-run prints the commands and exits; --smoke runs the same scripts with tiny shapes on the CPU (a check
 # that the command lines parse and the code paths run; its files go to bench/out/, never to bench/results/).
@@ -23,16 +27,16 @@ PYTHON="${PYTHON:-}"
 if [[ -z "$PYTHON" ]]; then
   if [[ -x .venv/bin/python ]]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
 fi
-ONLY="sam2,sam2fp32,sft,evaluate,segment"
+ONLY="sft,sam2,sam2vos,evaluate,sftflex,sam2fp32,segment"  # the issue's figures first
 DRY_RUN=0
 SMOKE=0
 
-usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --python) [[ $# -ge 2 ]] || { echo "gpu.sh: --python needs a path" >&2; exit 2; }; PYTHON="$2"; shift 2 ;;
-    --only) [[ $# -ge 2 ]] || { echo "gpu.sh: --only needs sam2, sam2fp32, sft, evaluate and/or segment" >&2; exit 2; }; ONLY="$2"; shift 2 ;;
+    --only) [[ $# -ge 2 ]] || { echo "gpu.sh: --only needs names from: $ONLY" >&2; exit 2; }; ONLY="$2"; shift 2 ;;
     --dry-run) DRY_RUN=1; shift ;;
     --smoke) SMOKE=1; shift ;;
     -h|--help) usage; exit 0 ;;
@@ -43,8 +47,9 @@ done
 IFS=',' read -r -a NAMES <<< "$ONLY"
 for name in "${NAMES[@]}"; do
   case "$name" in
-    sam2|sam2fp32|sft|evaluate|segment) ;;
-    *) echo "gpu.sh: --only: unknown figure '$name' (sam2, sam2fp32, sft, evaluate, segment)" >&2; exit 2 ;;
+    sam2|sam2fp32|sam2vos|sft|sftflex|evaluate|segment) ;;
+    *) echo "gpu.sh: --only: unknown figure '$name' (sft, sam2, sam2vos, evaluate, sftflex, sam2fp32, segment)" >&2
+       exit 2 ;;
   esac
 done
 
@@ -55,7 +60,9 @@ if [[ $SMOKE -eq 1 ]]; then
   declare -A COMMANDS=(
     [sam2]="$PYTHON bench/bench_sam2_reward.py --micro --image-size 128 --frame-side 56 --frames 4 --rollouts 4 --keyframes 1 2 --out $OUT/gpu-sam2_reward.json"
     [sam2fp32]="$PYTHON bench/bench_sam2_reward.py --micro --image-size 128 --frame-side 56 --frames 4 --rollouts 4 --keyframes 1 --precision fp32 --out $OUT/gpu-sam2_reward-fp32.json"
-    [sft]="$PYTHON bench/bench_sft.py --smoke --steps 1 --variants 1 2c --out $OUT/gpu-sft.json"
+    [sam2vos]="$PYTHON bench/bench_sam2_reward.py --micro --image-size 128 --frame-side 56 --frames 4 --rollouts 4 --keyframes 1 --repeats 2 --out $OUT/gpu-sam2_reward-vos.json"
+    [sft]="$PYTHON bench/bench_sft.py --smoke --steps 1 --variants 1 2 2p 2c --lengths 40 20 --out $OUT/gpu-sft.json"
+    [sftflex]="$PYTHON bench/bench_sft.py --smoke --steps 1 --variants 2p --lengths 40 20 --out $OUT/gpu-sft-flex.json"
     [evaluate]="$PYTHON bench/bench_metrics.py --gpu --shapes tiny --frames 6 --n-frames 2 --new-tokens 4 --repeats 1 --out $OUT/gpu-evaluate.json"
     [segment]="$PYTHON bench/bench_segment.py --short 1 --long 2 --fps 5 --out $OUT/gpu-segment.json"
   )
@@ -64,7 +71,9 @@ else
   declare -A COMMANDS=(
     [sam2]="$PYTHON bench/bench_sam2_reward.py --config configs/sam2.1/sam2.1_hiera_l.yaml --image-size 1024 --frame-side 560 --frames 6 --rollouts 8 --keyframes 1 3 6 --repeats 2 --device cuda --out $OUT/gpu-sam2_reward.json"
     [sam2fp32]="$PYTHON bench/bench_sam2_reward.py --config configs/sam2.1/sam2.1_hiera_l.yaml --image-size 1024 --frame-side 560 --frames 6 --rollouts 8 --keyframes 1 3 --device cuda --precision fp32 --out $OUT/gpu-sam2_reward-fp32.json"
-    [sft]="$PYTHON bench/bench_sft.py --gpu --steps 6 --variants 1 2 4c 8c --out $OUT/gpu-sft.json"
+    [sam2vos]="$PYTHON bench/bench_sam2_reward.py --config configs/sam2.1/sam2.1_hiera_l.yaml --image-size 1024 --frame-side 560 --frames 6 --rollouts 8 --keyframes 1 6 --repeats 3 --device cuda --vos-optimized --out $OUT/gpu-sam2_reward-vos.json"
+    [sft]="$PYTHON bench/bench_sft.py --gpu --steps 4 --variants 2 4 2p 4p 4c 4pl 2l --lengths 400 150 600 300 --out $OUT/gpu-sft.json"
+    [sftflex]="$PYTHON bench/bench_sft.py --gpu --steps 4 --variants 2p 4p --lengths 400 150 600 300 --attention flex_attention --out $OUT/gpu-sft-flex.json"
     [evaluate]="$PYTHON bench/bench_metrics.py --gpu --frames 100 --n-frames 8 --new-tokens 128 --repeats 2 --out $OUT/gpu-evaluate.json"
     [segment]="$PYTHON bench/bench_segment.py --gpu --fps 10 --short 10 --long 60 --max-new-tokens 128 --out $OUT/gpu-segment.json"
   )

@@ -44,6 +44,9 @@ KNOWN = {
     "teacher": ("bench_teacher.py", "≥ 0.9 of the ideal request rate at concurrency 32; a rerun sends 0 requests"),
     "mask_parse": ("bench_mask_dict.py", "mask_dict.json parsed once per pipeline, RLEs identical (the issue sets no "
                   "ratio)"),
+    "team": ("bench_team.py --profile ci --target sample --dvc-profile default",
+             "issue 45: UI submission → first stage for serve and for the worker on PostgreSQL and SQLite; four runs "
+             "at once all complete, no \"database is locked\"; DVC push/pull seconds and MB over SSH and to a folder"),
     "orchestration": ("bench_orchestration.py --profile ci",
                       "per-stage overhead down: one Prefect API per repro, imports off each stage's start"),
     "orchestration-default": ("bench_orchestration.py --profile default",
@@ -341,6 +344,8 @@ def measured(name: str, figures: dict) -> str:
         return _mask_dict(figures)
     if name.startswith("orchestration"):
         return _orchestration(figures)
+    if name == "team":
+        return _team(figures)
     if name.endswith("segment"):
         clips = "; ".join(f"{k} ({c['n_frames']} frames): " + ", ".join(
             f"{part} {v} s" for part, v in c["seconds_per_frame"].items() if part != "write")
@@ -442,6 +447,17 @@ def _sam2_pretrain(figures: dict) -> str:
     if figures.get("ceiling"):
         parts.append(_ceilings(figures["ceiling"]))
     return "; ".join(parts) or "figures in the file (no headline for this name)"
+
+
+def _team(f: dict) -> str:
+    cases = "; ".join(
+        f"{case}: first stage {c['first_run_submission_to_first_stage_s']} s after submission, four runs "
+        f"{c['four_runs_makespan_s']} s, all completed {c['all_completed']}, {len(c['experiments_recorded'])} "
+        f"experiments, \"database is locked\" {c['database_is_locked_in_logs']}" for case, c in f["cases"].items())
+    dvc = "; ".join(f"DVC {kind}: push {d['push_s']} s, pull {d['pull_s']} s, {d['mb_in_remote']} MB"
+                    for kind, d in f["dvc"].items())
+    return (f"UI runs, profile {f['profile']}, target {f['target']}: {cases}; the {f['dvc_run']['profile']} run "
+            f"pushed and pulled whole: {dvc}")
 
 
 def baseline(name: str, record: dict) -> str:

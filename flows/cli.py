@@ -5,7 +5,9 @@
     vrsflow repro [DVC_ARGS…]                   `dvc repro` with one Prefect API for all its stages
     vrsflow lineage PATH                        print the chain from an output back to the raw data
     vrsflow serve [--project DIR]               serve the pipeline deployment for Prefect UI runs
+    vrsflow worker [--project DIR] [--pool P]   deploy the pipeline to a work pool and run its runs here (docs/team.md)
     vrsflow remote [--params params.yaml]       set the DVC remote from params / environment
+    vrsflow push | pull [TARGETS…]              the same, then dvc push / pull; a failure is one line
     vrsflow profile NAME                        print `-S key=value` overrides of profiles/NAME.yaml
     vrsflow evaluate --pred DIR --data ROOT     score VISA-layout predictions against a ReVOS root
     vrsflow segment --video PATH --query TEXT   a trained checkpoint on any video: masks, overlay, answer.json
@@ -174,6 +176,18 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _worker(args: argparse.Namespace) -> int:
+    from flows.serve_auth import ServeRefused
+    from flows.serve_worker import PoolRefused, work
+
+    try:
+        work(project_dir=args.project, pool=args.pool, name=args.name, allowed_roots=tuple(args.allow_root),
+             worker_name=args.worker_name or None)
+    except (ServeRefused, PoolRefused, FileNotFoundError) as err:
+        raise UsageError(str(err)) from err
+    return 0
+
+
 def _remote(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -187,6 +201,28 @@ def _remote(args: argparse.Namespace) -> int:
         return 1
     dvc_cli.configure_remote(Path(args.params).resolve().parent, params.remote.name, url)
     sys.stdout.write(f"DVC remote '{params.remote.name}' -> {url}\n")
+    return 0
+
+
+def _transfer(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from stages.core import dvc_cli
+    from stages.core.params import load_params
+
+    params = load_params(args.params)
+    url = dvc_cli.remote_url(params.remote.url, params.remote.url_env)
+    if not url:
+        sys.stderr.write(f"no remote: set remote.url in {args.params} or ${params.remote.url_env}\n")
+        return 1
+    logging.getLogger(dvc_cli.__name__).setLevel(logging.WARNING)  # a failure is one line: no `$ dvc …` lines
+    try:
+        output = dvc_cli.transfer(Path(args.params).resolve().parent, args.command, params.remote.name, url,
+                                  args.jobs, args.targets)
+    except (dvc_cli.RemoteFailed, ValueError) as err:
+        sys.stderr.write(f"{err}\n")
+        return 1
+    sys.stdout.write(output)
     return 0
 
 
@@ -342,9 +378,27 @@ def build_parser() -> argparse.ArgumentParser:
                             "name (repeatable; default: none, paths stay inside the project; docs/ui.md)")
     serve.set_defaults(func=_serve)
 
+    worker = sub.add_parser("worker", help="deploy the pipeline to a Prefect work pool and run its runs on this "
+                                           "machine (one command per GPU machine; docs/team.md)")
+    worker.add_argument("--project", default=".", help="the vrsflow checkout runs execute in")
+    worker.add_argument("--pool", default="vrsflow", help="work pool (type process; created when missing)")
+    worker.add_argument("--name", default="vrsflow-pool", help="deployment name (vrsflow-pipeline/NAME)")
+    worker.add_argument("--worker-name", default="", help="this worker's name in the UI (default: Prefect's)")
+    worker.add_argument("--allow-root", action="append", default=[], metavar="DIR",
+                        help="as for vrsflow serve: a folder outside the project that a run's path params may name")
+    worker.set_defaults(func=_worker)
+
     remote = sub.add_parser("remote", help="configure the DVC remote from params.yaml / environment")
     remote.add_argument("--params", default="params.yaml")
     remote.set_defaults(func=_remote)
+
+    for verb in ("push", "pull"):
+        transfer = sub.add_parser(verb, help=f"dvc {verb} with the remote from params.yaml / environment; a failure "
+                                             "is one line naming the remote and what failed")
+        transfer.add_argument("--params", default="params.yaml")
+        transfer.add_argument("-j", "--jobs", type=int, default=None, help="parallel transfers (dvc's -j)")
+        transfer.add_argument("targets", nargs="*", help="stages or outputs (default: every output in dvc.lock)")
+        transfer.set_defaults(func=_transfer)
 
     profile = sub.add_parser("profile", help="print a params profile as `dvc exp run -S` arguments")
     profile.add_argument("name", help="profile name, e.g. veason-r1, rcot-seg, videoseg-r1")

@@ -199,10 +199,8 @@ def _child(conn: socket.socket, request: dict, fds: list[int], inherited: list[s
     except KeyboardInterrupt:  # Ctrl-C: the flow run is already marked crashed; no traceback
         sys.stderr.write(f"vrsflow {' '.join(request['argv'])}: interrupted\n")
         code = 130
-    except BaseException:  # noqa: BLE001 (report like the interpreter would, then exit non-zero)
-        import traceback
-
-        traceback.print_exc()
+    except BaseException:  # noqa: BLE001 (report like the interpreter would — through sys.excepthook —, exit non-zero)
+        sys.excepthook(*sys.exc_info())
         code = 1
     sys.stdout.flush()
     sys.stderr.flush()

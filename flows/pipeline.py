@@ -10,7 +10,9 @@ process settings, which `vrsflow serve` fixes when it starts); a refused run fai
 DVC is never called. dvc's output streams into the run log; each stage's flow
 (`dvc-<stage>`) is a subflow of the run and carries the params it read (flows/serve_link.py); the
 experiment name, changed params and metrics are artifacts. Results are pushed when a DVC remote and
-a git remote are set.
+a git remote are set. The same flow also runs from a work pool, picked up by `vrsflow worker`
+(flows/serve_worker.py), under the same policy (`fix_served_project`). A run process ends with the
+server or worker that started it, and dvc and the stages end with the run.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext, TaskRunContext
 from prefect.states import Failed
 
+from flows.prefect_api import REPRO_PID_ENV, run_record
 from flows.serve_link import parent_env
 from flows.serve_request import (
     SERVED_POLICY_ENV,
@@ -37,12 +40,13 @@ from flows.serve_request import (
     served_project,
     serving_policy,
 )
-from stages.core import dvc_cli
+from stages.core import dvc_cli, lifeline
 from stages.core.params import load_params
 
 DEPLOYMENT_NAME = "vrsflow"
 FLOW_NAME = "vrsflow-pipeline"
 HEADLINE_METRICS = ("metrics/summary.json", "metrics/eval.json")  # the first one the experiment has
+SERVED_BY_ENV = "VRSFLOW_SERVED_BY_PID"  # `vrsflow serve` / `vrsflow worker`: the process a run lives no longer than
 
 
 @task(name="dvc-exp-run", cache_policy=NO_CACHE, persist_result=False)
@@ -54,7 +58,10 @@ def exp_run_task(request: RunRequest) -> str:
     for item in request.set_args:
         args += ["-S", item]
     env = parent_env(str(flow_run.id), str(task_run.id), request.name)  # stage runs become subflows of this task
-    return dvc_cli.run_dvc([*args, *request.targets], request.project, extra_env=env)
+    # dvc dies with this process (parent-death signal) and each stage it starts watches this process
+    # (flows/cli.py): a run stopped or killed leaves no dvc or stage process behind
+    env[REPRO_PID_ENV] = str(os.getpid())
+    return dvc_cli.run_dvc([*args, *request.targets], request.project, extra_env=env, tied=True)
 
 
 @task(name="dvc-exp-diff", cache_policy=NO_CACHE, persist_result=False)
@@ -89,9 +96,26 @@ def pipeline_flow(
         experiment_name: name of the DVC experiment (default: ui-<this run's name>).
         push: push the experiment to the DVC remote when one (and a git remote) is configured.
     """
-    logger = get_run_logger()
     logging.getLogger("stages").setLevel(logging.INFO)  # dvc's output lines reach the run log
     flow_run = FlowRunContext.get().flow_run  # type: ignore[union-attr]
+    _end_with_server()
+    # recorded (flow run, this pid): killed outright, the run is marked Crashed by the next stage or run on this
+    # machine (flows/prefect_api.py mark_killed_runs)
+    with run_record(str(flow_run.id)):
+        return _run_pipeline(flow_run, overrides, targets, experiment_name, push)
+
+
+def _end_with_server() -> None:
+    """Stop this run when the `vrsflow serve` / `vrsflow worker` process that started it ends, however it ends
+    (SIGTERM to this process: Prefect marks the run Crashed; dvc and the stages follow it)."""
+    pid = os.environ.get(SERVED_BY_ENV, "")
+    if pid.isdigit() and int(pid) != os.getpid():
+        lifeline.stop_when_gone(int(pid))
+
+
+def _run_pipeline(flow_run: Any, overrides: dict[str, Any] | None, targets: list[str] | None,
+                  experiment_name: str | None, push: bool) -> Any:
+    logger = get_run_logger()
     name = experiment_name or f"ui-{flow_run.name}-{str(flow_run.id)[:6]}"
     try:
         request = check_request(served_project(), overrides if overrides is not None else {}, targets, name)
@@ -165,6 +189,31 @@ def serve(project_dir: str = ".", name: str = DEPLOYMENT_NAME, allowed_roots: tu
         ServeRefused: the Prefect API is reachable by others without credentials (flows/serve_auth.py).
         FileNotFoundError: no dvc.yaml, or an allowed root that is not a folder.
     """
+    project = fix_served_project(project_dir, allowed_roots)
+    pipeline_flow.serve(
+        name=name,
+        description=f"Run the vrsflow DVC pipeline in {project} as an isolated experiment "
+                    "(dvc exp run --temp -S …) with checked params overrides.",
+        tags=["vrsflow"],
+        enforce_parameter_schema=True,
+        limit=1,  # one experiment at a time: runs share the repository's git refs, DVC cache and lock
+    )
+
+
+def fix_served_project(project_dir: str | Path, allowed_roots: tuple[str, ...] = ()) -> Path:
+    """What `vrsflow serve` and `vrsflow worker` fix before taking runs: the project, the served-run policy
+    (allowed roots, the server-side params of its params.yaml) and this process as the one runs end with, all in
+    this process's environment, which the run processes inherit; the API is checked, and the runs of killed
+    processes on it marked Crashed. Returns the project folder.
+
+    Raises:
+        ParamsError: the project's params.yaml is invalid.
+        ServeRefused: the Prefect API is reachable by others without credentials (flows/serve_auth.py).
+        FileNotFoundError: no dvc.yaml, or an allowed root that is not a folder.
+    """
+    from prefect.settings import get_current_settings
+
+    from flows.prefect_api import get_prefect_home, mark_killed_runs
     from flows.serve_auth import check_current_api
 
     project = Path(project_dir).resolve()
@@ -174,11 +223,6 @@ def serve(project_dir: str = ".", name: str = DEPLOYMENT_NAME, allowed_roots: tu
     check_current_api()
     os.environ[SERVED_PROJECT_ENV] = str(project)  # runs execute in child processes that inherit it
     os.environ[SERVED_POLICY_ENV] = policy.to_env()
-    pipeline_flow.serve(
-        name=name,
-        description=f"Run the vrsflow DVC pipeline in {project} as an isolated experiment "
-                    "(dvc exp run --temp -S …) with checked params overrides.",
-        tags=["vrsflow"],
-        enforce_parameter_schema=True,
-        limit=1,  # one experiment at a time: runs share the repository's git refs, DVC cache and lock
-    )
+    os.environ[SERVED_BY_ENV] = str(os.getpid())
+    mark_killed_runs(Path(get_prefect_home()), get_current_settings().api.url or "")
+    return project

@@ -191,6 +191,26 @@ def box_well_formed(box: tuple[float, ...]) -> bool:
     return box[0] < box[2] and box[1] < box[3]
 
 
+NO_BOXES = "no_boxes"  # the answer holds no box at all
+DEGENERATE_BOXES = "degenerate_boxes"  # it holds boxes, but none covers any area inside the frame
+
+
+def box_status(boxes: tuple[Box, ...] | list, width: float, height: float) -> str | None:
+    """`NO_BOXES` for an answer without boxes, `DEGENERATE_BOXES` when every box is empty once clipped to the
+    `width` × `height` frame (corners inverted, zero width or height, or wholly outside), None when at least one
+    box keeps an area (x1 < x2 and y1 < y2 after clipping) — what a segmenter can make a mask from.
+
+    Both the evaluation (its answer statuses) and the GRPO reward's log use it, so the two count alike.
+    """
+    if not len(boxes):
+        return NO_BOXES
+    for x1, y1, x2, y2 in boxes:
+        if min(max(x1, 0.0), width) < min(max(x2, 0.0), width) and \
+                min(max(y1, 0.0), height) < min(max(y2, 0.0), height):
+            return None
+    return DEGENERATE_BOXES
+
+
 def well_formed_box_share(boxes: tuple[Box, ...]) -> float:
     """Share of the boxes that are well formed; 0 for no boxes."""
     return sum(map(box_well_formed, boxes)) / len(boxes) if boxes else 0.0

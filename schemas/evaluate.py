@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import pandera.pandas as pa
 from pandera.typing import Series
 
 SCORE_STATUSES = ("ok", "missing_video", "missing_frame", "unreadable_frame", "bad_shape", "missing_anno")
-ANSWER_STATUSES = ("ok", "parse_failure", "no_boxes", "keyframe_not_shown")
+# an answer's status (`stages.evaluate.select_prompt`): "no_boxes" = it parsed and holds no box; "degenerate_boxes" =
+# it holds boxes but none covers any area inside the frame (inverted corners, zero width or height, outside it)
+ANSWER_STATUSES = ("ok", "parse_failure", "no_boxes", "degenerate_boxes", "keyframe_not_shown")
 
 
 class ExpressionScoresSchema(pa.DataFrameModel):
@@ -56,6 +59,14 @@ class InferenceSchema(pa.DataFrameModel):
     rounds: Series[object]
     keyframe_area_ratio: Series[float] = pa.Field(nullable=True, ge=0, le=1)
     keyframe_box_iou: Series[float] = pa.Field(nullable=True, ge=0, le=1)
+
+    @pa.dataframe_check(name="no_boxes_without_boxes_and_degenerate_boxes_with_boxes")
+    def _box_statuses(cls, df: pd.DataFrame) -> Series[bool]:
+        # a table written before the two were told apart labels degenerate boxes "no_boxes": refused here
+        # (`stages.evaluate.read_answers` relabels such a table)
+        n_boxes = df["boxes"].map(len)
+        return ~(((df["status"] == "no_boxes") & (n_boxes > 0))
+                 | ((df["status"] == "degenerate_boxes") & (n_boxes == 0)))
 
     class Config:
         strict = True

@@ -72,11 +72,65 @@ def module_command(module: str, args: Sequence[str] = ()) -> list[str]:
     return [sys.executable, "-m", "stages.core.lifeline", module, *args]
 
 
-def popen(argv: Sequence[str], **kwargs) -> subprocess.Popen:
-    """`subprocess.Popen(argv)` whose process dies with this one (call it from the thread that waits for it)."""
+def popen(argv: Sequence[str], reap: bool = False, **kwargs) -> subprocess.Popen:
+    """`subprocess.Popen(argv)` whose process dies with this one (call it from the thread that waits for it).
+
+    `reap=True`: its whole process tree dies with it too — grandchildren that other programs start and leave
+    behind included (`reap_tree`: a Ray worker's vLLM engine processes outlive the worker otherwise)."""
     env = dict(kwargs.pop("env", None) or os.environ)
     env[PARENT_ENV] = str(os.getpid())
-    return subprocess.Popen(command(argv), env=env, **kwargs)
+    wrapped = [sys.executable, "-m", "stages.core.lifeline", "--reap", "--", *argv] if reap else command(argv)
+    return subprocess.Popen(wrapped, env=env, **kwargs)
+
+
+PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
+
+
+def reap_tree(argv: Sequence[str], grace_s: float = 3.0) -> int:
+    """Run `argv` as a child and take its whole process tree down with it; returns its exit code.
+
+    This process becomes a child subreaper (prctl PR_SET_CHILD_SUBREAPER): a process of the tree whose parent
+    dies is re-parented here, not to init, so nothing the program started can escape the tree. When the
+    program ends, or this process is told to stop (SIGTERM / SIGINT — its parent-death signal is SIGTERM), the
+    program gets SIGTERM, then every process left in the tree SIGKILL after `grace_s` seconds at most.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(err)}")
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    # the program is a child here, not this process after an exec: what it starts through the lifeline must
+    # expect *it* as parent, which no variable can name before it exists (getppid() then; the subreaper holds
+    # whatever outlives its parent anyway)
+    env = {k: v for k, v in os.environ.items() if k != PARENT_ENV}
+    child = subprocess.Popen(list(argv), env=env)
+    while child.poll() is None and not stop.wait(0.2):
+        pass
+    if child.poll() is None:
+        child.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=grace_s)
+    _kill_descendants()
+    return child.returncode if child.returncode is not None else 128 + int(signal.SIGTERM)
+
+
+def _kill_descendants() -> None:
+    import psutil
+
+    me = psutil.Process()
+    for _ in range(10):  # a process may fork while we kill: look again until the tree is empty
+        left = me.children(recursive=True)
+        if not left:
+            return
+        for proc in left:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.kill()
+        psutil.wait_procs(left, timeout=2.0)
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-1, os.WNOHANG)[0]:  # adopted orphans are our children now: collect them
+                pass
 
 
 def stop_when_gone(pid: int, grace_s: float = 5.0) -> threading.Thread:
@@ -136,11 +190,15 @@ def alive(pid: int) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """`python -m stages.core.lifeline -- PROGRAM ARGS…` (exec PROGRAM) or `… MODULE ARGS…` (run the module)."""
+    """`python -m stages.core.lifeline -- PROGRAM ARGS…` (exec PROGRAM) or `… MODULE ARGS…` (run the module);
+    `--reap -- PROGRAM ARGS…` runs PROGRAM as a child and takes its whole process tree down with it."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args == ["--"]:
-        sys.stderr.write("usage: python -m stages.core.lifeline (-- PROGRAM | MODULE) [ARGS…]\n")
+    if not args or args == ["--"] or args[:2] == ["--reap", "--"] and len(args) < 3:
+        sys.stderr.write("usage: python -m stages.core.lifeline [--reap] (-- PROGRAM | MODULE) [ARGS…]\n")
         raise SystemExit(2)
+    if args[0] == "--reap":  # the program's whole tree dies with it and with this process's parent
+        die_with_parent(signal.SIGTERM)
+        raise SystemExit(reap_tree(args[2:]))
     die_with_parent()
     os.environ[PARENT_ENV] = str(os.getpid())  # for what this process starts in turn (torchrun's workers)
     if args[0] == "--":

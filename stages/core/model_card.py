@@ -64,7 +64,8 @@ def _project_dir(path: Path, project_dir: Path | None) -> Path | None:
     return None
 
 
-def _interpolate(text: str, params: Mapping[str, Any]) -> str:
+def interpolate(text: str, params: Mapping[str, Any]) -> str:
+    """`${a.b}` in dvc.yaml text replaced by params["a"]["b"] (left as is when params lack it)."""
     def value(match: re.Match[str]) -> str:
         node: Any = params
         for key in match.group(1).strip().split("."):
@@ -86,7 +87,7 @@ def stage_outputs(project_dir: Path) -> dict[str, list[str]]:
         for section in ("outs", "metrics", "plots"):
             for entry in stage.get(section) or []:
                 entry = next(iter(entry)) if isinstance(entry, Mapping) else entry
-                paths.append(_interpolate(str(entry), params).rstrip("/"))
+                paths.append(interpolate(str(entry), params).rstrip("/"))
         result[name] = paths
     return result
 

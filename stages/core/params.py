@@ -398,6 +398,12 @@ class SftParams:
     target_modules: Exp[tuple[str, ...]] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
     modules_to_save: Exp[tuple[str, ...]] = ("lm_head", "embed_tokens")  # fully trained; () for real checkpoints
     gradient_checkpointing: Exp[bool] = False
+    # padding-free packing: a micro-batch's samples end to end in one row, each with its own positions and no
+    # attention across samples (stages/sft/data.py PackCollator); false = right-padded rows
+    packing: Exp[bool] = False
+    # Liger Triton kernels (fused linear cross-entropy, RMSNorm, SwiGLU, M-RoPE): auto = on where CUDA, Triton and
+    # liger-kernel are present, off elsewhere (CPU); on = required (an error where they are missing)
+    liger: Exp[Literal["auto", "on", "off"]] = "auto"
     # torch threads on CPU (tiny model: 1 is fastest on a shared machine); 0 = torch default
     cpu_threads: Exp[NonNegInt] = 1
     save_every_steps: Exp[PosInt] = 10  # resumable checkpoint interval (optimizer steps)
@@ -514,6 +520,9 @@ class RewardParams:
 
 @dataclass(frozen=True)
 class GrpoVerlParams:
+    # cuda: the cluster job on GPU nodes; cpu: the same job on this machine's CPU (verl's CPU platform, vLLM's
+    # CPU build; stages/grpo/verl_cpu.py) — it starts processes (a Ray head, verl, vLLM), so it is the server's
+    device: Server[Literal["cuda", "cpu"]] = "cuda"
     n_gpus_per_node: Server[PosInt] = 8
     nnodes: Server[PosInt] = 1
     rollout_name: Server[Literal["vllm", "sglang"]] = "vllm"  # verl's rollout server
@@ -579,6 +588,12 @@ class GrpoParams:
     # steps averaged for the first / last mean reward; 0 = one pass over the pool (same prompts)
     window: Exp[NonNegInt] = 0
     verl: GrpoVerlParams = field(default_factory=GrpoVerlParams)
+
+    def _rules(self) -> Iterator[tuple[str, str]]:
+        if self.engine == "verl" and self.verl.device == "cpu" and self.lora_r == 0:
+            # vLLM's CPU backend cannot take base weights into a running server (docs/grpo_verl.md)
+            yield "lora_r", ("must be > 0 with grpo.verl.device: cpu (vLLM's CPU build takes no full-weight "
+                             "updates; full fine-tuning needs GPU nodes)")
 
 
 # -- later stages add their block classes above this line --

@@ -31,8 +31,8 @@ from PIL import Image
 from pycocotools import mask as mask_utils
 from scipy.optimize import linear_sum_assignment
 
-from schemas.answer import parse_answer
-from schemas.evaluate import ExpressionScoresSchema, InferenceSchema
+from schemas.answer import DEGENERATE_BOXES, NO_BOXES, parse_answer
+from schemas.evaluate import ANSWER_STATUSES, ExpressionScoresSchema, InferenceSchema
 from schemas.sample import KeyframesSchema
 from stages.core import mask_table, revos
 from stages.core.io import read_table, write_table
@@ -50,9 +50,9 @@ from stages.teacher.prompts import QUESTION_VERSION
 
 log = logging.getLogger(__name__)
 
-__all__ = ["VideoAnswers", "answer_video", "box_masks", "evaluate", "evaluate_video", "model_policy", "predict_masks",
-           "reference_policy", "segment_answers", "segmenter", "select_points", "select_prompt", "target_areas",
-           "target_boxes", "write_mask", "write_prediction"]
+__all__ = ["VideoAnswers", "answer_video", "box_masks", "describe_segmenter", "evaluate", "evaluate_video",
+           "model_policy", "predict_masks", "read_answers", "reference_policy", "segment_answers", "segmenter",
+           "select_points", "select_prompt", "target_areas", "target_boxes", "write_mask", "write_prediction"]
 
 
 def evaluate(params: EvaluateParams, model: ModelParams, sam2: Sam2Params, train_size: int, data_root: Path,
@@ -135,6 +135,19 @@ def evaluate(params: EvaluateParams, model: ModelParams, sam2: Sam2Params, train
     return StageReport("evaluate", metrics=metrics, tables={"per expression": table}, markdown=markdown)
 
 
+def read_answers(path: Path) -> pd.DataFrame:
+    """An `answers.parquet` (InferenceSchema), also one written before "degenerate_boxes" was a status of its own.
+
+    Such a table labelled "no_boxes" every answer whose boxes were all empty after clipping, and kept the boxes:
+    a "no_boxes" row with boxes can only be degenerate boxes, so it is relabelled (exactly) before validation.
+    """
+    table = pd.read_parquet(path)
+    if {"status", "boxes"} <= set(table.columns):
+        old = (table["status"] == NO_BOXES) & (table["boxes"].map(len) > 0)
+        table.loc[old, "status"] = DEGENERATE_BOXES
+    return InferenceSchema.validate(table, lazy=True)
+
+
 def _load_video(root: Path, video: str, frames: list[str]) -> list[np.ndarray]:
     out = []
     for name in frames:
@@ -202,7 +215,8 @@ def reference_policy(gt: GroundTruth, expressions: dict[str, tuple[str, str]], s
 
 def segmenter(params: EvaluateParams, sam2: Sam2Params) -> Segmenter:
     """`evaluate.segmenter`: "sam2" (boxes prompt SAM2 at the keyframe, tracked both ways) or "box" (the
-    keyframe boxes filled as the mask on every frame: the lower bound of a box-only method)."""
+    keyframe boxes filled as the mask on every frame: the lower bound of a box-only method). The segmenter
+    carries its name and checkpoint (`describe_segmenter`)."""
     if params.segmenter == "box":
         if sam2.checkpoint != Sam2Params.checkpoint:  # a SAM2 was named, so it was likely meant to make the masks
             log.warning("evaluate.segmenter is box: the masks are the answered boxes on every frame, and "
@@ -217,7 +231,21 @@ def segmenter(params: EvaluateParams, sam2: Sam2Params) -> Segmenter:
         return predict_masks(predictor, frames, prompts, params.mask_threshold, sink=sink, spill_dir=spill_dir)
 
     segment.streams = True
+    segment.kind, segment.checkpoint, segment.config = "sam2", str(sam2.checkpoint), str(sam2.config)
     return segment
+
+
+def describe_segmenter(segment: Segmenter) -> dict[str, str | None]:
+    """What made the masks, for the people who read them (`vrsflow segment`'s answer.json, the demo page):
+    {"name": "sam2" | "box", "description", "checkpoint", "config"} — checkpoint and config None for the box
+    segmenter, which has none; a segmenter built elsewhere is "custom"."""
+    from stages.evaluate.report import SEGMENTERS
+
+    kind = getattr(segment, "kind", "custom")
+    checkpoint = getattr(segment, "checkpoint", None)
+    return {"name": kind, "description": SEGMENTERS.get(kind, "a segmenter vrsflow did not build"),
+            "checkpoint": str(Path(checkpoint).resolve()) if checkpoint else None,
+            "config": getattr(segment, "config", None)}
 
 
 def box_masks(frames: list[np.ndarray], prompts: list[tuple[int, list[list[float]]]],
@@ -240,6 +268,7 @@ def box_masks(frames: list[np.ndarray], prompts: list[tuple[int, list[list[float
 
 
 box_masks.streams = True
+box_masks.kind = "box"
 
 
 @dataclass
@@ -331,8 +360,10 @@ def select_prompt(reply: Reply, shown_idx: list[int], size: int, width: int, hei
                   ) -> tuple[str, int, list[list[float]]]:
     """(status, keyframe index in the video, boxes in video pixels) of one reply.
 
-    Status: "parse_failure" (no boxes), "no_boxes" (every box empty after scaling and clipping),
-    "keyframe_not_shown" (moved to the nearest shown frame, earlier on a tie) or "ok".
+    Status: "parse_failure" (the answer does not parse), "no_boxes" (it parses and holds no box),
+    "degenerate_boxes" (it holds boxes, but every one is empty after scaling and clipping to the frame: inverted
+    corners, zero width or height, outside the frame — nothing to segment), "keyframe_not_shown" (moved to the
+    nearest shown frame, earlier on a tie) or "ok".
     """
     answer = reply.answer
     if answer is None:
@@ -349,7 +380,9 @@ def select_prompt(reply: Reply, shown_idx: list[int], size: int, width: int, hei
                min(max(x2 * sx, 0.0), width), min(max(y2 * sy, 0.0), height)]
         if box[2] > box[0] and box[3] > box[1]:
             boxes.append(box)
-    return ("no_boxes" if not boxes else status), key, boxes
+    if not boxes:  # the same rule as `schemas.answer.box_status`, on the boxes in video pixels
+        status = NO_BOXES if not answer.boxes else DEGENERATE_BOXES
+    return status, key, boxes
 
 
 def select_points(reply: Reply, size: int, width: int, height: int) -> list[list[tuple[float, float, int]]]:
@@ -561,7 +594,7 @@ def target_boxes(gt: GroundTruth, annos: list[str], t: int) -> list[list[float]]
 def _answer_metrics(answers: pd.DataFrame, mode: str) -> dict[str, float | int]:
     """Counts of answer statuses, keyframe / box quality (failures count 0), RCoT rounds."""
     out: dict[str, float | int] = {f"n_answer_{s}": int((answers["status"] == s).sum())
-                                   for s in ("parse_failure", "no_boxes", "keyframe_not_shown")}
+                                   for s in ANSWER_STATUSES if s != "ok"}
     out["parse_failure_rate"] = float((answers["status"] == "parse_failure").mean()) if len(answers) else 0.0
     for col, name in (("keyframe_area_ratio", "keyframe_area_ratio"), ("keyframe_box_iou", "keyframe_box_iou")):
         values = answers[col].dropna()

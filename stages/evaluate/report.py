@@ -2,8 +2,9 @@
 models (base / SFT / GRPO), and pictures (PNG, PIL only).
 
 Pictures (in `<report stem>/` beside the markdown), for the best and worst scored expressions that have a
-target (ranked among those whose target is visible in at least one frame; the best also among those where
-the model answered boxes, so that no example scores only from target-absent frames):
+target (ranked among those whose target is visible in at least one frame; the best only among those whose
+answered boxes made a non-empty mask on the answered keyframe, so that no best example scores only from
+target-absent frames):
 
 - the frames the model saw, ground-truth boxes on every frame and, on the chosen keyframe, the predicted
   boxes;
@@ -47,16 +48,29 @@ SEGMENTERS = {  # evaluate.segmenter → what made the predicted masks (stated i
             "over every frame",
     "box": "the box segmenter: the answered keyframe's boxes filled as the mask on every frame (no tracking)",
 }
-EXAMPLES_MD = ("Best examples are chosen among expressions whose answer parsed and gave boxes (worst: among all "
-               "with a visible target), so that no best example scores only from frames where the target is absent.")
+EXAMPLES_MD = ("Best examples are chosen among expressions whose answered boxes made a non-empty mask on the answered "
+               "keyframe (worst: among all with a visible target), so that no best example scores only from frames "
+               "where the target is absent.")
+NO_BEST_MD = ("No best example: no answer's boxes made a mask on its keyframe (every answer failed to parse, held no "
+              "box, or held only degenerate boxes), so any score above 0 comes from frames where the target is absent.")
+STATUSES_MD = ("Answer statuses: `no_boxes` = the answer parsed but holds no box; `degenerate_boxes` = it holds boxes, "
+               "but every one covers no area inside the frame (inverted corners, zero width or height, outside the "
+               "frame); `parse_failure` = it does not parse; `keyframe_not_shown` = its keyframe was not a frame shown "
+               "(moved to the nearest). The first three make an empty mask.")
+NO_MASK_STATUSES = ("parse_failure", "no_boxes", "degenerate_boxes")  # answers whose prediction is empty
 CEILING_LABEL = "ground-truth answers (the ceiling)"
 CEILING_MD = ("The ceiling row is the same evaluation with the ground-truth answer as the policy (the keyframe where "
               "the target is largest, its boxes there, read by the same parser) and the same segmenter: what a "
               "perfect answer scores with these masks. It is not a bound on every answer: where the target is absent "
               "from many frames, an empty answer can score more, since a segmenter that marks the keyframe's boxes "
               "on every frame (or a poor SAM2) marks frames the ground truth leaves empty.")
-EMPTY_MATCH_MD = ("**No boxes answered**: this score comes only from frames where the target is absent (an empty "
-                  "prediction matches an empty ground truth), not from finding the target.")
+EMPTY_MATCH_MD = {  # answer status → why its mask is empty, for an example that scores anyway
+    "parse_failure": "**The answer did not parse**",
+    "no_boxes": "**No boxes answered**",
+    "degenerate_boxes": "**Degenerate boxes answered** (they cover no area inside the frame, so the mask is empty)",
+}
+EMPTY_MATCH_TAIL = (": this score comes only from frames where the target is absent (an empty prediction matches an "
+                    "empty ground truth), not from finding the target.")
 
 
 def results_table(metrics: dict[str, float], label: str) -> pd.DataFrame:
@@ -194,11 +208,23 @@ def masks_strip(root: Path, gt: GroundTruth, pred_dir: Path, video: str, exp_id:
     return _grid([top, bottom])
 
 
-def pick_examples(scores: pd.DataFrame, answers: pd.DataFrame, gt: GroundTruth, n: int) -> tuple[list[str], list[str]]:
+def keyframe_mask_nonempty(pred_dir: Path, gt: GroundTruth, answer: dict) -> bool:
+    """Whether the prediction written for `answer` has any pixel on its answered keyframe."""
+    key = answer.get("keyframe_idx")
+    if answer.get("status") in NO_MASK_STATUSES or key is None or math.isnan(key):
+        return False
+    names = gt.videos[answer["video"]]["frames"]
+    path = Path(pred_dir) / answer["video"] / str(answer["exp_id"]) / f"{names[int(key)]}.png"
+    return path.is_file() and bool((read_mask_png(path) > 0).any())
+
+
+def pick_examples(scores: pd.DataFrame, answers: pd.DataFrame, gt: GroundTruth, n: int, pred_dir: Path
+                  ) -> tuple[list[str], list[str]]:
     """The `n` best and `n` worst expression ids by J&F among expressions with a target (referring or reasoning,
-    target visible in at least one frame). The best are taken among those where the model answered boxes
-    (all with a target when none did); ties broken by expression id. A worst already shown as best is skipped."""
-    boxes = answers.set_index("expression_id")["boxes"].map(lambda b: len(b) > 0)
+    target visible in at least one frame). The best only among those whose prediction (`pred_dir`) is non-empty
+    on the answered keyframe — none when no answer made such a mask; ties broken by expression id. A worst
+    already shown as best is skipped."""
+    by_id = answers.set_index("expression_id", drop=False)
     entries = {(v, e): entry for v, video in gt.videos.items() for e, entry in video["expressions"].items()}
 
     def visible(row: pd.Series) -> bool:
@@ -208,8 +234,12 @@ def pick_examples(scores: pd.DataFrame, answers: pd.DataFrame, gt: GroundTruth, 
     candidates = scores[scores["type_id"].isin([0, 1])]
     candidates = candidates[candidates.apply(visible, axis=1)] if len(candidates) else candidates
     ranked = candidates.sort_values(["JF", "expression_id"], ascending=[False, True])
-    answered = ranked[ranked["expression_id"].map(lambda i: bool(boxes.get(i, False)))]
-    best = list((answered if len(answered) else ranked).head(n)["expression_id"])
+    best: list[str] = []
+    for expression_id in ranked["expression_id"]:  # best first: the masks are read only until n are found
+        if len(best) == n:
+            break
+        if expression_id in by_id.index and keyframe_mask_nonempty(pred_dir, gt, by_id.loc[expression_id].to_dict()):
+            best.append(expression_id)
     worst = [i for i in ranked.sort_values(["JF", "expression_id"])["expression_id"] if i not in best][:n]
     return best, worst
 
@@ -248,10 +278,10 @@ def write_report(path: Path, metrics: dict[str, float], scores: pd.DataFrame, an
     counts = {k: v for k, v in sorted(metrics.items())
               if k.split("_")[0] not in ("J", "F", "JF", "R", "ceiling") and not is_timing(k)}
     lines += ["## Answers and keyframes", "", markdown_table(pd.DataFrame(
-        [{"metric": k, "value": v} for k, v in counts.items()])), ""]
-    best, worst = pick_examples(scores, answers, gt, n_examples)
+        [{"metric": k, "value": v} for k, v in counts.items()])), "", STATUSES_MD, ""]
+    best, worst = pick_examples(scores, answers, gt, n_examples, pred_dir)
     if best or worst:
-        lines += ["## Examples", "", LEGEND_MD, "", EXAMPLES_MD, ""]
+        lines += ["## Examples", "", LEGEND_MD, "", EXAMPLES_MD, "", *([] if best else [NO_BEST_MD, ""])]
     by_id = answers.set_index("expression_id", drop=False)
     scored = scores.set_index("expression_id")
     for rank, (kind, expression_id) in enumerate([*(("Best", i) for i in best), *(("Worst", i) for i in worst)]):
@@ -266,7 +296,8 @@ def write_report(path: Path, metrics: dict[str, float], scores: pd.DataFrame, an
                   f"J&F {100 * score['JF']:.1f} (J {100 * score['J']:.1f}, F {100 * score['F']:.1f}); "
                   f"answer status `{answer['status']}`, {len(answer['boxes'])} box(es), keyframe "
                   f"{answer['keyframe_idx']}, {answer['n_rounds']} selection round(s).", "",
-                  *([EMPTY_MATCH_MD, ""] if not len(answer["boxes"]) and score["JF"] > 0 else []),
+                  *([EMPTY_MATCH_MD[answer["status"]] + EMPTY_MATCH_TAIL, ""]
+                    if answer["status"] in EMPTY_MATCH_MD and score["JF"] > 0 else []),
                   f"![frames shown: ground truth cyan, prediction magenta]({pictures.name}/{stem}_boxes.png)", "",
                   f"![ground truth (top, cyan) vs prediction (bottom, magenta)]({pictures.name}/{stem}_masks.png)", ""]
     text = "\n".join(lines)

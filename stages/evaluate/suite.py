@@ -48,6 +48,11 @@ REFERENCE_MD = ("`ground_truth`: the ground-truth answer (the keyframe where the
                 "scores with this segmenter (an empty answer can score more where the target is absent from many "
                 "frames).")
 SUMMARY_KEYS = ("J", "F", "JF", "R_visa_overall", "R_binary_overall", "n_expressions", "n_scored", "pngs")
+# the answers that made no mask, told apart: none boxed, or only boxes that cover no area (`select_prompt`)
+NO_MASK_KEYS = ("n_answer_no_boxes", "n_answer_degenerate_boxes")
+NO_MASK_MD = ("Answers that made no mask, per benchmark: `no boxes / degenerate boxes` — answers that parsed but hold "
+              "no box, and answers whose boxes all cover no area inside the frame (inverted corners, zero width or "
+              "height, outside the frame).")
 
 
 def _revos_videos(root: Path, split: str) -> dict[str, list[str]]:
@@ -169,7 +174,7 @@ def run_benchmark(name: str, params: BenchmarksParams, evaluate: EvaluateParams,
                                         params.videos, params.expressions, missing=params.missing)
         # NaN (e.g. a ReVOS subset without expressions in the chosen videos) stays out of the JSON metrics
         metrics[label] = {k: float(v) for k, v in summary.items()
-                          if (k in SUMMARY_KEYS or k.startswith("JF_anno")) and np.isfinite(float(v))}
+                          if (k in SUMMARY_KEYS + NO_MASK_KEYS or k.startswith("JF_anno")) and np.isfinite(float(v))}
         metrics[label]["parse_failure_rate"] = float(summary["parse_failure_rate"])
         log.info("%s / %s: %s", name, label, metrics[label])
     write_lineage(out_dir, f"bench@{name}", {"benchmarks": params, "evaluate": evaluate, "sam2": sam2},
@@ -201,6 +206,32 @@ def benchmark_table(results: dict[str, dict[str, dict[str, float]]], models: lis
     return pd.DataFrame(rows)
 
 
+def no_mask_table(results: dict[str, dict[str, dict[str, float]]], models: list[str]) -> pd.DataFrame:
+    """Rows = models, a column per benchmark: "no boxes / degenerate boxes" answer counts ("—" without a run)."""
+    rows = []
+    for model in models:
+        row: dict[str, object] = {"model": model}
+        for name, per_model in results.items():
+            m = per_model.get(model, {})
+            row[name] = " / ".join(str(int(m[k])) for k in NO_MASK_KEYS) if NO_MASK_KEYS[0] in m else "—"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def check_no_mask_counts(path: Path, per_model: dict[str, dict[str, float]]) -> None:
+    """Refuse a benchmark metrics file written before the answers without a mask were counted apart.
+
+    Raises:
+        ValueError: one line naming the file, the model and the stage to rerun.
+    """
+    for label, metrics in per_model.items():
+        missing = [k for k in NO_MASK_KEYS if k not in metrics]
+        if missing and ("JF" in metrics or "n_expressions" in metrics):
+            stage = f"bench@{Path(path).stem}"
+            raise ValueError(f"{path}: model {label} has no {missing[0]} (written by an older vrsflow, which counted "
+                             f"degenerate boxes as no boxes); rerun its stage: dvc repro {stage}")
+
+
 def gain_line(results: dict[str, dict[str, dict[str, float]]], model: str = "grpo", over: str = "sft") -> str:
     """One line: the mean J&F gain of `model` over `over`, across the benchmarks that have scores for both."""
     gains = {name: m[model]["JF"] - m[over]["JF"] for name, m in results.items()
@@ -220,6 +251,7 @@ def write_benchmark_table(params: BenchmarksParams, metrics_dir: Path, report_pa
         for key, value in flat.items():
             label, _, metric = key.partition(".")
             per_model.setdefault(label, {})[metric] = value
+        check_no_mask_counts(Path(metrics_dir) / f"{name}.json", per_model)
         results[name] = per_model
     models = list(params.models) + ([REFERENCE] if params.reference else [])
     table = benchmark_table(results, models)
@@ -228,7 +260,9 @@ def write_benchmark_table(params: BenchmarksParams, metrics_dir: Path, report_pa
                       "J&F (percent) per benchmark with each benchmark's own protocol (docs/benchmarks.md); R for "
                       "ReVOS as VISA computes it. \"server\": no public masks, the submission archive was written.",
                       *(["", REFERENCE_MD] if params.reference else []),
-                      "", markdown_table(table), "", line, ""])
+                      "", markdown_table(table), "", line, "",
+                      "## Answers without a mask", "", NO_MASK_MD, "",
+                      markdown_table(no_mask_table(results, models)), ""])
     Path(report_path).parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(Path(report_path), text)
     metrics = {f"{row['model']}.{col.replace(' J&F', '.JF').replace(' R', '.R')}": value

@@ -110,6 +110,15 @@ def _run_verl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, curve_pa
     job = prepare_job(grpo, reward, sam2, params_path)
     job_dir = Path(grpo.verl.out_dir)
     record = finished_run(job_dir)
+    versions = {}
+    if record is None and grpo.verl.device == "cpu":  # the CPU rehearsal: verl's own trainer, here
+        from stages.grpo.verl_cpu import run_rehearsal
+
+        versions = run_rehearsal(Path.cwd(), Path(job["launch"]), job_dir,
+                                 grpo.verl.n_gpus_per_node * grpo.verl.nnodes, Path(grpo.model_path))
+        record = finished_run(job_dir)
+        if record is None:
+            raise RuntimeError(f"{job['launch']} ended without marking the job finished in {job_dir}")
     if record is None:
         if not cuda_available():
             raise RuntimeError(f"engine verl needs GPUs and a vLLM/SGLang rollout server; the validated job is in "
@@ -134,7 +143,9 @@ def _run_verl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, curve_pa
                   inputs={"parquet": Path(grpo.verl_parquet), "model": Path(grpo.model_path)},
                   counts={"samples": pool_size, "steps": int(record["step"])},
                   code_modules=["stages.grpo", "stages.rewards", "stages.segment", "schemas.answer"],
-                  extra={"engine": "verl", "verl_checkpoint": record["actor"], "lora_adapter": written["adapter"],
+                  extra={"engine": "verl", "verl_device": grpo.verl.device,
+                         "verl_versions": record.get("versions") or versions,
+                         "verl_checkpoint": record["actor"], "lora_adapter": written["adapter"],
                          **({"sam2_config": config_identity(sam2.config)} if "consistency" in reward.components
                             else {})})
     write_model_card(out_dir, "vrsflow GRPO checkpoint (Qwen2.5-VL, verifiable reward, verl)",

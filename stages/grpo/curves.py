@@ -63,6 +63,8 @@ def curve_from_verl(verl_dir: Path) -> list[dict]:
             "step": int(entry["step"]), "reward": float(data.get("critic/score/mean", float("nan"))),
             "reward_std": float("nan"), "kl": float(data.get("actor/kl_loss", float("nan"))),
             "response_length": float(data.get("response_length/mean", float("nan")))}
+        if "timing_s/step" in data:  # verl's own timer of the whole step (rollout, reward, update, save)
+            per_step[int(entry["step"])]["step_s"] = float(data["timing_s/step"])
     for path in sorted((verl_dir / "rollouts").glob("*.jsonl")):
         step = int(path.stem)
         results = []
@@ -107,12 +109,17 @@ def curves_markdown(path: Path) -> str:
     """The curves as pictures for the stage's Prefect artifact: reward (total and per component), response
     length and KL against the step."""
     from stages.core.report import curve_markdown, read_curve_table
+    from stages.rewards.score import ANSWER_FLAGS
 
     columns = list(read_curve_table(path)[0]) if Path(path).is_file() and read_curve_table(path) else []
-    rewards = ["reward"] + sorted(c for c in columns if c.startswith("reward_") and c != "reward_std")
+    flags = [f"reward_{k}" for k in ANSWER_FLAGS if f"reward_{k}" in columns]  # shares of answers, not rewards
+    rewards = ["reward"] + sorted(c for c in columns if c.startswith("reward_") and c != "reward_std"
+                                  and c not in flags)
     sources = sorted(c for c in columns if c.startswith("source.") and c.endswith(".reward"))
     return "\n".join([
         curve_markdown(path, "step", rewards, "GRPO reward per step", "reward (mean over the step's rollouts)"),
+        *([curve_markdown(path, "step", flags, "GRPO answers per step: parsed, no boxes, degenerate boxes",
+                          "share of the step's rollouts")] if flags else []),
         *([curve_markdown(path, "step", sources, "GRPO reward per training source",
                           "reward (mean over the step's rollouts of the source)")] if sources else []),
         curve_markdown(path, "step", ["response_length"], "GRPO response length", "tokens (mean)"),

@@ -194,12 +194,15 @@ def train_trl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, dataset,
 
 
 def _merge(base_path: str, out_dir: Path) -> None:
-    """Base + saved adapter → `out_dir/merged` (the same for DDP, FSDP and ZeRO: the adapter on disk is whole)."""
+    """Base + saved adapter → `out_dir/merged` (the same for DDP, FSDP and ZeRO: the adapter on disk is whole);
+    the adapter published for PEFT's `AutoPeftModel` from any directory (`stages.models.adapter`)."""
     from peft import PeftModel
 
     from stages.models import load_vlm
+    from stages.models.adapter import publish_adapter
 
     base, _ = load_vlm(base_path)
+    publish_adapter(out_dir / "adapter", base_path, type(base))
     PeftModel.from_pretrained(base, out_dir / "adapter").merge_and_unload().save_pretrained(out_dir / "merged")
 
 

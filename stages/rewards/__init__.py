@@ -7,6 +7,7 @@ SAM2 service). Components live in `components.py`, the name → function registr
 
 from stages.rewards.components import RewardContext, match_boxes
 from stages.rewards.score import (
+    ANSWER_FLAGS,
     LENGTH_PENALTY,
     REGISTRY,
     check_params,
@@ -21,6 +22,6 @@ from stages.rewards.score import (
     task_components,
 )
 
-__all__ = ["LENGTH_PENALTY", "REGISTRY", "RewardContext", "check_params", "compute_score", "length_penalty",
-           "match_boxes", "max_score", "precompute_masks", "reasoning_counter", "resolve_components", "score_answer",
-           "score_group", "task_components"]
+__all__ = ["ANSWER_FLAGS", "LENGTH_PENALTY", "REGISTRY", "RewardContext", "check_params", "compute_score",
+           "length_penalty", "match_boxes", "max_score", "precompute_masks", "reasoning_counter", "resolve_components",
+           "score_answer", "score_group", "task_components"]

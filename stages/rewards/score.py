@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from schemas.answer import GroundTruth
+from schemas.answer import DEGENERATE_BOXES, NO_BOXES, GroundTruth, box_status
 from stages.core.params import RewardParams, load_params
 from stages.rewards import components as c
 from stages.tasks import Task, get_task
@@ -34,6 +34,9 @@ REGISTRY: Mapping[str, Component] = {
     "non_repeat": c.non_repeat_reward,
 }
 LENGTH_PENALTY = "length_penalty"
+# per rollout, beside the score: 1/0 for an answer that parsed, that parsed with no box, and that parsed with boxes
+# none of which covers any area inside the frame (the evaluation's answer statuses; the engines log their means)
+ANSWER_FLAGS = ("parsed", NO_BOXES, DEGENERATE_BOXES)
 TokenCounter = Callable[[str], int]
 
 
@@ -109,11 +112,14 @@ def reasoning_counter(params: RewardParams) -> TokenCounter:
 
 def score_answer(text: str, gt: GroundTruth, params: RewardParams,
                  masks_for: c.MasksFor | None = None) -> dict[str, float]:
-    """Score one completion against loaded ground truth: {"score", "parsed", <component>: value, …}.
+    """Score one completion against loaded ground truth: {"score", "parsed", "no_boxes", "degenerate_boxes",
+    <component>: value, …}.
 
     Every enabled component is a key (0 for the ones the sample's task does not use). A completion that
     does not parse under the task's schema scores `params.failure_score` plus its format credit (right
-    tags around broken JSON, as the released Veason-R1 reward); every other component is 0.
+    tags around broken JSON, as the released Veason-R1 reward); every other component is 0. `no_boxes` and
+    `degenerate_boxes` (1 or 0, not part of the score) tell a parsed answer without boxes from one whose boxes
+    all cover no area in the frame shown (`schemas.answer.box_status`); 0 for a task whose answer has no boxes.
 
     Raises:
         ValueError: an unknown task, or length_penalty without a token budget.
@@ -129,7 +135,10 @@ def score_answer(text: str, gt: GroundTruth, params: RewardParams,
         if "format" in fns:
             result["format"] = c.format_score(text, task.schema, gt)
             total += params.weights.format * result["format"]
-        return {"score": total, "parsed": 0.0, **result}
+        return {"score": total, "parsed": 0.0, NO_BOXES: 0.0, DEGENERATE_BOXES: 0.0, **result}
+    height, width = gt.image_size
+    status = box_status(answer.boxes, width, height) if "bbox_2d_list" in task.schema.keys else None
+    flags = {NO_BOXES: float(status == NO_BOXES), DEGENERATE_BOXES: float(status == DEGENERATE_BOXES)}
     ctx = c.RewardContext(answer, gt, params, task.schema, masks_for=masks_for)
     total = 0.0
     for name, fn in fns.items():
@@ -141,7 +150,7 @@ def score_answer(text: str, gt: GroundTruth, params: RewardParams,
         factor = length_penalty(reasoning_counter(params)(answer.think), gt.token_budget, params.length_beta)
         result[LENGTH_PENALTY] = factor
         total *= factor
-    return {"score": float(total), "parsed": 1.0, **result}
+    return {"score": float(total), "parsed": 1.0, **flags, **result}
 
 
 @lru_cache(maxsize=8)
@@ -152,7 +161,8 @@ def _params_from(path: str) -> RewardParams:
 def compute_score(data_source: str, solution_str: str, ground_truth: str | Mapping, extra_info: Mapping | None = None,
                   *, params: RewardParams | None = None, params_path: str | None = None,
                   masks_for: c.MasksFor | None = None, **kwargs: Any) -> dict[str, float]:
-    """verl's `custom_reward_function`: {"score": total, "parsed": 0|1, <component>: value, …}.
+    """verl's `custom_reward_function`: {"score": total, "parsed": 0|1, "no_boxes": 0|1, "degenerate_boxes": 0|1,
+    <component>: value, …}.
 
     Args:
         data_source: the parquet row's data source (logged only; the task comes from the ground truth).

@@ -13,9 +13,10 @@ Two entry points:
 - `propagate_boxes(predictor, frames, key_idx, boxes)`: one set of boxes at one keyframe, tracked forward
   and backward over every frame (evaluation over a whole video; frames as numpy arrays or a JPEG folder).
 - `propagate_groups(predictor, frames, groups)`: many box sets over the SAME frames (the rollouts of one
-  GRPO prompt differ only in keyframe and boxes). The image encoder runs once per frame, batched over
-  the frames (frame 0's features from SAM2's own warm-up in `init_state` are reused, not recomputed);
-  every keyframe group is then tracked in one inference state built on those cached features;
+  GRPO prompt differ only in keyframe and boxes). The image encoder runs once per frame, all frames in ONE
+  batch (up to ENCODE_CHUNK; SAM2's own warm-up encoding of frame 0 in `init_state` is skipped), whatever
+  keyframes the rollouts chose; every keyframe group is then tracked in one inference state built on those
+  cached features;
   rollouts that chose the same keyframe are tracked together, all their boxes as ONE batch per
   frame (`_track_batched`: SAM2 1.1's own propagate_in_video runs objects one at a time).
   `propagate_groups(..., share_encoding=False)` is the released Veason-R1 reward's way (a fresh state
@@ -25,6 +26,11 @@ Long videos (`vrsflow segment`): `frames` may be any sequence that reads a frame
 held); SAM2's input is made per encoder batch, `propagate_groups(..., sink=…, spill_dir=…)` keeps the shared
 encoding in a file instead of memory, gives each frame's masks to `sink` as they are tracked, and the memory
 bank keeps only the frames SAM2's memory attention can still read. Masks are the same either way.
+
+GPU-only options of `load_video_predictor`: `dtype` (auto: bf16 autocast on CUDA as SAM2's own demo runs it,
+fp32 on the CPU; float32 turns autocast off on CUDA) and `vos_optimized` (SAM2.1's `SAM2VideoPredictorVOS`: the
+image encoder, memory attention, memory encoder and SAM heads under `torch.compile`). On the CPU both paths'
+masks are bit-equal; on CUDA they round differently (bench/bench_sam2_reward.py records by how much).
 """
 
 from __future__ import annotations
@@ -138,11 +144,17 @@ def pick_device(dtype: str = "auto") -> tuple[str, torch.dtype]:
     return "cpu", torch.float32
 
 
-def load_video_predictor(checkpoint: str, config: str, device: str | None = None):
+def load_video_predictor(checkpoint: str, config: str, device: str | None = None, dtype: str = "auto",
+                         vos_optimized: bool = False):
     """A SAM2VideoPredictor from a checkpoint file ({"model": state_dict}) and a config.
+
+    Args:
+        dtype: autocast of propagation: auto (bf16 on CUDA, fp32 on the CPU), bfloat16 (CUDA only) or float32.
+        vos_optimized: SAM2.1's compiled predictor (`SAM2VideoPredictorVOS`); CUDA only (its first calls compile).
 
     Raises:
         FileNotFoundError: the checkpoint does not exist (names the path and how to make one).
+        ValueError: a CUDA-only option on another device, or an unknown dtype (one line).
     """
     from sam2.build_sam import build_sam2_video_predictor
 
@@ -152,12 +164,19 @@ def load_video_predictor(checkpoint: str, config: str, device: str | None = None
     else:
         name, overrides = resolve_config(config)
     device = device or pick_device()[0]
+    if dtype not in ("auto", "float32", "bfloat16"):
+        raise ValueError(f"sam2 dtype: expected auto, float32 or bfloat16, got {dtype!r}")
+    cuda = torch.device(device).type == "cuda"
+    if not cuda and (vos_optimized or dtype == "bfloat16"):
+        raise ValueError(f"sam2: {'vos_optimized' if vos_optimized else 'bf16 autocast'} is GPU-only (device {device})")
     if not Path(checkpoint).is_file():
         raise FileNotFoundError(f"SAM2 checkpoint {checkpoint} not found (build it with the tiny_models stage "
                                 f"or point sam2.checkpoint at a real sam2.1_hiera_*.pt)")
     with _LOADER_LOCK if folder is not None else contextlib.nullcontext(), _hydra_search_path(folder):
-        return build_sam2_video_predictor(name, ckpt_path=checkpoint, device=device,
-                                          hydra_overrides_extra=overrides)
+        predictor = build_sam2_video_predictor(name, ckpt_path=checkpoint, device=device,
+                                               hydra_overrides_extra=overrides, vos_optimized=vos_optimized)
+    predictor.vrsflow_autocast = torch.bfloat16 if cuda and dtype != "float32" else None
+    return predictor
 
 
 def load_frames(folder: str | Path) -> list[np.ndarray]:
@@ -258,14 +277,17 @@ class SpilledFeatures(dict):
         self.path.unlink(missing_ok=True)
 
 
-def _state(predictor, images: torch.Tensor | FrameImages, height: int, width: int) -> dict:
-    """An inference state over in-memory frames (SAM2's init_state only reads files)."""
+def _state(predictor, images: torch.Tensor | FrameImages, height: int, width: int, warm_up: bool = True) -> dict:
+    """An inference state over in-memory frames (SAM2's init_state only reads files). `warm_up=False` skips
+    init_state's encoding of frame 0 (the shared path encodes every frame in one batch instead)."""
     import sam2.sam2_video_predictor as svp
 
     def loader(**_: object) -> tuple[torch.Tensor, int, int]:
         return images, height, width
 
-    with _LOADER_LOCK, mock.patch.object(svp, "load_video_frames", loader), _quiet():
+    skip = mock.patch.object(predictor, "_get_image_feature", lambda *_, **__: None) if not warm_up \
+        else contextlib.nullcontext()
+    with _LOADER_LOCK, mock.patch.object(svp, "load_video_frames", loader), skip, _quiet():
         return predictor.init_state(video_path="<in-memory>", offload_video_to_cpu=True)
 
 
@@ -277,9 +299,9 @@ def _quiet() -> Iterator[None]:
 
 
 def _autocast(predictor) -> contextlib.AbstractContextManager:
-    if predictor.device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+    """bf16 autocast on CUDA unless the predictor was loaded with dtype float32 (`load_video_predictor`)."""
+    dtype = getattr(predictor, "vrsflow_autocast", torch.bfloat16 if predictor.device.type == "cuda" else None)
+    return torch.autocast("cuda", dtype=dtype) if dtype is not None else contextlib.nullcontext()
 
 
 def encode_frames(predictor, state: dict, chunk: int = ENCODE_CHUNK, store: SpilledFeatures | None = None
@@ -436,7 +458,7 @@ def propagate_groups(predictor, frames: Sequence[np.ndarray], groups: Sequence[B
                     out[g] = _track(predictor, state, group.key_idx, group.boxes, threshold, height, width,
                                     group.points)
             return out
-        state = _state(predictor, images, height, width)
+        state = _state(predictor, images, height, width, warm_up=False)  # every frame in one encoder batch
         store = SpilledFeatures(spill_dir) if spill_dir is not None else None
         try:
             _track_groups(predictor, state, encode_frames(predictor, state, store=store), groups, threshold,

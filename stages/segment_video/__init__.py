@@ -39,6 +39,9 @@ __all__ = ["Engine", "InputError", "Request", "checkpoint_info", "default_model"
 
 MODES = {"veason": "veason", "rcot": "rcot", "videoseg": "htfs"}  # command's mode → evaluate.mode
 ANSWER_FILE = "answer.json"
+# answer.json's layout: 2 = "segmenter" names what made the masks (name, checkpoint) and "status" tells "no_boxes"
+# from "degenerate_boxes"; a result of an older layout is made again, not skipped (`done`)
+ANSWER_FORMAT = 2
 QWEN_TYPES = ("qwen2_5_vl",)
 
 
@@ -157,7 +160,7 @@ class Engine:
     """
 
     def __init__(self, params: Params, model: Path, mode: str | None = None, policy=None, segment=None) -> None:
-        from stages.evaluate import model_policy, segmenter
+        from stages.evaluate import describe_segmenter, model_policy, segmenter
 
         self.model = Path(model)
         self.checkpoint = checkpoint_info(self.model)
@@ -177,6 +180,7 @@ class Engine:
             policy = model_policy(self.params, self.model, params.model.dtype)
         self.policy = policy
         self.segment = segment or segmenter(self.params, params.sam2)
+        self.segmenter = describe_segmenter(self.segment)  # what makes the masks: answer.json, the demo page
         self.load_seconds = time.perf_counter() - started
 
 
@@ -215,14 +219,19 @@ def done(request: Request, model: Path) -> bool:
                              "choose another --out")
         return False
     try:
-        recorded = json.loads(answer.read_text()).get("run", {})
+        record = json.loads(answer.read_text())
     except ValueError:
-        recorded = {}
+        record = {}
+    recorded = record.get("run", {}) if isinstance(record, dict) else {}
     mine = _identity(request, model)
     if recorded != mine:
         differ = next((k for k in ("video", "query", "model") if recorded.get(k) != mine[k]), "video")
         raise InputError(f"--out {out}: holds another run ({differ} {recorded.get(differ)!r}, not {mine[differ]!r}); "
                          "choose another --out or remove it")
+    if record.get("format") != ANSWER_FORMAT:
+        log.info("segment: %s holds an older result (answer.json format %s, now %d): making it again", out,
+                 record.get("format", 1), ANSWER_FORMAT)
+        return False
     return True
 
 
@@ -334,7 +343,7 @@ def _record(engine: Engine, request: Request, frames: FrameSource, answers, i: i
         return {"index": int(t), "name": frames.names[t], "time_s": round(frames.time_of(t), 4)}
 
     return {
-        "run": _identity(request, engine.model),
+        "format": ANSWER_FORMAT, "run": _identity(request, engine.model),
         "query": request.query, "video": str(request.video), "mode": engine.mode, "mode_source": engine.mode_source,
         "video_info": {"kind": frames.kind, "n_frames": n, "width": frames.width, "height": frames.height,
                        "fps": frames.fps, **frames.extra},
@@ -351,8 +360,7 @@ def _record(engine: Engine, request: Request, frames: FrameSource, answers, i: i
                     "seconds_per_frame": {k[:-2]: round(v / n, 5) for k, v in timings.items()
                                           if k in ("decode_s", "propagate_s")},
                     "queries_sharing_the_video": len(answers.replies)},
-        "segmenter": engine.params.segmenter,
-        "sam2": {"checkpoint": str(engine.sam2.checkpoint), "config": str(engine.sam2.config)},
+        "segmenter": engine.segmenter,  # name, description, checkpoint and config of what made the masks
         "checkpoint": engine.checkpoint,
         "outputs": {"masks": "masks/", "overlay": "overlay.mp4", "strip": "strip.png",
                     **({"keyframe": "keyframe.png"} if answered else {})},

@@ -3,8 +3,10 @@ Prefect's server; no front-end framework: one HTML page with a few lines of scri
 
 Upload a video (or pick one of the synthetic examples), type a query, and the page shows the model's
 reasoning, the keyframe with its boxes and the masked video — the files `vrsflow segment` writes, made by
-the same `Engine` (model and SAM2 loaded once). It binds to 127.0.0.1 unless told otherwise; uploads over
-`max_mb` are refused with a clear message before they are stored. One request runs at a time.
+the same `Engine` (model and segmenter loaded once); the page names the segmenter that makes the masks
+(`evaluate.segmenter`) and its checkpoint, and each result says it again. It binds to 127.0.0.1 unless told
+otherwise; uploads over `max_mb` are refused with a clear message before they are stored. One request runs at a
+time.
 """
 
 from __future__ import annotations
@@ -29,6 +31,12 @@ VIDEO_SUFFIXES = (".mp4", ".mov", ".webm", ".mkv", ".avi", ".m4v")
 RUN_FILES = {"overlay.mp4": "video/mp4", "keyframe.png": "image/png", "strip.png": "image/png",
              "answer.json": "application/json"}
 N_EXAMPLES = 4
+SEGMENTER_HTML = {  # evaluate.segmenter → the page's sentence on what makes the masks
+    "sam2": "SAM2 (checkpoint <code>{checkpoint}</code>) tracks it through the video from those boxes.",
+    "box": "the masks are the keyframe's boxes filled on every frame (the box segmenter, "
+           "<code>evaluate.segmenter: box</code>: no SAM2, no tracking; <code>-S evaluate.segmenter=sam2</code> "
+           "with a SAM2 checkpoint tracks the target instead).",
+}
 
 PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>vrsflow demo</title>
@@ -40,7 +48,7 @@ fieldset {{ margin-bottom: 1rem; }} #reasoning {{ white-space: pre-wrap; backgro
 <body>
 <h1>vrsflow: think before you segment</h1>
 <p>Model <code>{model}</code> ({mode} mode). Upload a video (up to {max_mb:g} MB) or pick an example, ask about it,
-and the model reasons, picks a keyframe, boxes the target, and SAM2 tracks it through the video.</p>
+and the model reasons, picks a keyframe and boxes the target; {segmenter}</p>
 <form id="form">
 <fieldset><legend>Video</legend>
 <input type="file" id="file" accept="video/*"> or
@@ -86,7 +94,8 @@ $("form").addEventListener("submit", async (event) => {{
     $("reasoning").textContent = out.reasoning || out.response || "(no reasoning)";
     const key = out.keyframe ? out.keyframe.time_s + " s" : "-";
     $("summary").textContent = `status ${{out.status}}; keyframe ${{key}}; ` +
-      `mask on ${{out.frames_with_mask}} of ${{out.n_frames}} frames; ${{out.seconds.toFixed(1)}} s`;
+      `mask on ${{out.frames_with_mask}} of ${{out.n_frames}} frames (${{out.segmenter}}); ` +
+      `${{out.seconds.toFixed(1)}} s`;
     if (out.keyframe_url) {{ $("keyframe").src = out.keyframe_url; $("keyframe").hidden = false; }}
     else {{ $("keyframe").hidden = true; }}
     $("strip").src = out.strip_url; $("overlay").src = out.overlay_url;
@@ -97,6 +106,14 @@ $("form").addEventListener("submit", async (event) => {{
 </script>
 </body></html>
 """
+
+
+def segmenter_html(segmenter: dict) -> str:
+    """The page's sentence on what makes the masks, from the engine's `describe_segmenter` record."""
+    template = SEGMENTER_HTML.get(segmenter["name"])
+    if template is None:
+        return f"the masks come from {html.escape(str(segmenter['description']))}."
+    return template.format(checkpoint=html.escape(str(segmenter["checkpoint"])))
 
 
 def find_examples(root: Path | None, work: Path) -> dict[str, dict]:
@@ -159,6 +176,7 @@ class Demo:
         examples = {k: {"query": v["query"]} for k, v in self.examples.items()}
         mode = self.mode or "checkpoint's"
         return PAGE.format(model=html.escape(str(self.model)), mode=html.escape(mode), max_mb=self.max_mb,
+                           segmenter=segmenter_html(self.engine.segmenter),
                            max_bytes=self.max_bytes, options=options,
                            examples_json=json.dumps(examples).replace("</", "<\\/"))
 
@@ -191,7 +209,9 @@ class Demo:
         with self._lock:  # one model, one request at a time
             record = run_video(self.engine, video, [Request(video, query, out)], replace=True)[0]
         timings = record["timings"]
-        return {"run": run, "status": record["status"], "reasoning": record["reasoning"],
+        segmenter = record["segmenter"]
+        named = segmenter["name"] + (f" {segmenter['checkpoint']}" if segmenter["checkpoint"] else "")
+        return {"run": run, "status": record["status"], "segmenter": named, "reasoning": record["reasoning"],
                 "response": record["response"], "keyframe": record["keyframe"], "boxes": record["boxes"],
                 "frames_with_mask": record["frames_with_mask"], "n_frames": record["video_info"]["n_frames"],
                 "seconds": sum(v for k, v in timings.items() if k.endswith("_s")),

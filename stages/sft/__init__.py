@@ -35,8 +35,10 @@ from stages.core.progress import ProgressReporter
 from stages.core.report import StageReport, curves_markdown, summary_line
 from stages.core.typed_config import to_dict
 from stages.models import load_vlm
+from stages.models.kernels import resolve_liger
 from stages.models.trainable import freeze_vision, last_complete_checkpoint, lora_targets, trainable_vision_parameters
 from stages.sft.data import (
+    PackCollator,
     PadCollator,
     SftDataset,
     encode_example,
@@ -137,6 +139,7 @@ def _train_sft(params: SftParams, model_params: ModelParams, shards_dir: Path, o
     from transformers import PrinterCallback, Trainer, TrainingArguments, set_seed
 
     _check(params)
+    liger = resolve_liger(params.liger, "sft.liger")
     seed_everything(params.seed)
     train = index_shards(Path(shards_dir) / "sft")
     if not train:
@@ -154,7 +157,7 @@ def _train_sft(params: SftParams, model_params: ModelParams, shards_dir: Path, o
         report_to="none",
         seed=params.seed, data_seed=params.seed, remove_unused_columns=False, dataloader_num_workers=0,
         activation_checkpointing=params.gradient_checkpointing, disable_tqdm=True, save_only_model=False,
-        ddp_find_unused_parameters=False,
+        ddp_find_unused_parameters=False, use_liger_kernel=liger,
     )
     state = args.distributed_state  # set up by TrainingArguments: one process, or the launched group
     main = state.is_main_process
@@ -173,10 +176,13 @@ def _train_sft(params: SftParams, model_params: ModelParams, shards_dir: Path, o
     state.wait_for_everyone()
 
     set_seed(params.seed)
+    collator = _collator(params, model, processor)
     model = _trainable(model, params)
     dataset = SftDataset(train, processor, params.cache_mb * 2**20)
-    trainer = Trainer(model=model, args=args, train_dataset=dataset,
-                      data_collator=PadCollator(processor.tokenizer.pad_token_id), callbacks=[_progress_callback()])
+    log.info("sft: %s micro-batches, Liger kernels %s", "packed" if params.packing else "padded",
+             "on" if liger else "off")
+    trainer = Trainer(model=model, args=args, train_dataset=dataset, data_collator=collator,
+                      callbacks=[_progress_callback()])
     trainer.remove_callback(PrinterCallback)  # steps go to logging and the progress reporter instead
     resume = last_complete_checkpoint(Path(checkpoint_dir))
     if resume:
@@ -197,6 +203,8 @@ def _train_sft(params: SftParams, model_params: ModelParams, shards_dir: Path, o
                          train, dataset, output.metrics, Path(shards_dir), Path(metrics_dir), state.num_processes,
                          by_source, before_sources)
         shutil.rmtree(checkpoint_dir, ignore_errors=True)  # finished: nothing to resume
+        # this process's micro-batches: padding as padded rows would hold it, and as fed (0 when packed)
+        result.update(collator.count.stats(), liger=liger)
     state.wait_for_everyone()
     return StageReport("sft", metrics=result, markdown=_curves(Path(metrics_dir)) if main else "")
 
@@ -279,6 +287,21 @@ def _check(params: SftParams) -> None:
             raise ValueError(f"sft.{key}: expected at least 1, got {getattr(params, key)}")
 
 
+def _collator(params: SftParams, model, processor) -> PackCollator | PadCollator:
+    """Packed rows (`sft.packing`: the model's own M-RoPE positions per sample) or right-padded rows.
+
+    Raises:
+        ValueError: packing asked of a model without Qwen2-VL-style 3D positions (`get_rope_index`).
+    """
+    if not params.packing:
+        return PadCollator(processor.tokenizer.pad_token_id)
+    rope_index = getattr(getattr(model, "model", None), "get_rope_index", None)
+    if rope_index is None:
+        raise ValueError(f"sft.packing: {type(model).__name__} has no get_rope_index (packing needs a Qwen2-VL-family "
+                         "model's 3D positions)")
+    return PackCollator(rope_index)
+
+
 def _trainable(model, params: SftParams):
     """LoRA on the language model (`lora_r` > 0) or full fine-tuning of it; the vision tower trains only with
     `train_vision`."""
@@ -298,10 +321,14 @@ def _trainable(model, params: SftParams):
 
 
 def _merge(model_params: ModelParams, out_dir: Path) -> None:
-    """Base + saved adapter → merged weights (the same path for DDP, FSDP and ZeRO: the adapter on disk is whole)."""
+    """Base + saved adapter → merged weights (the same path for DDP, FSDP and ZeRO: the adapter on disk is whole);
+    the adapter published for PEFT's `AutoPeftModel` from any directory (`stages.models.adapter`)."""
     from peft import PeftModel
 
+    from stages.models.adapter import publish_adapter
+
     base, _ = load_vlm(model_params.path, model_params.dtype)
+    publish_adapter(out_dir / "adapter", model_params.path, type(base))
     merged = PeftModel.from_pretrained(base, out_dir / "adapter").merge_and_unload()
     merged.save_pretrained(out_dir / "merged")
 

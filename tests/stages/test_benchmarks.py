@@ -335,11 +335,16 @@ def test_bench_table_stage_writes_report_and_metrics(tmp_path: Path) -> None:
     from stages.evaluate.suite import write_benchmark_table
 
     (tmp_path / "m").mkdir()
+    counts = {f"{m}.{k}": v for m, (no, degenerate) in {"sft": (2, 5), "grpo": (0, 1), "base": (9, 0),
+                                                        "ground_truth": (0, 0)}.items()
+              for k, v in (("n_answer_no_boxes", no), ("n_answer_degenerate_boxes", degenerate))}
     (tmp_path / "m/revos.json").write_text(json.dumps({"sft.JF": 10.0, "sft.R_visa_overall": 5.0, "grpo.JF": 12.5,
                                                        "grpo.R_visa_overall": 6.0, "base.JF": 0.0,
-                                                       "ground_truth.JF": 61.25, "ground_truth.R_visa_overall": 30.0}))
+                                                       "ground_truth.JF": 61.25, "ground_truth.R_visa_overall": 30.0,
+                                                       **counts}))
     (tmp_path / "m/refdavis.json").write_text(json.dumps({"sft.JF": 20.0, "grpo.JF": 19.0, "base.JF": 1.0,
-                                                          "ground_truth.JF": 70.0}))
+                                                          "ground_truth.JF": 70.0, **counts,
+                                                          "sft.n_answer_no_boxes": 3}))
     report = write_benchmark_table(BenchmarksParams(names=("revos", "refdavis")), tmp_path / "m",
                                    tmp_path / "benchmarks.md")
     assert report.metrics["grpo.revos.JF"] == 12.5 and report.metrics["sft.revos.R"] == 5.0
@@ -354,6 +359,15 @@ def test_bench_table_stage_writes_report_and_metrics(tmp_path: Path) -> None:
     off = write_benchmark_table(BenchmarksParams(names=("revos", "refdavis"), reference=False), tmp_path / "m",
                                 tmp_path / "off.md")
     assert "ground_truth" not in (tmp_path / "off.md").read_text() and "ground_truth.revos.JF" not in off.metrics
+    # the answers that made no mask: no boxes / degenerate boxes, per model and benchmark
+    assert "| model | revos | refdavis |" in text and "| sft | 2 / 5 | 3 / 5 |" in text
+    assert "| base | 9 / 0 | 9 / 0 |" in text
+    # a metrics file from before the two were counted apart is refused in one line naming it and the stage
+    old = json.loads((tmp_path / "m/refdavis.json").read_text())
+    (tmp_path / "m/refdavis.json").write_text(json.dumps({k: v for k, v in old.items() if "degenerate" not in k}))
+    with pytest.raises(ValueError, match=r"^\S+refdavis.json: model sft has no n_answer_degenerate_boxes .* dvc repro "
+                                         r"bench@refdavis$"):
+        write_benchmark_table(BenchmarksParams(names=("revos", "refdavis")), tmp_path / "m", tmp_path / "old.md")
 
 
 def test_prediction_pngs_are_read_as_opencv_reads_them(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from schemas.evaluate import ExpressionScoresSchema, InferenceSchema
 from stages.core.io import read_table
 from stages.core.params import EvaluateParams, KeyframesParams, ModelParams, Sam2Params, SampleParams, TinyModelsParams
 from stages.core.runner import RunnerParams
-from stages.evaluate import evaluate, predict_masks, select_prompt, write_prediction
+from stages.evaluate import evaluate, predict_masks, read_answers, select_prompt, write_prediction
 from stages.evaluate import infer as I
 from stages.evaluate.scorer import load_ground_truth, score_predictions
 from tests.revos_factory import VideoSpec, rect_mask, simple_video, write_root
@@ -152,11 +152,34 @@ def reply(text: str) -> I.Reply:
     ('<think>a</think><answer>{"keyframe_timestamp": 3, "bbox_2d_list": [[0, 0, 56, 28]]}</answer>',
      "keyframe_not_shown", 2, [[0.0, 0.0, 16.0, 6.0]]),  # 3 is between shown 2 and 4: the earlier wins
     ('<think>a</think><answer>{"keyframe_timestamp": 4, "bbox_2d_list": [[200, 0, 300, 28]]}</answer>',
-     "no_boxes", 4, []),  # outside the frame after clipping
+     "degenerate_boxes", 4, []),  # outside the frame after clipping
+    ('<think>a</think><answer>{"keyframe_timestamp": 4, "bbox_2d_list": [[76, 49, 49, 57], [37, 75, 75, 75]]}'
+     '</answer>', "degenerate_boxes", 4, []),  # x2 < x1, zero height: the default run's tiny model writes these
+    ('<think>a</think><answer>{"keyframe_timestamp": 3, "bbox_2d_list": [[5, 5, 5, 9]]}</answer>',
+     "degenerate_boxes", 2, []),  # zero width wins over the moved keyframe: nothing is segmented
+    ('<think>a</think><answer>{"keyframe_timestamp": 4, "bbox_2d_list": []}</answer>', "no_boxes", 4, []),
     ("garbage", "parse_failure", 0, []),
 ])
 def test_select_prompt(text: str, status: str, key: int, boxes: list) -> None:
     assert select_prompt(reply(text), [0, 2, 4], 112, 32, 24) == (status, key, boxes)
+
+
+def test_an_answers_table_from_before_degenerate_boxes_is_relabelled_or_refused(tmp_path: Path) -> None:
+    """Older tables labelled degenerate boxes "no_boxes" (boxes kept): `read_answers` relabels those rows, the
+    schema refuses them as they are."""
+    import pandera.errors
+
+    row = {"sample_id": "s", "expression_id": "v#0", "video": "v", "exp_id": "0", "type_id": 0, "text": "t",
+           "n_video_frames": 4, "frame_indices": [0, 2], "timestamps": [0, 2], "frame_size": 56, "response": "r",
+           "keyframe_timestamp": 2.0, "keyframe_idx": 2.0, "n_rounds": 1, "rounds": [],
+           "keyframe_area_ratio": None, "keyframe_box_iou": None}
+    old = pd.DataFrame([{**row, "sample_id": "a", "expression_id": "v#0", "status": "no_boxes",
+                         "boxes": [[76.0, 49.0, 49.0, 57.0]]},
+                        {**row, "sample_id": "b", "expression_id": "v#1", "status": "no_boxes", "boxes": []}])
+    old.to_parquet(tmp_path / "answers.parquet")
+    with pytest.raises(pandera.errors.SchemaErrors, match="no_boxes_without_boxes"):
+        read_table(tmp_path / "answers.parquet", InferenceSchema)
+    assert read_answers(tmp_path / "answers.parquet")["status"].tolist() == ["degenerate_boxes", "no_boxes"]
 
 
 def test_rcot_loop_reselects_after_b_and_stops_at_lambda(monkeypatch: pytest.MonkeyPatch) -> None:

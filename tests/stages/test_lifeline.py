@@ -111,3 +111,54 @@ def test_parent_watch_stops_a_process_when_the_watched_one_ends(tmp_path: Path) 
         for proc in (watched, watcher):
             if proc.poll() is None:
                 proc.kill()
+
+
+def _reaping_parent(tmp_path: Path, program: str) -> subprocess.Popen:
+    """A parent process that starts `bash -c program` through `lifeline.popen(..., reap=True)` and waits."""
+    script = tmp_path / "parent.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(REPO)!r})
+        from stages.core import lifeline
+        lifeline.popen(["bash", "-c", {program!r}], reap=True).wait()
+    """))
+    return subprocess.Popen([sys.executable, str(script)], env=env_with_venv())
+
+
+def test_reap_takes_an_orphaned_grandchild_down_with_a_sigkilled_parent(tmp_path: Path) -> None:
+    """The program leaves a grandchild whose own parent has exited (as a dying Ray worker leaves vLLM's engine
+    process): only the subreaper holds it, and it goes when the stage-side parent is SIGKILLed."""
+    orphan = tmp_path / "orphan.pid"
+    parent = _reaping_parent(tmp_path, f"(sleep 300 & echo $! > {orphan}); sleep 300")
+    pid = _wait_for(orphan)
+    assert _alive(pid)
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(pid)
+
+
+def test_reap_ends_the_leftovers_when_the_program_exits(tmp_path: Path) -> None:
+    """A program that exits normally but left a process behind: the leftover is killed, the exit code kept."""
+    orphan = tmp_path / "orphan.pid"
+    parent = _reaping_parent(tmp_path, f"(sleep 300 & echo $! > {orphan}); sleep 1; exit 3")
+    pid = _wait_for(orphan)
+    assert parent.wait(timeout=30) == 0  # the test's parent script itself exits 0
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(pid)
+    proc = subprocess.run([sys.executable, "-m", "stages.core.lifeline", "--reap", "--", "bash", "-c", "exit 3"],
+                          cwd=REPO, env=env_with_venv(), timeout=30)
+    assert proc.returncode == 3
+
+
+def test_a_lifeline_child_of_the_reaped_program_runs(tmp_path: Path) -> None:
+    """The reaped program starts its own children through the lifeline (launch.sh's trainer line): they run."""
+    out = tmp_path / "ran"
+    proc = subprocess.run([sys.executable, "-m", "stages.core.lifeline", "--reap", "--", "bash", "-c",
+                           f"{sys.executable} -m stages.core.lifeline -- touch {out}"],
+                          cwd=REPO, env=env_with_venv(), timeout=60)
+    assert proc.returncode == 0 and out.is_file()

@@ -355,7 +355,8 @@ def test_verl_entry_logs_one_sorted_json_line_per_rollout(tmp_path, fresh_params
     results = [verl_entry.compute_score("vrsflow/revos", t, gt_json, None, params_path=path, log_dir=str(log_dir))
                for t in texts]
     assert results == [compute_score("vrsflow/revos", t, gt_json, None, params_path=path) for t in texts]
-    assert set(results[0]) == {"score", "parsed", "format", "non_repeat"}  # the file's components, not the defaults
+    # the file's components, not the defaults, beside the answer flags
+    assert set(results[0]) == {"score", "parsed", "no_boxes", "degenerate_boxes", "format", "non_repeat"}
     log = log_dir / f"reward-{socket.gethostname()}-{os.getpid()}.jsonl"
     assert [p.name for p in log_dir.iterdir()] == [log.name]
     expected = "".join(json.dumps({"key": rollout_key(t, gt_json), **r}, sort_keys=True) + "\n"
@@ -371,7 +372,7 @@ def test_verl_entry_reads_params_yaml_in_its_folder_and_logs_nothing_by_default(
     monkeypatch.chdir(tmp_path)
     before = sorted(tmp_path.iterdir())
     result = verl_entry.compute_score("vrsflow/revos", GROUP_TEXTS[1], _videoseg_gt()[1])
-    assert result == {"score": 1.0, "parsed": 1.0, "non_repeat": 1.0}
+    assert result == {"score": 1.0, "parsed": 1.0, "no_boxes": 0.0, "degenerate_boxes": 0.0, "non_repeat": 1.0}
     assert sorted(tmp_path.iterdir()) == before  # no log folder, no log file
 
 
@@ -534,7 +535,8 @@ def test_an_unparsed_completion_under_the_length_penalty_reports_no_factor():
     gt["token_budget"] = 4
     result = run("<think>a b c</think><answer>{broken</answer>", json.dumps(gt), components=("format", "non_repeat"),
                  length_penalty=True, failure_score=-1.0)
-    assert result == {"score": -1.0 + 0.5, "parsed": 0.0, "format": 0.5, "non_repeat": 0.0, "length_penalty": 0.0}
+    assert result == {"score": -1.0 + 0.5, "parsed": 0.0, "no_boxes": 0.0, "degenerate_boxes": 0.0, "format": 0.5,
+                      "non_repeat": 0.0, "length_penalty": 0.0}
     message = "reward.length_penalty needs ground-truth token_budget (difficulty stage)"
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         run(GROUP_TEXTS[1], gt_json, components=("format",), length_penalty=True)
@@ -559,7 +561,7 @@ def test_compute_score_without_params_uses_the_embedded_defaults():
     default = compute_score("vrsflow/revos", GROUP_TEXTS[1], gt_json, None, masks_for=lambda *a: mask[None])
     assert default == compute_score("vrsflow/revos", GROUP_TEXTS[1], gt_json, None, params=RewardParams(),
                                     masks_for=lambda *a: mask[None])
-    assert set(default) == {"score", "parsed", *RewardParams().components}
+    assert set(default) == {"score", "parsed", "no_boxes", "degenerate_boxes", *RewardParams().components}
 
 
 # --- third round: rcot_match without a target, a Veason-R1 rollout's request, a short segmenter reply -------------

@@ -231,7 +231,8 @@ def no_target_gt() -> str:
 def test_no_target_ground_truth_scores_without_crashing():
     # regression (include_no_target_train: true crashed GRPO): the right answer is "no box" at a shown frame
     result = score(answer(boxes=[]), gt=no_target_gt(), masks_for=None)
-    assert result == {"score": 4.0, "parsed": 1.0, "format": 1.0, "keyframe": 1.0, "spatial": 1.0,
+    assert result == {"score": 4.0, "parsed": 1.0, "no_boxes": 1.0, "degenerate_boxes": 0.0, "format": 1.0,
+                      "keyframe": 1.0, "spatial": 1.0,
                       "consistency": 1.0, "rcot_match": 0.0, "aks_option": 0.0, "negative_point": 0.0,
                       "non_repeat": 0.0}
     hallucinated = score(answer(boxes=[GT_BOX]), gt=no_target_gt(), masks_for=None)
@@ -353,3 +354,30 @@ def test_videoseg_points_prompt_sam2_with_the_boxes(tmp_path, monkeypatch):
     assert torch.allclose(coords[row], expected)
     result = masks_for(1, (tuple(map(float, GT_BOX)),), (((20.0, 20.0, 1), (10.0, 20.0, 0), (5.0, 20.0, 0)),))
     assert result.shape == (4, 56, 56)  # position 1: the keyframe (t = 2s) the videoseg task shows
+
+
+@pytest.mark.parametrize(("boxes", "no_boxes", "degenerate"), [
+    ([GT_BOX], 0.0, 0.0),
+    ([], 1.0, 0.0),
+    ([[32, 10, 12, 30]], 0.0, 1.0),  # x2 < x1
+    ([[12, 10, 32, 10], [12, 10, 12, 30]], 0.0, 1.0),  # zero height, zero width
+    ([[100, 100, 120, 120]], 0.0, 1.0),  # wholly outside the 56-px frame
+    ([[32, 10, 12, 30], GT_BOX], 0.0, 0.0),  # one box with an area is enough for a mask
+])
+def test_answers_without_boxes_and_with_degenerate_boxes_are_flagged_apart(boxes, no_boxes, degenerate) -> None:
+    """The flags beside the score (the GRPO log's `no_boxes` / `degenerate_boxes`), as the evaluation counts them;
+    the score itself does not read them."""
+    result = score(answer(boxes=boxes))
+    assert (result["parsed"], result["no_boxes"], result["degenerate_boxes"]) == (1.0, no_boxes, degenerate)
+    assert score("garbage")["no_boxes"] == score("garbage")["degenerate_boxes"] == 0.0  # unparsed: neither
+
+
+def test_trl_reward_logs_the_share_of_rollouts_without_and_with_degenerate_boxes() -> None:
+    from stages.grpo.trl_engine import COMPONENT_PREFIX, GroupReward
+
+    logged: dict[str, float] = {}
+    texts = [answer(), answer(boxes=[]), answer(boxes=[[32, 10, 12, 30]]), answer(boxes=[[32, 10, 12, 30]])]
+    reward = GroupReward(RewardParams(components=("format", "keyframe", "spatial")))  # no SAM2 here
+    reward(prompts=[None] * 4, completions=texts, ground_truth=[GT] * 4, sample_id=["s"] * 4,
+           log_metric=lambda key, value: logged.__setitem__(key, value))
+    assert logged[f"{COMPONENT_PREFIX}no_boxes"] == 0.25 and logged[f"{COMPONENT_PREFIX}degenerate_boxes"] == 0.5

@@ -44,12 +44,41 @@ def test_each_frame_is_encoded_once_for_all_groups(predictor, monkeypatch):
     encoded = count_encoded_frames(predictor, monkeypatch)
     groups = [BoxGroup(0, [[12, 10, 32, 30]]), BoxGroup(3, [[20, 10, 36, 26]])]
     propagate_groups(predictor, video, groups)
-    assert sum(encoded) == len(video)  # frame 0 from SAM2's warm-up, the others in one batch; none twice
+    assert encoded == [len(video)]  # every frame in one batch (SAM2's warm-up skipped); none twice
     encoded.clear()
     propagate_groups(predictor, video, groups, share_encoding=False)
     # the released way: a fresh state per group re-encodes (the warm-up frame 0, the keyframe, then every
     # frame it visits; frame 0 twice unless it is the keyframe)
     assert sum(encoded) == sum(len(video) + (g.key_idx != 0) for g in groups) == 9
+
+
+def test_rollouts_with_distinct_keyframes_share_one_encoder_pass_and_equal_per_rollout_masks(predictor, monkeypatch):
+    # GRPO's case: rollouts of one prompt (5 here), keyframes on 4 distinct frames (the first and last), 1–2
+    # boxes each; fp32 on the CPU, so the shared path must give the per-rollout path's masks bit for bit
+    video = frames()
+    boxes = [[12, 10, 32, 30], [20, 10, 36, 26], [4, 10, 16, 22], [30, 30, 50, 52]]
+    groups = [BoxGroup(key, [boxes[i % 4]] + ([boxes[(i + 1) % 4]] if i % 3 == 0 else []))
+              for i, key in enumerate([0, 3, 1, 2, 3])]
+    encoded = count_encoded_frames(predictor, monkeypatch)
+    shared = propagate_groups(predictor, video, groups)
+    assert encoded == [len(video)]  # one image-encoder pass over every frame, whatever the keyframes
+    per_rollout = propagate_groups(predictor, video, groups, share_encoding=False)  # a fresh state each
+    for g, (a, b) in enumerate(zip(shared, per_rollout, strict=True)):
+        assert a.shape == (len(groups[g].boxes), len(video), 56, 56) and np.array_equal(a, b), f"rollout {g}"
+    assert sum(int(m.sum()) for m in shared) > 0  # masks with pixels: the equality is not of empty masks
+
+
+def test_gpu_only_sam2_options_are_refused_on_the_cpu(tmp_path):
+    from stages.models.tiny_sam2 import build_tiny_sam2
+
+    checkpoint, config = build_tiny_sam2(tmp_path, image_size=128, seed=0)
+    with pytest.raises(ValueError, match="sam2: vos_optimized is GPU-only"):
+        load_video_predictor(str(checkpoint), str(config), device="cpu", vos_optimized=True)
+    with pytest.raises(ValueError, match="sam2: bf16 autocast is GPU-only"):
+        load_video_predictor(str(checkpoint), str(config), device="cpu", dtype="bfloat16")
+    with pytest.raises(ValueError, match="sam2 dtype: expected auto, float32 or bfloat16, got 'fp16'"):
+        load_video_predictor(str(checkpoint), str(config), device="cpu", dtype="fp16")
+    assert load_video_predictor(str(checkpoint), str(config), device="cpu").vrsflow_autocast is None
 
 
 def test_propagate_boxes_arrays_and_jpeg_folder(predictor, tmp_path):

@@ -461,6 +461,48 @@ def test_page_upload_limit_and_a_run(demo, root: Path, tmp_path: Path) -> None:
     assert client.get("/runs/../answer.json").status_code == 404
 
 
+@pytest.mark.parametrize("kind", ["box", "sam2"])
+def test_page_and_answer_json_name_the_segmenter_that_made_the_masks(kind: str, root: Path, tiny,
+                                                                     tmp_path: Path) -> None:
+    """The page's sentence and answer.json follow `evaluate.segmenter`: SAM2 with its checkpoint, or the box
+    segmenter with none (the default run's, whose tiny SAM2 is random)."""
+    from fastapi.testclient import TestClient
+
+    from stages.segment_video import Engine
+    from stages.segment_video.demo import Demo, create_app
+
+    params = params_for(tiny, segmenter=kind)
+    engine = Engine(params, tiny[0], policy=oracle)  # the segmenter built from params, as `vrsflow demo` builds it
+    demo = Demo(params, tiny[0], None, max_mb=1, examples=root, work=tmp_path / "work", engine=engine)
+    client = TestClient(create_app(demo))
+    page = client.get("/").text
+    checkpoint = str(Path(tiny[1]).resolve())
+    if kind == "sam2":
+        assert "SAM2 (checkpoint <code>" + checkpoint + "</code>) tracks it" in page and "box segmenter" not in page
+    else:
+        assert "the box segmenter" in page and "SAM2 (checkpoint" not in page and checkpoint not in page
+    out = client.post("/api/segment", json={"example": next(iter(demo.examples)), "query": "the box that moves"}).json()
+    assert out["segmenter"] == (f"sam2 {checkpoint}" if kind == "sam2" else "box")
+    record = json.loads(client.get(out["answer_url"]).content)
+    assert record["format"] == 2 and record["segmenter"]["name"] == kind and "sam2" not in record
+    assert record["segmenter"]["checkpoint"] == (checkpoint if kind == "sam2" else None)
+
+
+def test_an_older_answer_json_of_the_same_run_is_made_again(root: Path, tiny, tmp_path: Path) -> None:
+    from stages.evaluate import box_masks
+    from stages.segment_video import Engine, Request, done, run_video
+
+    engine = Engine(params_for(tiny), tiny[0], policy=oracle, segment=box_masks)
+    request = Request(frames_dir(root), "the box that stays", tmp_path / "out")
+    run_video(engine, request.video, [request])
+    assert done(request, engine.model)
+    record = json.loads((request.out / "answer.json").read_text())
+    record.pop("format")  # as written before answer.json had a format (status "no_boxes" for degenerate boxes)
+    (request.out / "answer.json").write_text(json.dumps(record))
+    assert not done(request, engine.model)
+    assert run_video(engine, request.video, [request])[0]["format"] == 2
+
+
 def test_demo_binds_to_loopback_unless_told() -> None:
     from flows.cli import build_parser
 

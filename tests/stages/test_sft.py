@@ -265,6 +265,37 @@ def test_changed_params_do_not_resume_a_foreign_checkpoint(setup, tmp_path: Path
     assert curve[0][2] == pytest.approx(1e-3) and curve[1][2] == pytest.approx(1e-3 * 0.5 * (1 + np.cos(np.pi / 4)))
 
 
+# Qwen2.5-VL's loss takes no `num_items_in_batch` (accepts_loss_kwargs = False), so the Trainer averages each
+# micro-batch's token mean: a packed row of 2 is compared with a padded batch of 2 (the same token mean), not with
+# 2 accumulated single samples (a mean of per-sample means).
+@pytest.mark.slow  # two stage runs, ~25 s
+def test_packed_micro_batches_train_as_padded_ones(setup, tmp_path: Path) -> None:
+    runs = {}
+    for packing in (False, True):
+        folder = tmp_path / ("packed" if packing else "padded")
+        runs[packing] = (_run(replace(SMALL, batch_size=2, grad_accum=1, packing=packing), setup, folder), folder)
+    lengths = sorted(int(encoded["input_ids"].shape[1]) for encoded in _encoded(setup))
+    assert lengths[0] < lengths[-1]  # samples of different lengths: padded rows hold padding
+    (padded, padded_dir), (packed, packed_dir) = runs[False], runs[True]
+    assert packed.metrics["padding_share"] == 0.0 and packed.metrics["liger"] is False  # auto, on the CPU
+    assert padded.metrics["padding_share"] == padded.metrics["padding_share_padded"] \
+        == packed.metrics["padding_share_padded"] > 0.0
+    a, b = _curve(padded_dir / "metrics" / "sft_curve.tsv"), _curve(packed_dir / "metrics" / "sft_curve.tsv")
+    assert [s for s, _, _ in a] == [s for s, _, _ in b] == [1, 2, 3, 4]
+    assert np.allclose([x[1:] for x in a], [x[1:] for x in b], rtol=1e-5, atol=0)
+    wa, wb = _adapter(padded_dir / "sft"), _adapter(packed_dir / "sft")
+    assert wa.keys() == wb.keys() and all(torch.allclose(wa[k], wb[k], atol=1e-5) for k in wa), \
+        max(float((wa[k] - wb[k]).abs().max()) for k in wa)
+
+
+def _encoded(setup) -> list[dict[str, torch.Tensor]]:
+    from transformers import AutoProcessor
+
+    base, model = setup
+    processor = AutoProcessor.from_pretrained(model.path, local_files_only=True)
+    return [encode_example(processor, s) for s in read_shards(base / "shards" / "sft")]
+
+
 # Two processes with one micro-batch each make the same global batch as one process accumulating two; the data
 # order (accelerate's seeded sampler, split over the ranks) and the token-averaged loss are the same, so the
 # losses agree to float rounding. Stated tolerance: 1e-4 relative on each step's loss, 1e-5 on the adapter weights.

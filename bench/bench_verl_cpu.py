@@ -1,0 +1,193 @@
+"""verl's own trainer on this machine's CPU: the grpo stage with `grpo.verl.device: cpu` (profiles/verl-cpu.yaml),
+measured — steps, seconds per step split as verl's own timers split them (rollout from the vLLM server, reward,
+actor update, weight sync, checkpoint), reward and KL per step, the peak memory of the stage's whole process
+tree, and the versions that trained.
+
+The repo is a project copy where everything before grpo has run (`vrsflow repro -- sft` with the profile's
+params, e.g. `tests/pipeline_repo.make_repo(..., profile="ci")` + `dvc exp run` of verl-cpu); the stage runs
+there as `vrsflow stage grpo`, the command `dvc repro grpo` runs.
+
+    python bench/bench_verl_cpu.py --repo /tmp/copy            → bench/results/verl-cpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.results_io import write_result  # noqa: E402
+
+# verl's per-step timers (trainer metrics, `timing_s/<phase>`) and what each one covers
+PHASES = {"gen": "rollout (vLLM CPU server, all rollouts of the step)", "reward": "reward (our verl entry)",
+          "old_log_prob": "actor log-probs of the rollouts", "ref": "reference log-probs (LoRA: adapter off)",
+          "adv": "GRPO advantages", "update_actor": "actor update (FSDP2, gloo)",
+          "update_weights": "weights to the vLLM server (shared memory)", "save_checkpoint": "verl checkpoint",
+          "step": "the whole step"}
+
+
+def tree_rss(pid: int) -> int:
+    """Resident memory of `pid` and all its descendants (bytes)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0
+    total = 0
+    for proc in procs:
+        try:
+            total += proc.memory_info().rss
+        except psutil.NoSuchProcess:
+            continue
+    return total
+
+
+def run_stage(repo: Path, kill_at_step: int = 0) -> dict:
+    """`vrsflow stage grpo` in `repo`, with the peak memory of its process tree sampled every second.
+
+    `kill_at_step` > 0: SIGKILL the stage as soon as verl has recorded a checkpoint of that step, and report
+    which of the processes it had started are still alive 10 s later."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    log = open(repo / f"bench-verl-cpu-{'kill' if kill_at_step else 'run'}-{int(time.time())}.log", "w")  # noqa: SIM115
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "stage", "grpo"], cwd=repo, env=env,
+                            stdout=log, stderr=subprocess.STDOUT, text=True)
+    peak, seen = [0], {}
+    tracker = repo / "data/grpo/verl/checkpoints/latest_checkpointed_iteration.txt"
+
+    def sample() -> None:
+        import psutil
+
+        while proc.poll() is None:
+            peak[0] = max(peak[0], tree_rss(proc.pid))
+            with __import__("contextlib").suppress(psutil.NoSuchProcess):
+                for child in psutil.Process(proc.pid).children(recursive=True):
+                    seen.setdefault(child.pid, " ".join(child.cmdline())[:120])
+            time.sleep(1.0)
+
+    watcher = threading.Thread(target=sample, daemon=True)
+    watcher.start()
+    if kill_at_step:
+        while proc.poll() is None and not (tracker.is_file() and int(tracker.read_text() or 0) >= kill_at_step):
+            time.sleep(0.5)
+        proc.kill()
+        proc.wait()
+        killed_at = time.monotonic()
+        time.sleep(10.0)
+        alive = [f"{pid}: {cmd}" for pid, cmd in sorted(seen.items()) if _alive(pid)]
+        watcher.join()
+        log.close()
+        return {"killed_after_s": round(killed_at - started, 1), "killed_at_step": int(tracker.read_text()),
+                "processes_started": len(seen), "alive_10s_after_kill": alive}
+    proc.wait()
+    watcher.join()
+    log.close()
+    wall = time.monotonic() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"vrsflow stage grpo failed ({proc.returncode}): see {log.name}")
+    return {"wall_s": round(wall, 1), "peak_rss_gib": round(peak[0] / 2**30, 2), "processes_started": len(seen)}
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def weights_sha256(folder: Path) -> str:
+    """One hash over the safetensors files of a model folder (names and bytes)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in sorted(folder.glob("*.safetensors")):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def fresh_job(repo: Path, grpo: dict) -> None:
+    """Remove the verl job (checkpoints included) and the grpo outputs, so the next run starts from step 0."""
+    import shutil
+
+    for folder in (repo / grpo["verl"]["out_dir"], repo / grpo["out_dir"]):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def per_step(job_dir: Path) -> list[dict]:
+    """verl's file log, one row per step: reward, KL, response length and the phase timers."""
+    rows = []
+    for line in (job_dir / "verl_log.jsonl").read_text().splitlines():
+        if not line.strip():
+            continue
+        entry = json.loads(line)
+        data = entry["data"]
+        row = {"step": int(entry["step"]), "reward": data.get("critic/score/mean"),
+               "kl": data.get("actor/kl_loss"), "response_length": data.get("response_length/mean"),
+               "actor_peak_rss_gib": data.get("perf/max_memory_allocated_gb")}
+        row.update({f"{phase}_s": round(float(data[f"timing_s/{phase}"]), 3) for phase in PHASES
+                    if f"timing_s/{phase}" in data})
+        rows.append(row)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repo", type=Path, required=True, help="project copy with everything before grpo run")
+    parser.add_argument("--out", type=Path, default=None, help="results file (default bench/results/verl-cpu.json)")
+    parser.add_argument("--kill-at-step", type=int, default=0,
+                        help="then run again, SIGKILL the stage once verl has checkpointed this step, and resume")
+    args = parser.parse_args(argv)
+    repo = args.repo.resolve()
+    import yaml
+
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    grpo = params["grpo"]
+    if grpo["engine"] != "verl" or grpo["verl"]["device"] != "cpu":
+        raise SystemExit(f"{repo / 'params.yaml'}: grpo.engine verl with grpo.verl.device cpu expected "
+                         "(profiles/verl-cpu.yaml)")
+    fresh_job(repo, grpo)
+    stage = run_stage(repo)
+    job_dir = repo / grpo["verl"]["out_dir"]
+    steps = per_step(job_dir)
+    merged = weights_sha256(repo / grpo["out_dir"] / "merged")
+    resume = {}
+    if args.kill_at_step:
+        fresh_job(repo, grpo)
+        resume = run_stage(repo, kill_at_step=args.kill_at_step)
+        rerun = run_stage(repo)
+        resumed_log = per_step(job_dir)
+        resume.update({"rerun": rerun, "steps_logged_after_resume": [r["step"] for r in resumed_log],
+                       "final_weights_equal_uninterrupted": weights_sha256(repo / grpo["out_dir"] / "merged") == merged,
+                       "rewards_after_resume": [r["reward"] for r in resumed_log],
+                       "rewards_uninterrupted": [r["reward"] for r in steps]})
+    lineage = json.loads((repo / grpo["out_dir"] / "lineage.json").read_text())
+    phases = {f"{phase}_s_mean": round(sum(r[f"{phase}_s"] for r in steps) / len(steps), 3)
+              for phase in PHASES if all(f"{phase}_s" in r for r in steps)}
+    figures = {
+        "steps": len(steps), "stage": stage, "per_step": steps, "phase_means": phases, "phases": PHASES,
+        "merged_weights_sha256": merged, "kill_and_resume": resume,
+        "versions": lineage["extra"]["verl_versions"], "device": lineage["extra"]["verl_device"],
+        "sizes": {"prompts_per_step": grpo["batch_size"], "rollouts_per_prompt": grpo["num_generations"],
+                  "max_response_length": grpo["max_response_length"], "lora_r": grpo["lora_r"],
+                  "fsdp_ranks": grpo["verl"]["n_gpus_per_node"] * grpo["verl"]["nnodes"],
+                  "reward_components": params["reward"]["components"],
+                  "save_every_steps": grpo["save_every_steps"]},
+    }
+    write_result("verl-cpu", figures, baseline="none: the first verl training steps on this machine; the phases "
+                 "split verl's own step timer", out=args.out)
+
+
+if __name__ == "__main__":
+    main()
