@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.results_io import write_result  # noqa: E402
 
 # verl's per-step timers (trainer metrics, `timing_s/<phase>`) and what each one covers
-PHASES = {"gen": "rollout (vLLM CPU server, all rollouts of the step)", "reward": "reward (our verl entry)",
+PHASES = {"gen": "rollout (vLLM CPU server, all rollouts of the step; verl scores each rollout inside this phase: "
+                 "reward_within_gen_s is our reward's share of it)",
           "old_log_prob": "actor log-probs of the rollouts", "ref": "reference log-probs (LoRA: adapter off)",
           "adv": "GRPO advantages", "update_actor": "actor update (FSDP2, gloo)",
           "update_weights": "weights to the vLLM server (shared memory)", "save_checkpoint": "verl checkpoint",
@@ -125,8 +126,30 @@ def fresh_job(repo: Path, grpo: dict) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def reward_seconds(job_dir: Path) -> dict[int, float]:
+    """Seconds our reward took per step (`reward_s` of each rollout's reward-log line, summed over the step's
+    rollouts: verl scores them inside its rollout phase, one reward worker here, so they add up)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from stages.rewards.verl_entry import rollout_key
+
+    seconds = {}
+    for path in (job_dir / "reward_log").glob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            entry = json.loads(line)
+            if "reward_s" in entry:
+                seconds[entry["key"]] = entry["reward_s"]
+    per_step = {}
+    for path in (job_dir / "rollouts").glob("*.jsonl"):
+        rollouts = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        found = [seconds.get(rollout_key(r["output"], r["gts"])) for r in rollouts]
+        if found and all(s is not None for s in found):
+            per_step[int(path.stem)] = round(sum(found), 3)
+    return per_step
+
+
 def per_step(job_dir: Path) -> list[dict]:
     """verl's file log, one row per step: reward, KL, response length and the phase timers."""
+    rewards_s = reward_seconds(job_dir)
     rows = []
     for line in (job_dir / "verl_log.jsonl").read_text().splitlines():
         if not line.strip():
@@ -138,6 +161,8 @@ def per_step(job_dir: Path) -> list[dict]:
                "actor_peak_rss_gib": data.get("perf/max_memory_allocated_gb")}
         row.update({f"{phase}_s": round(float(data[f"timing_s/{phase}"]), 3) for phase in PHASES
                     if f"timing_s/{phase}" in data})
+        if row["step"] in rewards_s:
+            row["reward_within_gen_s"] = rewards_s[row["step"]]
         rows.append(row)
     return rows
 
@@ -174,7 +199,11 @@ def main(argv: list[str] | None = None) -> None:
                        "rewards_uninterrupted": [r["reward"] for r in steps]})
     lineage = json.loads((repo / grpo["out_dir"] / "lineage.json").read_text())
     phases = {f"{phase}_s_mean": round(sum(r[f"{phase}_s"] for r in steps) / len(steps), 3)
-              for phase in PHASES if all(f"{phase}_s" in r for r in steps)}
+              for phase in [*PHASES, "reward_within_gen"] if all(f"{phase}_s" in r for r in steps)}
+    # the first step carries the start-up (the first weight sync, warm-up): the mean of the others as well
+    later = steps[1:]
+    phases.update({f"{phase}_s_mean_after_first": round(sum(r[f"{phase}_s"] for r in later) / len(later), 3)
+                   for phase in ("gen", "update_actor", "step") if later and all(f"{phase}_s" in r for r in later)})
     figures = {
         "steps": len(steps), "stage": stage, "per_step": steps, "phase_means": phases, "phases": PHASES,
         "merged_weights_sha256": merged, "kill_and_resume": resume,

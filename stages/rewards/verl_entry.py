@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import socket
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -42,10 +43,13 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str | Mappi
         from stages.rewards.sam2_service import ray_masks_for
 
         masks_for = ray_masks_for(sam2_service, str(sample_id))
+    started = time.perf_counter()
     result = _score(data_source, solution_str, ground_truth, extra_info, params=params, masks_for=masks_for)
     if log_dir:
         Path(log_dir).mkdir(parents=True, exist_ok=True)
-        line = json.dumps({"key": rollout_key(solution_str, ground_truth), **result}, sort_keys=True)
+        # reward_s: this call's time (SAM2 included); verl times the reward only inside its rollout phase
+        line = json.dumps({"key": rollout_key(solution_str, ground_truth),
+                           "reward_s": round(time.perf_counter() - started, 6), **result}, sort_keys=True)
         with open(Path(log_dir) / f"reward-{socket.gethostname()}-{os.getpid()}.jsonl", "a") as handle:
             handle.write(line + "\n")
     return result

@@ -359,9 +359,12 @@ def test_verl_entry_logs_one_sorted_json_line_per_rollout(tmp_path, fresh_params
     assert set(results[0]) == {"score", "parsed", "no_boxes", "degenerate_boxes", "format", "non_repeat"}
     log = log_dir / f"reward-{socket.gethostname()}-{os.getpid()}.jsonl"
     assert [p.name for p in log_dir.iterdir()] == [log.name]
-    expected = "".join(json.dumps({"key": rollout_key(t, gt_json), **r}, sort_keys=True) + "\n"
-                       for t, r in zip(texts, results, strict=True))
-    assert log.read_text() == expected  # appended, one line each, keys sorted
+    lines = log.read_text().splitlines(keepends=True)
+    seconds = [json.loads(line)["reward_s"] for line in lines]  # each call's own time (the bench's reward share)
+    assert all(isinstance(t, float) and 0 <= t < 60 for t in seconds)
+    expected = "".join(json.dumps({"key": rollout_key(t, gt_json), "reward_s": sec, **r}, sort_keys=True) + "\n"
+                       for t, r, sec in zip(texts, results, seconds, strict=True))
+    assert "".join(lines) == expected  # appended, one line each, keys sorted
 
 
 def test_verl_entry_reads_params_yaml_in_its_folder_and_logs_nothing_by_default(tmp_path, monkeypatch,

@@ -45,3 +45,26 @@ def test_worker_command_and_transfer_commands_parse() -> None:
     push = build_parser().parse_args(["push", "ingest", "-j", "4"])
     assert (push.command, push.targets, push.jobs) == ("push", ["ingest"], 4)
     assert "serve_worker" not in stage_names()
+
+
+def test_a_run_sets_neither_the_command_nor_the_environment_of_its_process():
+    """Job variables of a run (or a deployment) cannot name what the worker executes or its environment: the
+    pool's locked template is all that shapes the run's process (Prefect's default template takes both)."""
+    import asyncio
+
+    from prefect.workers.process import ProcessJobConfiguration, ProcessWorker
+
+    from flows.serve_worker import LOCKED_JOB_TEMPLATE, locked_worker_class
+
+    attack = {"command": "touch /tmp/vrsflow-pwned", "env": {"LD_PRELOAD": "/tmp/evil.so", "PATH": "/tmp"},
+              "working_dir": "/"}
+    default = asyncio.run(ProcessJobConfiguration.from_template_and_values(
+        ProcessWorker.get_default_base_job_template(), attack))
+    assert default.command == attack["command"]  # what an unlocked pool would run
+    configuration = locked_worker_class().job_configuration
+    for template in (LOCKED_JOB_TEMPLATE, ProcessWorker.get_default_base_job_template()):
+        locked = asyncio.run(configuration.from_template_and_values(template, attack))
+        assert locked.command in (None, "{{ command }}", "") or locked.command != attack["command"]
+        assert "LD_PRELOAD" not in (locked.env or {}) and (locked.env or {}).get("PATH") != "/tmp"
+        assert str(locked.working_dir or "") != "/"
+    assert LOCKED_JOB_TEMPLATE["variables"]["properties"] == {}
