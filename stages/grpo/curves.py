@@ -56,8 +56,13 @@ def curve_from_verl(verl_dir: Path) -> list[dict]:
             entry.pop("reward_s", None)  # the call's time, not a reward component
             scored[entry.pop("key")] = entry
     per_step: dict[int, dict] = {}
-    log_path = verl_dir / "verl_log.jsonl"
-    for line in log_path.read_text().splitlines() if log_path.is_file() else []:
+    # a resumed run's log holds only the steps since the resume; launch.sh kept the earlier ones (a step logged
+    # twice — after its checkpoint, before a kill — takes the later line)
+    lines = []
+    for name in ("verl_log.before_resume.jsonl", "verl_log.jsonl"):
+        log_path = verl_dir / name
+        lines += log_path.read_text().splitlines() if log_path.is_file() else []
+    for line in lines:
         entry = json.loads(line)
         data = entry["data"]
         per_step[int(entry["step"])] = {

@@ -36,7 +36,7 @@ NAME = "cpu"
 NOSET_ENV = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
 # vLLM's CPU backend sizes its KV cache from this variable (GiB) instead of gpu_memory_utilization; a tiny
 # model needs little. Kept unless the environment sets it.
-KV_CACHE_GIB = "2"
+KV_CACHE_GIB = "1"
 
 
 def _rss() -> int:

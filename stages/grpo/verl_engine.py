@@ -39,6 +39,7 @@ FINISHED = "finished.json"  # written by `finish` at the end of launch.sh
 CLUSTER_VENV = ".venv-cluster"  # scripts/setup_cluster.sh's default; launch.sh activates it when present
 FREEZE_VISION_LIB = "stages.grpo.verl_freeze_vision"  # verl external_lib: full fine-tuning, vision frozen
 JOB = "job.json"  # the job's SAM2 service and GPU layout, read by check-resources / finish
+EARLIER_LOG = "verl_log.before_resume.jsonl"  # verl's file log of the runs a resume continued (launch.sh keeps it)
 
 
 def verl_overrides(grpo: GrpoParams, reward: RewardParams, model_path: str, train_parquet: str, val_parquet: str,
@@ -329,6 +330,9 @@ def launch_script(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, over
     # on the CPU the stage starts this script and must take verl's driver with it when it dies, however it dies:
     # the driver runs through the lifeline (parent-death signal), as the script itself does
     trainer = f"python -m stages.core.lifeline -- {TRAINER}" if cpu else TRAINER
+    # verl's file logger truncates its file at every start: a resumed run would lose the steps before the resume
+    log, kept = shlex.quote(str(out / "verl_log.jsonl")), shlex.quote(str(out / EARLIER_LOG))
+    lines.append(f"if [ -s {log} ]; then cat {log} >> {kept}; fi")
     lines.append(f"{trainer} \\\n  " + " \\\n  ".join(shlex.quote(o) for o in overrides))
     lines.append(" ".join(shlex.quote(x) for x in [
         "python", "-m", "stages.grpo.curves", "--verl-dir", str(out), "--out", str(out / "grpo_curve.csv")]))

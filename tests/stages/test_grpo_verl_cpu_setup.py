@@ -182,3 +182,28 @@ def test_launch_script_runs_verl_through_the_lifeline_on_the_cpu(tmp_path: Path)
                             ["a=b"], "/t.parquet", {"sam2_service": "", "sam2_gpus": 0, "sam2_memory_fraction": 0})
     assert "VERL_PLATFORM" not in cluster and "\npython -m verl.trainer.main_ppo" in cluster
     assert os.environ.get("VERL_PLATFORM") is None
+
+
+def test_a_resumed_runs_curve_keeps_the_steps_before_the_resume(tmp_path: Path):
+    """verl's file logger truncates its file at every start: launch.sh keeps the earlier lines, the curve joins
+    both, and a step logged twice (after its checkpoint, before a kill) takes the later line."""
+    from stages.core.params import RewardParams, Sam2Params
+    from stages.grpo.curves import curve_from_verl
+    from stages.grpo.verl_engine import EARLIER_LOG, launch_script
+
+    def line(step: int, reward: float) -> str:
+        return json.dumps({"step": step, "data": {"critic/score/mean": reward, "actor/kl_loss": 0.01 * step,
+                                                  "response_length/mean": 100.0, "timing_s/step": 2.0}})
+
+    (tmp_path / EARLIER_LOG).write_text("\n".join(line(s, 0.1 * s) for s in range(1, 6)) + "\n")
+    (tmp_path / "verl_log.jsonl").write_text("\n".join(line(s, 1.0 + s) for s in range(5, 9)) + "\n")
+    rows = curve_from_verl(tmp_path)
+    assert [r["step"] for r in rows] == list(range(1, 9))
+    assert [r["reward"] for r in rows] == pytest.approx([0.1, 0.2, 0.3, 0.4, 6.0, 7.0, 8.0, 9.0])
+    assert all(r["step_s"] == 2.0 for r in rows)
+    grpo = _grpo(tmp_path)
+    script = launch_script(grpo, RewardParams(), Sam2Params(), ["a=b"], "/t.parquet",
+                           {"sam2_service": "", "sam2_gpus": 0, "sam2_memory_fraction": 0})
+    keep = next(i for i, text in enumerate(script.splitlines()) if EARLIER_LOG in text)
+    trainer = next(i for i, text in enumerate(script.splitlines()) if "verl.trainer.main_ppo" in text)
+    assert keep < trainer  # before verl truncates it
