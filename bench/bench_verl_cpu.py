@@ -13,6 +13,7 @@ there as `vrsflow stage grpo`, the command `dvc repro grpo` runs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -70,7 +71,7 @@ def run_stage(repo: Path, kill_at_step: int = 0) -> dict:
 
         while proc.poll() is None:
             peak[0] = max(peak[0], tree_rss(proc.pid))
-            with __import__("contextlib").suppress(psutil.NoSuchProcess):
+            with contextlib.suppress(psutil.NoSuchProcess):
                 for child in psutil.Process(proc.pid).children(recursive=True):
                     seen.setdefault(child.pid, " ".join(child.cmdline())[:120])
             time.sleep(1.0)

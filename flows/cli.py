@@ -188,9 +188,8 @@ def _worker(args: argparse.Namespace) -> int:
     return 0
 
 
-def _remote(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
+def _remote_params(args: argparse.Namespace):
+    """(params, the remote's URL); with no URL configured, says so in one line and returns "" as the URL."""
     from stages.core import dvc_cli
     from stages.core.params import load_params
 
@@ -198,6 +197,16 @@ def _remote(args: argparse.Namespace) -> int:
     url = dvc_cli.remote_url(params.remote.url, params.remote.url_env)
     if not url:
         sys.stderr.write(f"no remote: set remote.url in {args.params} or ${params.remote.url_env}\n")
+    return params, url
+
+
+def _remote(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from stages.core import dvc_cli
+
+    params, url = _remote_params(args)
+    if not url:
         return 1
     dvc_cli.configure_remote(Path(args.params).resolve().parent, params.remote.name, url)
     sys.stdout.write(f"DVC remote '{params.remote.name}' -> {url}\n")
@@ -208,12 +217,9 @@ def _transfer(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from stages.core import dvc_cli
-    from stages.core.params import load_params
 
-    params = load_params(args.params)
-    url = dvc_cli.remote_url(params.remote.url, params.remote.url_env)
+    params, url = _remote_params(args)
     if not url:
-        sys.stderr.write(f"no remote: set remote.url in {args.params} or ${params.remote.url_env}\n")
         return 1
     logging.getLogger(dvc_cli.__name__).setLevel(logging.WARNING)  # a failure is one line: no `$ dvc …` lines
     try:

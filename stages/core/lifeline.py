@@ -83,6 +83,17 @@ def popen(argv: Sequence[str], reap: bool = False, **kwargs) -> subprocess.Popen
     return subprocess.Popen(wrapped, env=env, **kwargs)
 
 
+def terminate(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
+    """SIGTERM `proc` if it still runs, SIGKILL it after `grace_s` seconds, and reap it."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 
 
@@ -111,7 +122,7 @@ def reap_tree(argv: Sequence[str], grace_s: float = 3.0) -> int:
     if child.poll() is None:
         child.terminate()
         with contextlib.suppress(subprocess.TimeoutExpired):
-            child.wait(timeout=grace_s)
+            child.wait(timeout=grace_s)  # what is left then goes with the rest of the tree, below
     _kill_descendants()
     return child.returncode if child.returncode is not None else 128 + int(signal.SIGTERM)
 

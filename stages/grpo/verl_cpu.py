@@ -108,7 +108,7 @@ def model_problem(model_path: Path) -> str | None:
     return None
 
 
-def check_env(venv: Path | None = None) -> str:
+def check_env() -> str:
     """One line on the rehearsal venv: versions of what the lock pins, and that vLLM's compiled ops, verl's
     vLLM server and the CPU platform load. Run *inside* that venv (`python -m stages.grpo.verl_cpu check-env`).
 
@@ -253,13 +253,10 @@ class RayHead:
         return probe.returncode == 0 and probe.stdout.strip().endswith(str(float(self.slots)))
 
     def __exit__(self, *exc) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            from stages.core import lifeline
+
+            lifeline.terminate(self.proc, 30.0)
         if getattr(self, "log", None) is not None:
             self.log.close()
         shutil.rmtree(self.temp_dir, ignore_errors=True)
@@ -308,11 +305,9 @@ def merge_in_venv(project: Path, actor_dir: Path, target_dir: Path) -> Path:
     Raises:
         SetupError: the merger failed (its last line, the command).
     """
-    import shutil as _shutil
-
     python = venv_dir(project) / "bin" / "python"
     if target_dir.exists():
-        _shutil.rmtree(target_dir)
+        shutil.rmtree(target_dir)
     argv = [str(python), "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir", str(actor_dir),
             "--target_dir", str(target_dir)]
     proc = subprocess.run(argv, cwd=project, capture_output=True, text=True, timeout=3600,

@@ -72,12 +72,7 @@ def _run_to_end(command: list[str], grace_s: float = 15.0) -> None:
     try:
         code = proc.wait()
     except BaseException:
-        proc.terminate()
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        lifeline.terminate(proc, grace_s)
         raise
     if code:
         raise subprocess.CalledProcessError(code, command)

@@ -55,13 +55,7 @@ def wait_for_port(port: int, proc: subprocess.Popen, timeout: float, log: Path) 
 
 def stop(proc: subprocess.Popen, timeout: float = 30) -> None:
     """SIGTERM what the test started, SIGKILL if it does not end."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    lifeline.terminate(proc, timeout)
 
 
 @dataclass(frozen=True)
