@@ -48,7 +48,7 @@ def pretrain_seed(overrides: list[str], seed: int, tmp: Path) -> tuple[dict, Pat
     base = tmp / f"tiny-sam2-{seed}"
     build_tiny_sam2(base, params.tiny_models.sam2_image_size, seed)
     out = tmp / f"pretrain-sam2-{seed}"
-    block = dataclasses.replace(params.pretrain_sam2, seed=seed, base=str(base), out_dir=str(out),
+    block = dataclasses.replace(params.pretrain_sam2, seeds=(seed,), parallel=1, base=str(base), out_dir=str(out),
                                 checkpoint_dir=str(tmp / f"state-{seed}"))
     sam2 = Sam2Params(checkpoint=str(out / CHECKPOINT), config=str(out / CONFIG))
     started = time.perf_counter()

@@ -32,20 +32,26 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from stages.core.io import atomic_write_text
+from stages.core.io import atomic_write_text, write_json
 from stages.core.lineage import write_lineage
 from stages.core.model_card import write_model_card
 from stages.core.params import PretrainSam2Params, Sam2Params, SynthScale
 from stages.core.progress import track
 from stages.core.report import StageReport, curves_markdown, skipped_report, summary_line
 from stages.core.typed_config import to_dict
+from stages.models.seed_runs import best_seed, describe_device, parallel_seeds, run_seeds
 from stages.pretrain_sam2.clips import Clip, check_videos, mask_box, training_clip
 from stages.pretrain_sam2.loss import frame_loss
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT, CONFIG = "model.pt", "config.yaml"  # the official checkpoint's file format, the base's config form
-STATE = "state.pt"  # the resumable training state in pretrain_sam2.checkpoint_dir
+STATE = "state.pt"  # a seed's resumable training state in pretrain_sam2.checkpoint_dir/seed-<k>
+RESULT = "result.json"  # a finished seed's figures (beside its bf16 model.pt), kept until the stage publishes
+SEEDS = "seeds.json"  # every seed's figures and the one kept, in out_dir
+CHECK_SEED = 0  # the held-out videos' stream: the same for every training seed, so that seeds compare on one check
+# settings that do not change what a seed trains (where and how often it saves, what is checked, which seeds run)
+NOT_TRAINING = ("save_every_steps", "check_videos", "seeds", "parallel", "checkpoint_dir", "out_dir")
 CURVE = "pretrain_sam2_curve.tsv"
 CURVE_COLUMNS = ("loss", "focal", "dice", "iou", "object")
 
@@ -56,10 +62,12 @@ def skipped(params: PretrainSam2Params, sam2: Sam2Params) -> bool:
 
 
 def pretrain_sam2(params: PretrainSam2Params, sam2: Sam2Params, out_dir: Path, metrics_dir: Path) -> StageReport:
-    """Train the SAM2 in `pretrain_sam2.base` on generated clips; write `out_dir/model.pt` and `out_dir/config.yaml`.
+    """Train the SAM2 in `pretrain_sam2.base` once per seed on generated clips; write the best seed's
+    `out_dir/model.pt` (bf16) and `out_dir/config.yaml`, with every seed's figures in `out_dir/seeds.json`.
 
     Raises:
         FileNotFoundError: `pretrain_sam2.base` lacks model.pt or config.yaml (one line, before anything is removed).
+        SeedFailed: a seed's process failed (it has printed why); the finished seeds' results are kept for a rerun.
     """
     out_dir = Path(out_dir)
     if skipped(params, sam2):
@@ -72,33 +80,84 @@ def pretrain_sam2(params: PretrainSam2Params, sam2: Sam2Params, out_dir: Path, m
         if not (base / name).is_file():
             raise FileNotFoundError(f"pretrain_sam2.base {params.base}: no {name} (the tiny_models stage writes "
                                     f"models/tiny/sam2)")
-    return _train(params, out_dir, Path(metrics_dir))
+    started = time.perf_counter()
+    cuda = torch.cuda.is_available()
+    parallel = parallel_seeds(params.parallel, len(params.seeds), cuda)
+    if parallel > 1:  # a process per seed (`python -m stages.pretrain_sam2 --job JOB`), `parallel` at once
+        results = run_seeds("pretrain_sam2", "stages.pretrain_sam2",
+                            {seed: {"pretrain_sam2": to_dict(params), "seed": seed} for seed in params.seeds}, parallel)
+    else:  # one after another in this process
+        results = {seed: train_seed(params, seed) for seed in params.seeds}
+    return _publish(params, results, out_dir, Path(metrics_dir), parallel, time.perf_counter() - started)
 
 
-def _train(params: PretrainSam2Params, out_dir: Path, metrics_dir: Path) -> StageReport:
+def choose(results: dict[int, dict]) -> int:
+    """The seed kept: the best held-out tracking J, then the best prompted-frame IoU (lowest seed of a tie)."""
+    return best_seed(results, lambda figures: (figures["track_iou_after"], figures["prompt_iou_after"]))
+
+
+def _publish(params: PretrainSam2Params, results: dict[int, dict], out_dir: Path, metrics_dir: Path,
+             parallel: int, wall_s: float) -> StageReport:
+    """Write the chosen seed's checkpoint, the base's config, seeds.json, lineage and card; then drop the states."""
+    chosen = choose(results)
+    seed_dir = _seed_dir(params, chosen)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    out_dir.mkdir(parents=True)
+    shutil.copyfile(seed_dir / CHECKPOINT, out_dir / CHECKPOINT)
+    shutil.copyfile(Path(params.base) / CONFIG, out_dir / CONFIG)
+    metrics_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(seed_dir / CURVE, metrics_dir / CURVE)  # the kept seed's curve (seeds.json: every seed's ends)
+    figures = results[chosen]
+    device = figures["device"]
+    seeds = {"chosen_seed": chosen, "chosen_by": "held-out tracking J (track_iou_after), then prompt_iou_after",
+             "device": device, "seeds": {str(seed): results[seed] for seed in sorted(results)}}
+    write_json(out_dir / SEEDS, seeds)
+    result = {**{k: v for k, v in figures.items() if k != "device"}, "chosen_seed": chosen,
+              "seeds": len(results), "parallel": parallel, "wall_s": round(wall_s, 1),
+              **{f"track_iou_after_seed{seed}": results[seed]["track_iou_after"] for seed in sorted(results)}}
+    write_lineage(out_dir, "pretrain_sam2", {"pretrain_sam2": params}, seed=chosen,
+                  inputs={"base_sam2": Path(params.base)}, counts={"steps": params.steps, "seeds": len(results)},
+                  code_modules=["stages.pretrain_sam2", "stages.synth", "stages.segment", "stages.evaluate.metrics"],
+                  extra={"device": device, "steps": params.steps, "seeds": list(params.seeds), "chosen_seed": chosen,
+                         "dtype": "bfloat16", "fingerprint": _fingerprint(params, chosen)})
+    write_model_card(out_dir, "vrsflow tiny SAM2 pre-trained on synthetic clips (box prompt → tracked masks)",
+                     metrics={"pretrain_sam2": result})
+    shutil.rmtree(params.checkpoint_dir, ignore_errors=True)  # finished: a rerun is DVC's cache hit, not a resume
+    log.info(summary_line("pretrain_sam2", result))
+    return StageReport("pretrain_sam2", metrics=result, markdown=_curves(metrics_dir))
+
+
+def train_seed(params: PretrainSam2Params, seed: int) -> dict:
+    """Train one seed to `params.steps` (resuming its saved state); return its figures, from its bf16 checkpoint
+    read back through sam2's builder. A seed that finished earlier under the same settings is not trained again."""
     from stages.segment import load_video_predictor, pick_device
 
+    seed_dir = _seed_dir(params, seed)
+    fingerprint = _fingerprint(params, seed)
+    done = seed_dir / RESULT
+    if done.is_file() and (record := json.loads(done.read_text())).get("fingerprint") == fingerprint:
+        log.info("pretrain_sam2: seed %d finished earlier (%s)", seed, done)
+        return record["figures"]
     device = pick_device()[0]
     if device == "cpu" and params.cpu_threads > 0:
         torch.set_num_threads(params.cpu_threads)
     base_checkpoint, base_config = str(Path(params.base) / CHECKPOINT), str(Path(params.base) / CONFIG)
     scale = SynthScale()  # the synth default preset's clip geometry (frame size, objects, motion)
-    check = check_videos(params.seed, params.check_videos, scale)
+    check = check_videos(CHECK_SEED, params.check_videos, scale)
     before = tracking_check(load_video_predictor(base_checkpoint, base_config, device), check)
 
-    torch.manual_seed(params.seed)
+    torch.manual_seed(seed)
     # a fresh instance: the check above ran under SAM2's inference mode, and SAM2 caches its position encodings as
     # inference tensors that autograd refuses to save
     model = load_video_predictor(base_checkpoint, base_config, device)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=params.learning_rate, weight_decay=params.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, params))
-    state_path = Path(params.checkpoint_dir) / STATE
-    fingerprint = _fingerprint(params)
+    state_path = seed_dir / STATE
     start, curve = _resume(state_path, fingerprint, model, optimizer, scheduler)
     started = time.perf_counter()
-    for step in track(range(start, params.steps), total=params.steps - start, desc="pretrain_sam2 steps"):
-        clip = training_clip(params.seed, step, params.clip_frames, scale)
+    for step in track(range(start, params.steps), total=params.steps - start, desc=f"pretrain_sam2 seed {seed}"):
+        clip = training_clip(seed, step, params.clip_frames, scale)
         terms = clip_loss(model, clip)
         optimizer.zero_grad(set_to_none=True)
         terms["loss"].backward()
@@ -111,29 +170,39 @@ def _train(params: PretrainSam2Params, out_dir: Path, metrics_dir: Path) -> Stag
             _save_state(state_path, fingerprint, step + 1, model, optimizer, scheduler, curve)
     train_s = time.perf_counter() - started
 
-    shutil.rmtree(out_dir, ignore_errors=True)
-    out_dir.mkdir(parents=True)
     model.eval()
-    torch.save({"model": {k: v.detach().cpu() for k, v in model.state_dict().items()}}, out_dir / CHECKPOINT)
-    shutil.copyfile(base_config, out_dir / CONFIG)
+    _save_bf16(model, seed_dir / CHECKPOINT)
     # the check reads the saved file back through sam2's own builder: what evaluation and GRPO will load
-    after = tracking_check(load_video_predictor(str(out_dir / CHECKPOINT), str(out_dir / CONFIG), device), check)
-    _write_curve(metrics_dir / CURVE, curve)
+    after = tracking_check(load_video_predictor(str(seed_dir / CHECKPOINT), base_config, device), check)
+    _write_curve(seed_dir / CURVE, curve)
     last = curve[-max(1, len(curve) // 10):]
-    result = {"steps": params.steps, "resumed_from_step": start, "check_videos": len(check),
-              "check_objects": before["objects"], "train_s": round(train_s, 1),
-              "final_loss": round(float(np.mean([c["loss"] for c in last])), 4) if last else float("nan"),
-              **{f"{k}_before": v for k, v in before.items() if k != "objects"},
-              **{f"{k}_after": v for k, v in after.items() if k != "objects"}}
-    write_lineage(out_dir, "pretrain_sam2", {"pretrain_sam2": params}, seed=params.seed,
-                  inputs={"base_sam2": Path(params.base)}, counts={"steps": params.steps},
-                  code_modules=["stages.pretrain_sam2", "stages.synth", "stages.segment", "stages.evaluate.metrics"],
-                  extra={"fingerprint": fingerprint})
-    write_model_card(out_dir, "vrsflow tiny SAM2 pre-trained on synthetic clips (box prompt → tracked masks)",
-                     metrics={"pretrain_sam2": result})
-    shutil.rmtree(params.checkpoint_dir, ignore_errors=True)  # finished: a rerun is DVC's cache hit, not a resume
-    log.info(summary_line("pretrain_sam2", result))
-    return StageReport("pretrain_sam2", metrics=result, markdown=_curves(metrics_dir))
+    first = curve[:max(1, len(curve) // 10)]
+    figures = {"seed": seed, "steps": params.steps, "resumed_from_step": start, "check_videos": len(check),
+               "check_objects": before["objects"], "train_s": round(train_s, 1),
+               "steps_per_s": round((params.steps - start) / train_s, 3) if train_s > 0 else 0.0,
+               "device": describe_device(device),
+               "loss_first_tenth": round(float(np.mean([c["loss"] for c in first])), 4) if first else float("nan"),
+               "final_loss": round(float(np.mean([c["loss"] for c in last])), 4) if last else float("nan"),
+               **{f"{k}_before": v for k, v in before.items() if k != "objects"},
+               **{f"{k}_after": v for k, v in after.items() if k != "objects"}}
+    write_json(done, {"fingerprint": fingerprint, "figures": figures})
+    state_path.unlink(missing_ok=True)
+    return figures
+
+
+def _save_bf16(model, path: Path) -> None:
+    """`{"model": state_dict}` with floating tensors in bf16 (half the bytes; sam2's builder loads it into any
+    dtype), written whole or not at all."""
+    state = {k: (v.detach().to("cpu", torch.bfloat16) if v.is_floating_point() else v.detach().cpu())
+             for k, v in model.state_dict().items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    torch.save({"model": state}, partial)
+    partial.replace(path)
+
+
+def _seed_dir(params: PretrainSam2Params, seed: int) -> Path:
+    return Path(params.checkpoint_dir) / f"seed-{seed}"
 
 
 def lr_factor(step: int, params: PretrainSam2Params) -> float:
@@ -209,10 +278,10 @@ def tracking_check(predictor, videos: list[tuple[np.ndarray, np.ndarray]]) -> di
             "prompt_iou": round(float(np.mean(prompts)), 4) if prompts else 0.0, "objects": len(tracks)}
 
 
-def _fingerprint(params: PretrainSam2Params) -> str:
-    """What a saved training state must match to be resumed: every setting but the save interval, and the base."""
-    settings = {k: v for k, v in to_dict(params).items() if k not in ("save_every_steps", "check_videos")}
-    digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode())
+def _fingerprint(params: PretrainSam2Params, seed: int) -> str:
+    """What a seed's saved state must match to be resumed: its seed, every training setting, and the base."""
+    settings = {k: v for k, v in to_dict(params).items() if k not in NOT_TRAINING}
+    digest = hashlib.sha256(json.dumps({"seed": seed, **settings}, sort_keys=True, default=str).encode())
     digest.update((Path(params.base) / CHECKPOINT).read_bytes())
     return digest.hexdigest()
 

@@ -127,9 +127,11 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def _run(base: Path, root: Path, steps: int = 4) -> tuple[PretrainSam2Params, dict]:
+def _run(base: Path, root: Path, steps: int = 4, seeds: tuple[int, ...] = (0,),
+         parallel: int = 1) -> tuple[PretrainSam2Params, dict]:
     params = PretrainSam2Params(base=str(base), out_dir=str(root / "out"), checkpoint_dir=str(root / "state"),
-                                steps=steps, warmup_steps=2, check_videos=1, save_every_steps=2)
+                                steps=steps, warmup_steps=2, check_videos=1, save_every_steps=2, seeds=seeds,
+                                parallel=parallel)
     sam2 = Sam2Params(checkpoint=str(root / "out" / "model.pt"), config=str(root / "out" / "config.yaml"))
     report = stage.pretrain_sam2(params, sam2, root / "out", root / "metrics")
     return params, report.metrics
@@ -142,9 +144,19 @@ def test_a_short_run_writes_a_checkpoint_sam2s_builder_loads(base: Path, tmp_pat
     predictor = load_video_predictor(str(out / "model.pt"), str(out / "config.yaml"), "cpu")
     trained = torch.load(out / "model.pt", weights_only=True)["model"]
     assert trained.keys() == predictor.state_dict().keys()
+    assert {v.dtype for v in trained.values() if v.is_floating_point()} == {torch.bfloat16}  # committed in bf16
     random = torch.load(base / "model.pt", weights_only=True)["model"]
-    assert any(not torch.equal(trained[k], random[k]) for k in trained)  # it trained
+    assert any(not torch.equal(trained[k].float(), random[k].float().bfloat16().float()) for k in trained)  # trained
+    loaded = predictor.state_dict()  # the builder's fp32 model holds the bf16 values exactly
+    assert all(torch.equal(loaded[k].float(), trained[k].float()) for k in trained)
+    assert (out / "model.pt").stat().st_size < 0.6 * (base / "model.pt").stat().st_size
     assert metrics["steps"] == 4 and metrics["resumed_from_step"] == 0 and metrics["check_objects"] >= 1
+    assert metrics["chosen_seed"] == 0 and metrics["seeds"] == 1
+    seeds = json.loads((out / "seeds.json").read_text())
+    assert seeds["chosen_seed"] == 0 and seeds["device"].startswith("cpu: ")
+    assert seeds["seeds"]["0"]["track_iou_after"] == metrics["track_iou_after"]
+    lineage = json.loads((out / "lineage.json").read_text())
+    assert lineage["extra"]["device"] == seeds["device"] and lineage["extra"]["steps"] == 4
     for key in ("track_iou_before", "track_iou_after", "prompt_iou_before", "prompt_iou_after"):
         assert 0.0 <= metrics[key] <= 1.0
     rows = (tmp_path / "metrics" / stage.CURVE).read_text().splitlines()
@@ -165,7 +177,7 @@ def test_a_killed_run_resumes_to_the_bytes_of_an_uninterrupted_one(base: Path, t
     monkeypatch.setattr(stage, "training_clip", killed_at_step_3)
     with pytest.raises(KeyboardInterrupt):
         _run(base, tmp_path / "killed")
-    assert (tmp_path / "killed" / "state" / stage.STATE).is_file()  # saved at step 2
+    assert (tmp_path / "killed" / "state" / "seed-0" / stage.STATE).is_file()  # saved at step 2
     monkeypatch.setattr(stage, "training_clip", real)
     resumed, metrics = _run(base, tmp_path / "killed")
     assert metrics["resumed_from_step"] == 2
@@ -181,10 +193,50 @@ def test_a_state_saved_under_other_settings_is_not_resumed(base: Path, tmp_path:
     optimizer = torch.optim.AdamW(model.parameters())
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
     state = tmp_path / "state" / stage.STATE
-    stage._save_state(state, stage._fingerprint(params), 2, model, optimizer, scheduler, [])
+    stage._save_state(state, stage._fingerprint(params, 0), 2, model, optimizer, scheduler, [])
     other = replace(params, learning_rate=0.5)
-    assert stage._resume(state, stage._fingerprint(other), model, optimizer, scheduler) == (0, [])
-    assert stage._resume(state, stage._fingerprint(params), model, optimizer, scheduler) == (2, [])
+    assert stage._resume(state, stage._fingerprint(other, 0), model, optimizer, scheduler) == (0, [])
+    assert stage._resume(state, stage._fingerprint(params, 1), model, optimizer, scheduler) == (0, [])  # other seed
+    assert stage._resume(state, stage._fingerprint(params, 0), model, optimizer, scheduler) == (2, [])
+    # where it saves, what it checks and which other seeds run do not change what seed 0 trains
+    same = replace(params, save_every_steps=7, check_videos=3, seeds=(0, 5), parallel=2, out_dir="elsewhere")
+    assert stage._fingerprint(same, 0) == stage._fingerprint(params, 0)
+
+
+def test_the_kept_seed_tracks_best_then_prompts_best_and_a_tie_keeps_the_lowest_seed() -> None:
+    figures = {3: {"track_iou_after": 0.30, "prompt_iou_after": 0.2}, 1: {"track_iou_after": 0.30,
+               "prompt_iou_after": 0.4}, 2: {"track_iou_after": 0.25, "prompt_iou_after": 0.9}}
+    assert stage.choose(figures) == 1
+    figures[0] = dict(figures[1])
+    assert stage.choose(figures) == 0
+
+
+def test_a_finished_seed_is_not_trained_again(base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    params = PretrainSam2Params(base=str(base), checkpoint_dir=str(tmp_path / "state"), steps=1, warmup_steps=1,
+                                check_videos=1, seeds=(4,))
+    first = stage.train_seed(params, 4)
+    assert first["seed"] == 4 and (tmp_path / "state" / "seed-4" / "model.pt").is_file()
+
+    def no_training(*args: object) -> None:
+        raise AssertionError("a finished seed was trained again")
+
+    monkeypatch.setattr(stage, "training_clip", no_training)
+    assert stage.train_seed(params, 4) == first
+    with pytest.raises(AssertionError, match="trained again"):  # other settings: trained anew
+        stage.train_seed(replace(params, learning_rate=0.1), 4)
+
+
+def test_two_seeds_train_in_two_processes_and_the_better_one_is_published(base: Path, tmp_path: Path) -> None:
+    params, metrics = _run(base, tmp_path, steps=2, seeds=(0, 1), parallel=2)
+    seeds = json.loads((Path(params.out_dir) / "seeds.json").read_text())
+    assert sorted(seeds["seeds"]) == ["0", "1"] and metrics["parallel"] == 2
+    kept = stage.choose({int(k): v for k, v in seeds["seeds"].items()})
+    assert metrics["chosen_seed"] == seeds["chosen_seed"] == kept
+    assert metrics["track_iou_after"] == seeds["seeds"][str(kept)]["track_iou_after"]
+    # the published weights are the kept seed's own run: seed `kept` alone, in this process, gives the same bytes
+    alone, _ = _run(base, tmp_path / "alone", steps=2, seeds=(kept,))
+    assert (Path(alone.out_dir) / "model.pt").read_bytes() == (Path(params.out_dir) / "model.pt").read_bytes()
+    assert not Path(params.checkpoint_dir).exists()
 
 
 @pytest.mark.slow  # ~15 min on 2 cores: the default 600 SAM2 steps, then two ground-truth evaluations
