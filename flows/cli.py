@@ -65,10 +65,13 @@ def _run_stage_command(args: argparse.Namespace) -> int:
 
     if sys.argv[1:2] == ["stage"] and (code := run_in_server(sys.argv[1:])) is not None:
         return code  # ran in a child of `vrsflow repro`'s warm process (flows/forkserver.py)
-    if os.environ.get("VRSFLOW_REPRO_PID", "").isdigit():  # run by `vrsflow repro`'s dvc: end with it, however
-        from stages.core.lifeline import stop_when_gone  # it ends (flows.prefect_api.REPRO_PID_ENV)
+    from stages.core.lifeline import stop_when_gone
 
-        stop_when_gone(int(os.environ["VRSFLOW_REPRO_PID"]))
+    # end with what this stage serves, however it ends: `vrsflow repro` when its dvc runs the stage
+    # (flows.prefect_api.REPRO_PID_ENV), else whatever started the command (a plain `dvc repro`, a shell) — a
+    # `dvc repro` stopped by a signal does not stop the stage it runs, which went on training alone
+    repro_pid = os.environ.get("VRSFLOW_REPRO_PID", "")
+    stop_when_gone(int(repro_pid) if repro_pid.isdigit() else os.getppid())
     from flows.prefect_api import prefect_api
     from stages.core.params import load_params
 

@@ -236,12 +236,15 @@ def test_outputs_hold_the_values_params_and_data_determine(repo: Path, ci: dict[
     assert metrics["eval"]["n_expressions"] == 3
     # and the ground-truth answers through the same segmenter: the ceiling beside the model's scores
     assert 0 <= metrics["eval"]["ceiling_JF_overall"] <= 100 and "ceiling_R_visa_overall" in metrics["eval"]
-    # the benchmark table: every model of benchmarks.models, then the ground-truth answers' row (the ceiling)
+    # and the empty answers (no boxes: empty masks on every frame): what answering nothing scores
+    assert 0 <= metrics["eval"]["empty_JF_overall"] <= 100 and "empty_R_visa_overall" in metrics["eval"]
+    # the benchmark table: every model of benchmarks.models, then the ground-truth answers' row (the ceiling) and the
+    # empty answers' row
     for name in ci["benchmarks.names"]:
         rows = {key.partition(".")[0] for key in json.loads((repo / f"metrics/bench/{name}.json").read_text())}
-        assert rows == {"base", "sft", "grpo", "ground_truth"}, name
+        assert rows == {"base", "sft", "grpo", "ground_truth", "empty_answer"}, name
     table = (repo / "reports/benchmarks.md").read_text()
-    assert table.index("| grpo |") < table.index("| ground_truth |")
+    assert table.index("| grpo |") < table.index("| ground_truth |") < table.index("| empty_answer |")
 
 
 def test_nothing_left_to_redo(repo: Path) -> None:

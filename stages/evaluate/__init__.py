@@ -50,9 +50,10 @@ from stages.teacher.prompts import QUESTION_VERSION
 
 log = logging.getLogger(__name__)
 
-__all__ = ["VideoAnswers", "answer_video", "box_masks", "describe_segmenter", "evaluate", "evaluate_video",
-           "model_policy", "predict_masks", "read_answers", "reference_policy", "segment_answers", "segmenter",
-           "select_points", "select_prompt", "target_areas", "target_boxes", "write_mask", "write_prediction"]
+__all__ = ["VideoAnswers", "answer_video", "box_masks", "describe_segmenter", "empty_policy", "evaluate",
+           "evaluate_video", "model_policy", "predict_masks", "read_answers", "reference_policy", "segment_answers",
+           "segmenter", "select_points", "select_prompt", "target_areas", "target_boxes", "write_mask",
+           "write_prediction"]
 
 
 def evaluate(params: EvaluateParams, model: ModelParams, sam2: Sam2Params, train_size: int, data_root: Path,
@@ -118,6 +119,10 @@ def evaluate(params: EvaluateParams, model: ModelParams, sam2: Sam2Params, train
         *_, ceiling, _ = answer_and_score(reference_policy(gt, expressions, size), out_dir / "reference" /
                                           "predictions", "evaluate the ground-truth answers")
         metrics.update({f"ceiling_{k}": v for k, v in ceiling.items()
+                        if k.split("_")[0] in ("J", "F", "JF", "R") and np.isfinite(v)})
+        # and the empty answer: what answering nothing scores (the frames where the target is absent)
+        *_, empty, _ = answer_and_score(empty_policy(), out_dir / "reference" / "empty", "evaluate the empty answers")
+        metrics.update({f"empty_{k}": v for k, v in empty.items()
                         if k.split("_")[0] in ("J", "F", "JF", "R") and np.isfinite(v)})
     write_lineage(out_dir, "evaluate", {"evaluate": params, "model": model, "sam2": sam2},
                   inputs={"eval_table": Path(eval_table), "model": Path(model_path),
@@ -208,6 +213,21 @@ def reference_policy(gt: GroundTruth, expressions: dict[str, tuple[str, str]], s
                  for x1, y1, x2, y2 in (target_boxes(gt, annos, key) if max(areas, default=0.0) > 0 else [])]
         text = (f'<think>the ground-truth answer</think><answer>{{"keyframe_timestamp": {key}, '
                 f'"bbox_2d_list": {json.dumps(boxes)}}}</answer>')
+        return Reply(text, parse_answer(text), [key])
+
+    return lambda queries: [answer(query) for query in queries]
+
+
+def empty_policy() -> Policy:
+    """The empty answer as the policy: every query answered with the first shown frame and no boxes, read back by
+    the parser a model's answer goes through (status "no_boxes"), so its masks are empty on every frame — made
+    without running SAM2, which is given no prompt (`predict_masks`). Run through the same scoring, it is what
+    answering nothing scores (the benchmark table's `empty_answer` row): J = 1 on a frame exactly when the target
+    is absent there, so a model must beat it to have found anything.
+    """
+    def answer(query: Query) -> Reply:
+        key = query.timestamps[0]
+        text = f'<think>the empty answer</think><answer>{{"keyframe_timestamp": {key}, "bbox_2d_list": []}}</answer>'
         return Reply(text, parse_answer(text), [key])
 
     return lambda queries: [answer(query) for query in queries]
@@ -432,6 +452,9 @@ def predict_masks(predictor, frames: list[np.ndarray], prompts: list[tuple[int, 
     for prompt in prompts:
         key, boxes = prompt[0], prompt[1]
         points = prompt[2] if len(prompt) > 2 and prompt[2] else [()] * len(boxes)
+        if not boxes:  # an empty mask: no keyframe group for SAM2 (a video answered with no boxes encodes nothing)
+            members.append([])
+            continue
         distinct = objects.setdefault(key, {})
         members.append([(key, distinct.setdefault((tuple(map(float, box)), tuple(tuple(map(float, p)) for p in pts),
                                                    None if share_prompts else len(distinct)), len(distinct)))

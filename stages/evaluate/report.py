@@ -64,6 +64,11 @@ CEILING_MD = ("The ceiling row is the same evaluation with the ground-truth answ
               "perfect answer scores with these masks. It is not a bound on every answer: where the target is absent "
               "from many frames, an empty answer can score more, since a segmenter that marks the keyframe's boxes "
               "on every frame (or a poor SAM2) marks frames the ground truth leaves empty.")
+EMPTY_LABEL = "empty answer (no boxes: empty masks)"
+EMPTY_MD = ("The empty-answer row is the same evaluation with an answer that holds no box (the first frame shown, "
+            "read by the same parser): empty masks on every frame, what answering nothing scores — J is 1 on each "
+            "frame where the target is absent (F also where it fills the frame), so a model that found anything "
+            "scores above it.")
 EMPTY_MATCH_MD = {  # answer status → why its mask is empty, for an example that scores anyway
     "parse_failure": "**The answer did not parse**",
     "no_boxes": "**No boxes answered**",
@@ -269,14 +274,18 @@ def write_report(path: Path, metrics: dict[str, float], scores: pd.DataFrame, an
         lines += ["## Models compared", "", markdown_table(comparison), ""]
     results = results_table(metrics, model_label)
     ceiling = {k.removeprefix("ceiling_"): v for k, v in metrics.items() if k.startswith("ceiling_")}
-    if ceiling:  # evaluate.reference: the same evaluation with the ground-truth answers
-        results = pd.concat([results, results_table(ceiling, CEILING_LABEL)], ignore_index=True)
+    empty = {k.removeprefix("empty_"): v for k, v in metrics.items() if k.startswith("empty_")}
+    # evaluate.reference: the same evaluation with the ground-truth answers, then with the empty answers
+    for label, reference in ((CEILING_LABEL, ceiling), (EMPTY_LABEL, empty)):
+        if reference:
+            results = pd.concat([results, results_table(reference, label)], ignore_index=True)
     lines += ["## This model", "", markdown_table(results), "", *([CEILING_MD, ""] if ceiling else []),
+              *([EMPTY_MD, ""] if empty else []),
               "Base, SFT and GRPO models side by side on every benchmark: [benchmarks.md](benchmarks.md) "
               "(stage `bench_table`; `dvc repro bench_table`).", ""]
     # timings stay in metrics/eval.json: the report is a DVC output (identical runs, identical bytes)
     counts = {k: v for k, v in sorted(metrics.items())
-              if k.split("_")[0] not in ("J", "F", "JF", "R", "ceiling") and not is_timing(k)}
+              if k.split("_")[0] not in ("J", "F", "JF", "R", "ceiling", "empty") and not is_timing(k)}
     lines += ["## Answers and keyframes", "", markdown_table(pd.DataFrame(
         [{"metric": k, "value": v} for k, v in counts.items()])), "", STATUSES_MD, ""]
     best, worst = pick_examples(scores, answers, gt, n_examples, pred_dir)

@@ -30,6 +30,7 @@ from stages.evaluate import (
     Policy,
     Segmenter,
     _answer_metrics,
+    empty_policy,
     evaluate_video,
     model_policy,
     reference_policy,
@@ -47,6 +48,9 @@ REFERENCE_MD = ("`ground_truth`: the ground-truth answer (the keyframe where the
                 "read by the same parser and segmented by the same segmenter: the ceiling, what a perfect answer "
                 "scores with this segmenter (an empty answer can score more where the target is absent from many "
                 "frames).")
+EMPTY = "empty_answer"  # the table's row of the empty answers (`benchmarks.reference`)
+EMPTY_MD = ("`empty_answer`: the empty answer (the first frame shown, no boxes) read by the same parser: empty masks "
+            "on every frame, what answering nothing scores (J = 1 on each frame where the target is absent).")
 SUMMARY_KEYS = ("J", "F", "JF", "R_visa_overall", "R_binary_overall", "n_expressions", "n_scored", "pngs")
 # the answers that made no mask, told apart: none boxed, or only boxes that cover no area (`select_prompt`)
 NO_MASK_KEYS = ("n_answer_no_boxes", "n_answer_degenerate_boxes")
@@ -166,10 +170,11 @@ def run_benchmark(name: str, params: BenchmarksParams, evaluate: EvaluateParams,
     segment = segmenter(evaluate, sam2)
     metrics: dict[str, dict] = {}
     rows: dict[str, str | None] = dict(params.models)
-    if params.reference:  # the ceiling: what the ground-truth answer scores with this segmenter
-        rows[REFERENCE] = None
+    if params.reference:  # the ceiling: what the ground-truth answer scores with this segmenter; and the empty answer
+        rows.update({REFERENCE: None, EMPTY: None})
     for label, path in rows.items():  # one model loaded at a time
-        policy = None if path is None else model_policy(evaluate, path, model.dtype)
+        policy = (model_policy(evaluate, path, model.dtype) if path is not None
+                  else empty_policy() if label == EMPTY else None)
         summary, _ = evaluate_benchmark(evaluate, name, root, split, out_dir / label, size, policy, segment,
                                         params.videos, params.expressions, missing=params.missing)
         # NaN (e.g. a ReVOS subset without expressions in the chosen videos) stays out of the JSON metrics
@@ -253,13 +258,13 @@ def write_benchmark_table(params: BenchmarksParams, metrics_dir: Path, report_pa
             per_model.setdefault(label, {})[metric] = value
         check_no_mask_counts(Path(metrics_dir) / f"{name}.json", per_model)
         results[name] = per_model
-    models = list(params.models) + ([REFERENCE] if params.reference else [])
+    models = list(params.models) + ([REFERENCE, EMPTY] if params.reference else [])
     table = benchmark_table(results, models)
     line = gain_line(results) if {"grpo", "sft"} <= set(models) else ""
     text = "\n".join(["# Benchmarks", "",
                       "J&F (percent) per benchmark with each benchmark's own protocol (docs/benchmarks.md); R for "
                       "ReVOS as VISA computes it. \"server\": no public masks, the submission archive was written.",
-                      *(["", REFERENCE_MD] if params.reference else []),
+                      *(["", REFERENCE_MD, "", EMPTY_MD] if params.reference else []),
                       "", markdown_table(table), "", line, "",
                       "## Answers without a mask", "", NO_MASK_MD, "",
                       markdown_table(no_mask_table(results, models)), ""])

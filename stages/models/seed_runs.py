@@ -14,6 +14,7 @@ the unfinished seeds again (each resumes from its own saved state) and keeps the
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import logging
 import os
@@ -98,7 +99,8 @@ def run_seeds(stage: str, module: str, jobs: dict[int, dict[str, Any]], parallel
 
         results: dict[int, dict] = {}
         pool = ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix=f"{stage}-seed")
-        futures = {pool.submit(one, seed): seed for seed in jobs}
+        # each thread runs in a copy of this one's context, so that its log lines reach the run that logs here
+        futures = {pool.submit(contextvars.copy_context().run, one, seed): seed for seed in jobs}
         try:
             done, _ = wait(futures, return_when=FIRST_EXCEPTION)
             failed = [f for f in done if f.exception() is not None]

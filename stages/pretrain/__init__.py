@@ -1,16 +1,32 @@
 """`pretrain` stage: pre-train the tiny Qwen2.5-VL to localise, so that the default run starts from a base that sees.
 
 A random tiny model learns the answer format in SFT but never where things are, so the default run's scores would
-be noise. This stage trains the `tiny_models` Qwen2.5-VL (all of it: vision tower, merger, language model) on
-grounding scenes generated for it (`stages.pretrain.scenes`: the synth simulator with its own seed stream — shapes,
-colours, textures, sizes, positions and motion; "the red star", "the largest shape", "the shape that stops" → the
-keyframe and the boxes as text at the train size), with the same transformers `Trainer` the SFT stage uses, and
-saves it in the same Qwen2.5-VL folder format as a real checkpoint (config, weights, processor): SFT, GRPO and
-evaluation load it through the same `model.path`.
+be noise. This stage trains a Qwen2.5-VL of `pretrain.base`'s architecture (all of it: vision tower, merger, language
+model) with the pre-training rope (`rope_theta`, `mrope_section`: docs/architecture.md) on grounding samples in the
+evaluation's question format (N frames, "the red rectangle", "the largest shape" → keyframe and boxes), streamed:
+each optimizer step's batch is generated for that step (`stages.pretrain.stream`) under a curriculum from flat
+rectangles on plain backgrounds, the colours asked for growing over the steps, to the synth frames.
 
-A real checkpoint needs none of this: when `model.path` is not `pretrain.out_dir` the stage records that it was
-skipped and trains nothing. Before and after training, greedy answers on held-out scenes (another seed stream)
-give the grounding check: parse rate, mean matched box IoU at the keyframe, keyframe hits.
+Several seeds train at once (`pretrain.seeds`; a process each through `stages.models.seed_runs`, on a GPU all
+sharing it, on the CPU one per core), each from its own initialisation (`torch.manual_seed(seed)` on the base's
+config: the probe's seeds differed in initialisation and batches, and bound a colour word in one of four). Each seed
+ends with its held-out grounding check on the fixed check stream, measured on its bf16 weights read back in fp32
+through `stages.models.load_vlm` (as SFT and evaluation load them): parse rate, keyframe hits, box IoU of the answer
+against the targets, and — the binding measure — of the answers whose first box lands on an object (IoU > 0.3),
+the share on the asked one. The seed with the best (box IoU, share on target) is written to `out_dir` as a
+Qwen2.5-VL folder (bf16 safetensors, the pre-training rope in its config, the processor), with `seeds.json`
+(every seed's figures), lineage (device, steps, seeds, dtype) and the model card.
+
+A plain torch loop, not transformers' `Trainer`: the batch of a step must depend on the step alone (so a resume is
+exact and no scene repeats), which a map over steps given to a `DataLoader` gives directly, with worker processes
+rendering ahead; the training state (fp32 weights, AdamW, schedule, torch RNG, curve) is saved every
+`save_every_steps` into `checkpoint_dir/seed-<k>/` with a fingerprint of the settings, and a rerun resumes there and
+ends byte for byte where an uninterrupted run ends (tested). A finished seed's figures and bf16 model are kept there
+until the stage publishes, so a rerun after a kill trains only the unfinished seeds. On a GPU the forward and
+backward passes run under bf16 autocast over fp32 weights and AdamW state (bf16's range with an fp32 master copy:
+no loss scaling, no drift of small updates); on the CPU everything is fp32 with `cpu_threads` threads per seed.
+
+A real checkpoint needs none of this: when `model.path` is not `pretrain.out_dir` the stage records a skip.
 """
 
 from __future__ import annotations
@@ -18,7 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
+import math
 import shutil
 import time
 from pathlib import Path
@@ -27,20 +43,29 @@ import numpy as np
 import torch
 
 from schemas.answer import parse_answer
-from stages.core.io import atomic_write_text
+from stages.core.io import atomic_write_text, write_json
 from stages.core.lineage import write_lineage
 from stages.core.model_card import write_model_card
-from stages.core.params import ModelParams, PretrainParams, SynthScale
-from stages.core.progress import trainer_progress
+from stages.core.params import ModelParams, PretrainParams
+from stages.core.progress import track
 from stages.core.report import StageReport, curves_markdown, skipped_report, summary_line
 from stages.core.typed_config import to_dict
 from stages.models import load_vlm
-from stages.pretrain.scenes import GroundingSample, scene_samples
-from stages.sft.data import PadCollator, assistant_labels
-from stages.tasks import user_content
+from stages.models.seed_runs import best_seed, describe_device, parallel_seeds, run_seeds
+from stages.pretrain.scenes import GroundingSample
+from stages.pretrain.stream import StepBatches, chat, check_samples, encode
+from stages.sft.data import PadCollator
 
 log = logging.getLogger(__name__)
 
+MODEL = "model"  # a seed's bf16 Qwen2.5-VL folder in its checkpoint folder
+STATE = "state.pt"  # a seed's resumable training state
+RESULT = "result.json"  # a finished seed's figures, kept until the stage publishes
+SEEDS = "seeds.json"  # every seed's figures and the one kept, in out_dir
+CURVE = "pretrain_curve.tsv"
+LANDED_IOU = 0.3  # a box "lands on" an object above this IoU with it (the probe's measure)
+# settings that change neither the weights a seed ends with nor its check
+NOT_TRAINING = ("seeds", "out_dir", "checkpoint_dir", "save_every_steps", "parallel", "loader_workers")
 
 
 def skipped(params: PretrainParams, model: ModelParams) -> bool:
@@ -50,97 +75,129 @@ def skipped(params: PretrainParams, model: ModelParams) -> bool:
 
 def pretrain(params: PretrainParams, model: ModelParams, train_size: int, out_dir: Path,
              metrics_dir: Path) -> StageReport:
-    """Pre-train `pretrain.base` on generated grounding scenes; write `out_dir` (a Qwen2.5-VL folder).
+    """Pre-train one model per seed on streamed grounding scenes; write the best seed's Qwen2.5-VL folder to
+    `out_dir` (bf16) with every seed's figures in `out_dir/seeds.json`.
 
     Args:
         params: the `pretrain` block.
-        model: the `model` block (the stage runs only when `model.path` is `pretrain.out_dir`; dtype).
+        model: the `model` block (the stage runs only when `model.path` is `pretrain.out_dir`).
         train_size: `keyframes.train_size`: the side of the frames shown, and of the answer's pixels.
         out_dir: `pretrain.out_dir`.
-        metrics_dir: where `pretrain_curve.tsv` goes.
+        metrics_dir: where `pretrain_curve.tsv` goes (the kept seed's).
 
     Raises:
-        FileNotFoundError: `pretrain.base` is not a model folder.
-        ValueError: params that cannot work (named), or scenes without any sample.
+        FileNotFoundError: `pretrain.base` is not a model folder (one line, before anything is removed).
+        ValueError: `pretrain.mrope_section` does not fit the base's head size.
+        SeedFailed: a seed's process failed (it has printed why); finished seeds are kept for a rerun.
     """
     out_dir = Path(out_dir)
     if skipped(params, model):
-        _write_curve(Path(metrics_dir) / "pretrain_curve.tsv", [])  # a declared output: header only
+        _write_curve(Path(metrics_dir) / CURVE, [])  # a declared output: header only
         return skipped_report("pretrain", out_dir, f"model.path {model.path} is not pretrain.out_dir {params.out_dir}: "
                               "the model trained is another checkpoint (a real one, or the random tiny model)")
-    rope = _rope(params)  # a section that cannot fit the base is refused here, before a process starts or a file goes
-    if params.processes > 1 and "WORLD_SIZE" not in os.environ:
-        return _launch(params, model, train_size, out_dir, metrics_dir)
-    return _train(params, model, train_size, out_dir, Path(metrics_dir), rope)
-
-
-def _scale(params: PretrainParams) -> SynthScale:
-    """The synth default preset's clip geometry with the pre-training's own clip count."""
-    return SynthScale(n_videos_train=params.videos, n_videos_valid=1)
-
-
-def _train(params: PretrainParams, model: ModelParams, train_size: int, out_dir: Path,
-           metrics_dir: Path, rope: dict) -> StageReport:
-    from transformers import Trainer, TrainingArguments, set_seed
-
-    cuda = torch.cuda.is_available()
-    if not cuda and params.cpu_threads > 0:
-        torch.set_num_threads(params.cpu_threads)
+    rope_parameters(params)  # a section that cannot fit the base is refused here, before a process starts
     started = time.perf_counter()
-    scale = _scale(params)
-    train = scene_samples(params.seed, "train", params.videos, params.n_frames, train_size, scale)
-    check = scene_samples(params.seed, "check", params.check_videos, params.n_frames, train_size, scale)
-    if not train:
-        raise ValueError(f"pretrain.videos = {params.videos}: the generated scenes hold no sample with a target")
-    scenes_s = time.perf_counter() - started
-    args = TrainingArguments(
-        output_dir=str(out_dir.parent / f".{out_dir.name}-trainer"), use_cpu=not cuda, bf16=False,
-        per_device_train_batch_size=params.batch_size, num_train_epochs=params.epochs,
-        learning_rate=params.learning_rate, lr_scheduler_type="cosine", warmup_steps=params.warmup_ratio,
-        weight_decay=params.weight_decay, max_grad_norm=1.0, logging_steps=1, save_strategy="no", report_to="none",
-        seed=params.seed, data_seed=params.seed, remove_unused_columns=False, dataloader_num_workers=0,
-        disable_tqdm=True, ddp_find_unused_parameters=False,
-    )
-    state = args.distributed_state
-    main = state.is_main_process
-    set_seed(params.seed)
-    vlm, processor = load_vlm(params.base, "float32", str(args.device), rope_parameters=rope)
-    before = grounding_check(vlm, processor, check, params.max_new_tokens) if main else {}
-    state.wait_for_everyone()
-    dataset = GroundingDataset(train, processor)
-    trainer = Trainer(model=vlm, args=args, train_dataset=dataset,
-                      data_collator=PadCollator(processor.tokenizer.pad_token_id))
-    trainer_progress(trainer, "pretrain steps", every=20)  # the project's one Trainer progress bar + short lines
-    output = trainer.train()
-    result: dict = {}
-    if main:
-        shutil.rmtree(out_dir, ignore_errors=True)
-        unwrapped = trainer.model
-        unwrapped.save_pretrained(out_dir)
-        processor.save_pretrained(out_dir)
-        shutil.rmtree(args.output_dir, ignore_errors=True)
-        after = grounding_check(unwrapped, processor, check, params.max_new_tokens)
-        curve = [{"step": int(e["step"]), "loss": round(float(e["loss"]), 6), "lr": float(e["learning_rate"])}
-                 for e in trainer.state.log_history if "loss" in e and "learning_rate" in e]
-        _write_curve(metrics_dir / "pretrain_curve.tsv", curve)
-        result = {"train_samples": len(train), "train_videos": params.videos, "check_samples": len(check),
-                  "steps": int(trainer.state.global_step), "processes": state.num_processes,
-                  "final_loss": curve[-1]["loss"] if curve else float("nan"),
-                  "train_s": round(float(output.metrics.get("train_runtime", 0.0)), 1), "scenes_s": round(scenes_s, 1),
-                  **{f"{k}_before": v for k, v in before.items()}, **{f"{k}_after": v for k, v in after.items()}}
-        write_lineage(out_dir, "pretrain", {"pretrain": params, "model": model}, seed=params.seed,
-                      inputs={"base_model": Path(params.base)},
-                      counts={"train_samples": len(train), "steps": result["steps"]},
-                      code_modules=["stages.pretrain", "stages.synth", "stages.models"],
-                      extra={"train_size": train_size, "scenes": _scenes_digest(train)})
-        write_model_card(out_dir, "vrsflow tiny Qwen2.5-VL pre-trained on synthetic grounding",
-                         metrics={"pretrain": result})
-        log.info(summary_line("pretrain", result))
-    state.wait_for_everyone()
-    return StageReport("pretrain", metrics=result, markdown=_curves(metrics_dir) if main else "")
+    parallel = parallel_seeds(params.parallel, len(params.seeds), torch.cuda.is_available())
+    if parallel > 1:  # a process per seed (`python -m stages.pretrain --job JOB`), `parallel` at once
+        results = run_seeds("pretrain", "stages.pretrain", {
+            seed: {"pretrain": to_dict(params), "seed": seed, "train_size": train_size} for seed in params.seeds},
+            parallel)
+    else:  # one after another in this process
+        results = {seed: train_seed(params, seed, train_size) for seed in params.seeds}
+    return _publish(params, model, train_size, results, out_dir, Path(metrics_dir), parallel,
+                    time.perf_counter() - started)
 
 
-def _rope(params: PretrainParams) -> dict:
+def choose(results: dict[int, dict]) -> int:
+    """The seed kept: the best held-out box IoU, then the best share of landed boxes on the asked target."""
+    return best_seed(results, lambda figures: (figures["box_iou"], figures["on_target"]))
+
+
+def train_seed(params: PretrainParams, seed: int, train_size: int) -> dict:
+    """Train one seed to `params.steps` (resuming its saved state); return its figures, measured on its bf16 model
+    read back in fp32. A seed that finished earlier under the same settings is not trained again."""
+    seed_dir = Path(params.checkpoint_dir) / f"seed-{seed}"
+    fingerprint = _fingerprint(params, seed, train_size)
+    done = seed_dir / RESULT
+    if done.is_file() and (record := json.loads(done.read_text())).get("fingerprint") == fingerprint:
+        log.info("pretrain: seed %d finished earlier (%s)", seed, done)
+        return record["figures"]
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu" and params.cpu_threads > 0:
+        torch.set_num_threads(params.cpu_threads)
+    from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
+
+    config = AutoConfig.from_pretrained(params.base, local_files_only=True)
+    config.text_config.rope_parameters = {**config.text_config.rope_parameters, **rope_parameters(params)}
+    processor = AutoProcessor.from_pretrained(params.base, local_files_only=True)
+    torch.manual_seed(seed)
+    model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32).to(device)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=params.learning_rate, weight_decay=params.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, params))
+    state_path = seed_dir / STATE
+    start, curve = _resume(state_path, fingerprint, model, optimizer, scheduler)
+    loader = torch.utils.data.DataLoader(
+        StepBatches(params, seed, train_size, processor), sampler=range(start, params.steps), batch_size=None,
+        num_workers=params.loader_workers, prefetch_factor=4 if params.loader_workers else None,
+        pin_memory=device == "cuda")
+    started = time.perf_counter()
+    steps = zip(range(start, params.steps), loader, strict=True)
+    for step, micro in track(steps, total=params.steps - start, desc=f"pretrain seed {seed}"):
+        loss = train_step(model, micro, device)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), params.grad_clip)
+        lr = scheduler.get_last_lr()[0]
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        curve.append({"step": step + 1, "loss": round(loss, 6), "lr": lr})
+        if (step + 1) % params.save_every_steps == 0 and step + 1 < params.steps:
+            _save_state(state_path, fingerprint, step + 1, model, optimizer, scheduler, curve)
+    train_s = time.perf_counter() - started
+
+    _save_bf16(model, processor, seed_dir / MODEL)
+    del model, optimizer
+    # the check reads the saved bf16 folder back in fp32, as SFT and evaluation load model.path
+    saved, saved_processor = load_vlm(seed_dir / MODEL, "float32", device)
+    check = check_samples(params, train_size)
+    figures = {"seed": seed, "steps": params.steps, "resumed_from_step": start, "batch_size": params.batch_size,
+               "train_s": round(train_s, 1), "device": describe_device(device),
+               "samples_per_s": round((params.steps - start) * params.batch_size / train_s, 2) if train_s > 0 else 0.0,
+               "final_loss": round(float(np.mean([c["loss"] for c in curve[-max(1, len(curve) // 10):]])), 4),
+               **grounding_check(saved, saved_processor, check, params.max_new_tokens)}
+    _write_curve(seed_dir / CURVE, curve)
+    write_json(done, {"fingerprint": fingerprint, "figures": figures})
+    state_path.unlink(missing_ok=True)
+    log.info(summary_line(f"pretrain seed {seed}", figures))
+    return figures
+
+
+def train_step(model, micro: list[dict[str, torch.Tensor]], device: str) -> float:
+    """Forward and backward over a step's micro-batches; the gradient of the step's mean token loss. Returns it."""
+    # each micro-batch's mean loss weighted by its share of the step's answer tokens (labels shift by one)
+    tokens = [int((batch["labels"][:, 1:] != -100).sum()) for batch in micro]
+    total = max(sum(tokens), 1)
+    loss_sum = 0.0
+    for batch, n in zip(micro, tokens, strict=True):
+        batch = {k: v.to(device) for k, v in batch.items()}
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device == "cuda"):
+            loss = model(**batch).loss * (n / total)
+        loss.backward()
+        loss_sum += loss.item()
+    return loss_sum
+
+
+def lr_factor(step: int, params: PretrainParams) -> float:
+    """Linear warm-up over `warmup_steps`, then cosine to 0 at `steps`."""
+    if step < params.warmup_steps:
+        return (step + 1) / params.warmup_steps
+    span = params.steps - params.warmup_steps
+    if span <= 0:  # no step left after the warm-up
+        return 0.0
+    return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - params.warmup_steps) / span)))
+
+
+def rope_parameters(params: PretrainParams) -> dict:
     """The language model's rope parameters for the pre-trained model; the sections must cover head_dim / 2."""
     config = Path(params.base) / "config.json"
     if not config.is_file():
@@ -154,37 +211,6 @@ def _rope(params: PretrainParams) -> dict:
     return {"rope_theta": params.rope_theta, "mrope_section": list(params.mrope_section)}
 
 
-def chat(sample: GroundingSample, with_answer: bool) -> list[dict]:
-    """The evaluation's question about the sample's frames (veason task), with the answer when training."""
-    from stages.tasks import get_task
-
-    question = get_task("veason").question(sample.expression, sample.timestamps)
-    messages = [{"role": "user", "content": user_content(sample.timestamps, question)}]
-    if with_answer:
-        messages.append({"role": "assistant", "content": [{"type": "text", "text": sample.response}]})
-    return messages
-
-
-class GroundingDataset(torch.utils.data.Dataset):
-    """Samples encoded by the processor once (kept in memory: the scenes are small), loss on the answer only."""
-
-    def __init__(self, samples: list[GroundingSample], processor) -> None:
-        self.samples, self.processor = samples, processor
-        self.cache: dict[int, dict[str, torch.Tensor]] = {}
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        if index not in self.cache:
-            sample = self.samples[index]
-            text = self.processor.apply_chat_template(chat(sample, True), tokenize=False)
-            encoded = dict(self.processor(text=[text], images=[sample.images], return_tensors="pt"))
-            encoded["labels"] = assistant_labels(encoded["input_ids"], self.processor.tokenizer)
-            self.cache[index] = encoded
-        return self.cache[index]
-
-
 def box_iou(a: list[float], b: list[float]) -> float:
     """IoU of two [x1, y1, x2, y2] boxes (exclusive ends)."""
     w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
@@ -193,14 +219,30 @@ def box_iou(a: list[float], b: list[float]) -> float:
     return w * h / union if union > 0 else 0.0
 
 
+def score_answer(text: str, sample: GroundingSample) -> dict[str, float | bool | None]:
+    """One answer against its sample: parsed, keyframe hit, box IoU (each target's best answered box, averaged over
+    the targets; 0 when nothing parses), and where the first answered box lands: on the asked target (True), on
+    another object (False), or on none (None: IoU <= LANDED_IOU with every object at the keyframe)."""
+    answer = parse_answer(text)
+    if answer is None or not answer.boxes:
+        return {"parsed": False, "keyframe_hit": False, "box_iou": 0.0, "on_target": None}
+    boxes = [list(map(float, box)) for box in answer.boxes]
+    iou = float(np.mean([max(box_iou(box, target) for box in boxes) for target in sample.boxes]))
+    objects = [*sample.boxes, *sample.distractors]
+    overlaps = [box_iou(boxes[0], other) for other in objects]
+    landed = max(overlaps) > LANDED_IOU
+    return {"parsed": True, "keyframe_hit": answer.keyframe_timestamp == sample.keyframe, "box_iou": iou,
+            "on_target": bool(int(np.argmax(overlaps)) < len(sample.boxes)) if landed else None}
+
+
 @torch.no_grad()
 def grounding_check(vlm, processor, samples: list[GroundingSample], max_new_tokens: int,
                     batch_size: int = 16) -> dict[str, float]:
-    """Greedy answers on held-out scenes: parse rate, keyframe hits, mean best-match IoU of the first target."""
+    """Greedy answers on held-out samples: parse rate, keyframe hits, box IoU (all samples, and the plain and the
+    synth ones apart), how many first boxes land on an object, and of those the share on the asked one."""
     vlm.eval()
     processor.tokenizer.padding_side = "left"
-    parsed = hits = 0
-    ious = []
+    scores = []
     for i in range(0, len(samples), batch_size):
         batch = samples[i:i + batch_size]
         texts = [processor.apply_chat_template(chat(s, False), tokenize=False, add_generation_prompt=True)
@@ -209,29 +251,133 @@ def grounding_check(vlm, processor, samples: list[GroundingSample], max_new_toke
         inputs = {k: v.to(vlm.device) for k, v in inputs.items()}
         generated = vlm.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
         outputs = processor.batch_decode(generated[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
-        for sample, text in zip(batch, outputs, strict=True):
-            answer = parse_answer(text)
-            if answer is None or not answer.boxes:
-                ious.append(0.0)
-                continue
-            parsed += 1
-            hits += int(answer.keyframe_timestamp == sample.keyframe)
-            ious.append(max(box_iou(list(map(float, box)), list(map(float, sample.boxes[0]))) for box in answer.boxes))
-    vlm.train()
-    n = max(len(samples), 1)
-    return {"parse_rate": round(parsed / n, 4), "keyframe_hit_rate": round(hits / n, 4),
-            "box_iou": round(float(np.mean(ious)) if ious else 0.0, 4)}
+        scores += [score_answer(text, sample) for sample, text in zip(batch, outputs, strict=True)]
+    landed = [s["on_target"] for s in scores if s["on_target"] is not None]
+    figures = {"check_samples": len(samples), "check_loss": answer_loss(vlm, processor, samples, batch_size),
+               "parse_rate": _mean([s["parsed"] for s in scores]),
+               "keyframe_hit_rate": _mean([s["keyframe_hit"] for s in scores]),
+               "box_iou": _mean([s["box_iou"] for s in scores]), "landed": len(landed), "on_target": _mean(landed),
+               "mean_box_iou": mean_box_iou(samples)}
+    for kind in ("plain", "synth"):
+        ious = [s["box_iou"] for s, sample in zip(scores, samples, strict=True) if sample.video.endswith(kind)]
+        figures[f"box_iou_{kind}"] = _mean(ious)
+    return figures
 
 
-def _scenes_digest(samples: list[GroundingSample]) -> str:
-    digest = hashlib.sha256()
-    for s in samples:
-        digest.update(repr((s.video, s.expression, s.keyframe, s.boxes)).encode())
+@torch.no_grad()
+def answer_loss(vlm, processor, samples: list[GroundingSample], batch_size: int = 16) -> float:
+    """The held-out loss: mean cross-entropy of the samples' true answers, teacher-forced (a figure that moves
+    before answers parse)."""
+    collate = PadCollator(processor.tokenizer.pad_token_id)
+    total = tokens = 0.0
+    for i in range(0, len(samples), batch_size):
+        batch = collate([encode(processor, s) for s in samples[i:i + batch_size]])
+        n = int((batch["labels"][:, 1:] != -100).sum())
+        total += vlm(**{k: v.to(vlm.device) for k, v in batch.items()}).loss.item() * n
+        tokens += n
+    return round(total / max(tokens, 1), 6)
+
+
+def mean_box_iou(samples: list[GroundingSample]) -> float:
+    """What one constant answer scores: the IoU of the samples' mean first-target box with each (the probe's
+    baseline; a check that does not beat it has learned no place)."""
+    if not samples:
+        return 0.0
+    mean = np.mean([s.boxes[0] for s in samples], axis=0).round().tolist()
+    return _mean([box_iou(mean, s.boxes[0]) for s in samples])
+
+
+def _mean(values: list) -> float:
+    return round(float(np.mean(values)), 4) if values else 0.0
+
+
+def _publish(params: PretrainParams, model: ModelParams, train_size: int, results: dict[int, dict], out_dir: Path,
+             metrics_dir: Path, parallel: int, wall_s: float) -> StageReport:
+    """Write the chosen seed's folder, seeds.json, lineage and card; then drop the checkpoint folder."""
+    chosen = choose(results)
+    seed_dir = Path(params.checkpoint_dir) / f"seed-{chosen}"
+    shutil.rmtree(out_dir, ignore_errors=True)
+    shutil.copytree(seed_dir / MODEL, out_dir)
+    metrics_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(seed_dir / CURVE, metrics_dir / CURVE)  # the kept seed's curve (seeds.json: every seed's ends)
+    figures = results[chosen]
+    device = figures["device"]
+    write_json(out_dir / SEEDS, {"chosen_seed": chosen, "chosen_by": "held-out box_iou, then on_target",
+                                 "device": device, "seeds": {str(seed): results[seed] for seed in sorted(results)}})
+    result = {**figures, "chosen_seed": chosen, "seeds": len(results),
+              "parallel": parallel, "wall_s": round(wall_s, 1),
+              **{f"box_iou_seed{seed}": results[seed]["box_iou"] for seed in sorted(results)},
+              **{f"on_target_seed{seed}": results[seed]["on_target"] for seed in sorted(results)}}
+    write_lineage(out_dir, "pretrain", {"pretrain": params, "model": model}, seed=chosen,
+                  inputs={"base_model": Path(params.base)}, counts={"steps": params.steps, "seeds": len(results)},
+                  code_modules=["stages.pretrain", "stages.synth", "stages.models"],
+                  extra={"device": device, "steps": params.steps, "seeds": list(params.seeds), "chosen_seed": chosen,
+                         "dtype": "bfloat16", "train_size": train_size,
+                         "fingerprint": _fingerprint(params, chosen, train_size)})
+    write_model_card(out_dir, "vrsflow tiny Qwen2.5-VL pre-trained on synthetic grounding",
+                     metrics={"pretrain": result})
+    shutil.rmtree(params.checkpoint_dir, ignore_errors=True)  # finished: a rerun is DVC's cache hit, not a resume
+    log.info(summary_line("pretrain", result))
+    return StageReport("pretrain", metrics=result, markdown=_curves(metrics_dir))
+
+
+def _save_bf16(model, processor, folder: Path) -> None:
+    """The model as a Qwen2.5-VL folder in bf16 (safetensors, `torch_dtype` bfloat16 in its config) with the
+    processor, written whole or not at all."""
+    partial = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    model.to(torch.bfloat16)
+    for config in (model.config, model.config.text_config, model.config.vision_config):
+        config.dtype = torch.bfloat16  # transformers 5 writes it as "dtype" (formerly torch_dtype)
+    model.save_pretrained(partial)
+    processor.save_pretrained(partial)
+    shutil.rmtree(folder, ignore_errors=True)
+    partial.rename(folder)
+
+
+def _fingerprint(params: PretrainParams, seed: int, train_size: int) -> str:
+    """What a seed's saved state must match to be resumed: its seed, every training setting, the train size and
+    every file of the base (config, processor; its weights too, though each seed initialises its own)."""
+    settings = {k: v for k, v in to_dict(params).items() if k not in NOT_TRAINING}
+    digest = hashlib.sha256(json.dumps({"seed": seed, "train_size": train_size, **settings}, sort_keys=True,
+                                       default=str).encode())
+    for path in sorted(p for p in Path(params.base).rglob("*") if p.is_file()):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
     return digest.hexdigest()
 
 
+def _resume(path: Path, fingerprint: str, model, optimizer, scheduler) -> tuple[int, list[dict]]:
+    """(first step, curve so far): from the saved state when it belongs to these settings, else (0, [])."""
+    if not path.is_file():
+        return 0, []
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if state.get("fingerprint") != fingerprint:
+        log.info("pretrain: %s belongs to other settings; starting from step 0", path)
+        return 0, []
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    torch.set_rng_state(state["torch_rng"])
+    if torch.cuda.is_available() and state.get("cuda_rng") is not None:
+        torch.cuda.set_rng_state(state["cuda_rng"])
+    log.info("pretrain: resuming at step %d from %s", state["step"], path)
+    return int(state["step"]), [{"step": int(s), "loss": loss, "lr": lr} for s, loss, lr in state["curve"]]
+
+
+def _save_state(path: Path, fingerprint: str, step: int, model, optimizer, scheduler, curve: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    torch.save({"fingerprint": fingerprint, "step": step, "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                "torch_rng": torch.get_rng_state(),
+                "cuda_rng": torch.cuda.get_rng_state() if torch.cuda.is_available() else None,
+                "curve": [[c["step"], c["loss"], c["lr"]] for c in curve]}, partial)
+    partial.replace(path)  # a kill while saving leaves the previous state whole
+
+
 def _curves(metrics_dir: Path) -> str:
-    return curves_markdown(metrics_dir / "pretrain_curve.tsv", "step", [
+    return curves_markdown(metrics_dir / CURVE, "step", [
         (["loss"], "Pre-training loss (grounding answers)", "cross-entropy loss")])
 
 
@@ -239,13 +385,3 @@ def _write_curve(path: Path, curve: list[dict]) -> None:
     lines = ["step\tloss\tlr"] + [f"{c['step']}\t{c['loss']:.6f}\t{c['lr']:.8g}" for c in curve]
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, "\n".join(lines) + "\n")
-
-
-def _launch(params: PretrainParams, model: ModelParams, train_size: int, out_dir: Path,
-            metrics_dir: Path) -> StageReport:
-    from stages.models.launch import run_launched
-
-    metrics = run_launched("pretrain", params.processes, "", "stages.pretrain", {
-        "pretrain": to_dict(params), "model": to_dict(model), "train_size": train_size, "out_dir": str(out_dir),
-        "metrics_dir": str(metrics_dir)})
-    return StageReport("pretrain", metrics=metrics, markdown=_curves(Path(metrics_dir)))

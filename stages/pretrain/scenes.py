@@ -1,10 +1,10 @@
-"""Grounding scenes generated for pre-training: the synth stage's simulator and renderer (moving textured
-shapes, their colours, kinds, sizes and positions; expressions true by construction), with a seed stream of
-their own, so no evaluation video is ever shown to the pre-training.
+"""Grounding samples of synth frames for pre-training: the synth stage's simulator and renderer (moving textured
+shapes, their colours, kinds, sizes and positions; expressions true by construction), each clip drawn from the
+generator its caller gives (the pre-training's own seed stream), so no evaluation video is ever shown to it.
 
-Each expression with a target becomes one sample in the evaluation's question format: N frames spread
-uniformly over the clip at the train size, the expression, and an answer naming the shown frame where the
-target's visible area is largest and the targets' boxes there, in pixels of the train size. The think part is
+A sample is one expression with a target, drawn from one simulated clip, in the evaluation's question format: N
+frames spread uniformly over the clip at the train size, the expression, and an answer naming the shown frame where
+the targets' visible area is largest and the targets' boxes there, in pixels of the train size. The think part is
 one short sentence: pre-training teaches where things are; the SFT stage teaches the reasoning.
 """
 
@@ -15,7 +15,6 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
-from stages.core.io import derive_seed
 from stages.core.params import SynthScale
 from stages.synth.expressions import NO_TARGET, Facts, generate_expressions
 from stages.synth.render import background, full_shape_area, render_frame
@@ -34,6 +33,7 @@ class GroundingSample:
     images: list[Image.Image]
     keyframe: int
     boxes: list[list[int]]  # [x1, y1, x2, y2] per target at the keyframe, train-size pixels, exclusive ends
+    distractors: list[list[int]]  # the boxes of the other objects visible at the keyframe (is a box on the target?)
 
     @property
     def response(self) -> str:
@@ -42,18 +42,13 @@ class GroundingSample:
                            {"keyframe_timestamp": self.keyframe, "bbox_2d_list": self.boxes})
 
 
-def scene_samples(seed: int, stream: str, n_videos: int, n_frames: int, size: int,
-                  scale: SynthScale) -> list[GroundingSample]:
-    """The samples of `n_videos` simulated clips; clip i's seed is derive_seed(seed, "pretrain", stream, i).
-
-    `stream` keeps the training and held-out scenes apart ("train", "check"); the synth stage seeds its
-    videos with derive_seed(synth.seed, "synth", key), a different stream.
-    """
-    out: list[GroundingSample] = []
-    for i in range(n_videos):
-        rng = np.random.default_rng(derive_seed(seed, "pretrain", stream, i))
-        out += _clip_samples(rng, f"{stream}/{i:05d}", n_frames, size, scale)
-    return out
+def synth_sample(rng: np.random.Generator, name: str, n_frames: int, size: int, scale: SynthScale) -> GroundingSample:
+    """One sample: a clip simulated from `rng`, one of its expressions with a target drawn from `rng` (clips
+    without one are drawn again from the same generator)."""
+    while True:
+        samples = _clip_samples(rng, name, n_frames, size, scale)
+        if samples:
+            return samples[int(rng.integers(len(samples)))]
 
 
 def spread_frames(n_video_frames: int, n_frames: int) -> list[int]:
@@ -100,7 +95,10 @@ def _clip_samples(rng: np.random.Generator, name: str, n_frames: int, size: int,
         if max(areas) == 0:
             continue
         key = shown[int(np.argmax(areas))]  # the first of equal areas
-        targets = [[round(x1 * sx), round(y1 * sy), round(x2 * sx), round(y2 * sy)]
-                   for o in expression.obj_ids if (box := boxes.get((key, o))) for x1, y1, x2, y2 in [box]]
-        out.append(GroundingSample(name, expression.text, expression.type_id, list(shown), images, key, targets))
+        scaled = {o: [round(x1 * sx), round(y1 * sy), round(x2 * sx), round(y2 * sy)]
+                  for (t, o), (x1, y1, x2, y2) in boxes.items() if t == key}
+        targets = [scaled[o] for o in expression.obj_ids if o in scaled]
+        others = [box for o, box in sorted(scaled.items()) if o not in expression.obj_ids]
+        out.append(GroundingSample(name, expression.text, expression.type_id, list(shown), images, key, targets,
+                                   others))
     return out

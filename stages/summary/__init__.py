@@ -26,6 +26,7 @@ from stages.core.report import StageReport
 HEADLINE = (
     ("summary.JF", "eval", "JF_overall"),
     ("summary.ceiling_JF", "eval", "ceiling_JF_overall"),  # the ground-truth answers, same segmenter (reference)
+    ("summary.empty_JF", "eval", "empty_JF_overall"),  # the empty answers: no boxes, empty masks (reference)
     ("summary.J", "eval", "J_overall"),
     ("summary.F", "eval", "F_overall"),
     ("summary.JF_referring", "eval", "JF_referring"),

@@ -336,14 +336,15 @@ def test_bench_table_stage_writes_report_and_metrics(tmp_path: Path) -> None:
 
     (tmp_path / "m").mkdir()
     counts = {f"{m}.{k}": v for m, (no, degenerate) in {"sft": (2, 5), "grpo": (0, 1), "base": (9, 0),
-                                                        "ground_truth": (0, 0)}.items()
+                                                        "ground_truth": (0, 0), "empty_answer": (1, 0)}.items()
               for k, v in (("n_answer_no_boxes", no), ("n_answer_degenerate_boxes", degenerate))}
     (tmp_path / "m/revos.json").write_text(json.dumps({"sft.JF": 10.0, "sft.R_visa_overall": 5.0, "grpo.JF": 12.5,
                                                        "grpo.R_visa_overall": 6.0, "base.JF": 0.0,
                                                        "ground_truth.JF": 61.25, "ground_truth.R_visa_overall": 30.0,
+                                                       "empty_answer.JF": 6.5, "empty_answer.R_visa_overall": 100.0,
                                                        **counts}))
     (tmp_path / "m/refdavis.json").write_text(json.dumps({"sft.JF": 20.0, "grpo.JF": 19.0, "base.JF": 1.0,
-                                                          "ground_truth.JF": 70.0, **counts,
+                                                          "ground_truth.JF": 70.0, "empty_answer.JF": 0.0, **counts,
                                                           "sft.n_answer_no_boxes": 3}))
     report = write_benchmark_table(BenchmarksParams(names=("revos", "refdavis")), tmp_path / "m",
                                    tmp_path / "benchmarks.md")
@@ -356,9 +357,14 @@ def test_bench_table_stage_writes_report_and_metrics(tmp_path: Path) -> None:
     # the reference row (benchmarks.reference, on by default) last, with what it is
     assert text.index("| grpo | 12.5 |") < text.index("| ground_truth | 61.2 | 30 | 70 |")
     assert "`ground_truth`: the ground-truth answer" in text and report.metrics["ground_truth.refdavis.JF"] == 70.0
+    # then the empty answer's row (no boxes: empty masks), with what it is
+    assert text.index("| ground_truth | 61.2 |") < text.index("| empty_answer | 6.5 | 100 | 0 |")
+    assert "`empty_answer`: the empty answer" in text and report.metrics["empty_answer.revos.JF"] == 6.5
+    assert "| empty_answer | 1 / 0 | 1 / 0 |" in text
     off = write_benchmark_table(BenchmarksParams(names=("revos", "refdavis"), reference=False), tmp_path / "m",
                                 tmp_path / "off.md")
     assert "ground_truth" not in (tmp_path / "off.md").read_text() and "ground_truth.revos.JF" not in off.metrics
+    assert "empty_answer" not in (tmp_path / "off.md").read_text() and "empty_answer.revos.JF" not in off.metrics
     # the answers that made no mask: no boxes / degenerate boxes, per model and benchmark
     assert "| model | revos | refdavis |" in text and "| sft | 2 / 5 | 3 / 5 |" in text
     assert "| base | 9 / 0 | 9 / 0 |" in text

@@ -125,6 +125,27 @@ def test_report_names_the_segmenter_and_labels_empty_matches(written: tuple[Path
     assert f"Masks: {R.SEGMENTERS['box']}." in (tmp_path / "eval.md").read_text()
 
 
+def test_this_model_table_shows_the_model_the_ceiling_and_the_empty_answer(written: tuple[Path, str],
+                                                                        tmp_path: Path) -> None:
+    """evaluate.reference: three rows (the model, the ground-truth answers, the empty answer), each explained; the
+    reference metrics are rows of that table, not counts of the answers table."""
+    gt = load_ground_truth(written[0].parent / "root", "valid")
+    metrics = {"JF_overall": 20.0, "J_overall": 18.0, "ceiling_JF_overall": 61.25, "ceiling_J_overall": 60.0,
+               "empty_JF_overall": 6.72, "empty_J_overall": 5.5, "empty_R_visa_overall": 100.0, "n_expressions": 6}
+    R.write_report(tmp_path / "eval.md", metrics, pd.DataFrame(columns=["expression_id", "type_id", "JF"]),
+                   pd.DataFrame(columns=["expression_id", "boxes"]), written[0].parent / "root", tmp_path, gt, 1, "m")
+    text = (tmp_path / "eval.md").read_text()
+    table = text.split("## This model")[1].split("\n\n")[1].splitlines()
+    assert [row.split(" | ")[0] for row in table[2:]] == ["| m", f"| {R.CEILING_LABEL}", f"| {R.EMPTY_LABEL}"]
+    assert "| 60 | nan | 61.2 |" in table[3] and "| 5.5 | nan | 6.7 | 100 |" in table[4]  # overall J, F, J&F, R
+    assert R.CEILING_MD in text and R.EMPTY_MD in text and "empty_" not in text and "ceiling_" not in text
+    no_scores = pd.DataFrame(columns=["expression_id", "type_id", "JF"])
+    R.write_report(tmp_path / "alone.md", {"JF_overall": 20.0}, no_scores,
+                   pd.DataFrame(columns=["expression_id", "boxes"]), written[0].parent / "root", tmp_path, gt, 1, "m")
+    alone = (tmp_path / "alone.md").read_text()
+    assert R.EMPTY_LABEL not in alone and R.EMPTY_MD not in alone
+
+
 def test_answer_table_tells_no_boxes_from_degenerate_boxes(written: tuple[Path, str], tmp_path: Path) -> None:
     gt = load_ground_truth(written[0].parent / "root", "valid")
     metrics = {"JF_overall": 1.0, "n_answer_no_boxes": 20, "n_answer_degenerate_boxes": 42}

@@ -250,13 +250,14 @@ def test_sam2_prompt_from_a_parsed_answer_fills_every_frame(root: Path, tiny_mod
     assert table["status"].tolist() == ["ok"]
 
 
-def eval_table(base: Path, root: Path) -> Path:
-    """The real sample + keyframes stages on the tiny root → data/keyframes/eval.parquet."""
+def eval_table(base: Path, root: Path, specs: list[VideoSpec] | None = None) -> Path:
+    """The real sample + keyframes stages on the tiny root (written from `specs`, default VALID and a train
+    video) → data/keyframes/eval.parquet."""
     from stages.keyframes import select_keyframes
     from stages.sample import sample_pools
     from tests.stages.test_sample import write_index
 
-    specs = VALID + [simple_video("SRC/train/t")]
+    specs = specs or VALID + [simple_video("SRC/train/t")]
     write_index(base / "index", specs)
     sample_pools(SampleParams(sft_first_k=1, grpo_size=1), 0, base / "index", base / "sample")
     select_keyframes(KeyframesParams(n_frames=3, train_size=56), 0, root, base / "index", base / "sample",
@@ -344,6 +345,124 @@ def test_evaluate_scores_the_ground_truth_answers_as_its_ceiling_row(root: Path,
     off = evaluate(EvaluateParams(n_frames=3, segmenter="box", reference=False), ModelParams(), Sam2Params(), size,
                    root, table, tmp_path / "silent", tmp_path / "off.md", policy=silent)
     assert not any(k.startswith("ceiling_") for k in off.metrics) and not (tmp_path / "silent/reference").exists()
+
+
+# a video whose targets are absent on some frames and fill the whole frame on one: an all-empty prediction scores
+# J = 1 exactly where the target is absent, and F = 1 also where it fills the frame (no boundary on either side)
+EMPTY_SPEC = VideoSpec(
+    key="SRC/valid/e", split="valid", height=24, width=32, n_frames=5,
+    objects={1: [(2, 2, 10, 8), None, None, (0, 0, 32, 24), (4, 4, 12, 12)],
+             2: [None, None, (20, 10, 28, 18), (20, 10, 28, 18), (20, 10, 28, 18)]},
+    expressions=[{"exp": "the first", "obj_id": [0], "anno_id": [1], "type_id": 0},
+                 {"exp": "the second", "obj_id": [1], "anno_id": [2], "type_id": 0},
+                 {"exp": "both", "obj_id": [0, 1], "anno_id": [1, 2], "type_id": 1},
+                 {"exp": "nothing", "obj_id": [], "anno_id": [], "type_id": 2}])
+
+
+def empty_answer_oracle(spec: VideoSpec) -> dict[str, float]:
+    """ReVOS aggregates (percent) of empty masks on every frame, from the definitions alone: per frame J = 1 when the
+    target is absent (DAVIS: both empty → 1, else 0); F = 1 when the target has no boundary (absent, or filling the
+    frame: the image border is no boundary), else 0 (no predicted boundary: precision 1, recall 0); R = 1 (nothing
+    predicted, no false positive). Per expression the mean over frames, rounded to 2 decimals in percent; per subset
+    the mean over its expressions; overall the mean of referring and reasoning."""
+    per_type: dict[int, list[tuple[float, float]]] = {0: [], 1: []}
+    for exp in spec.expressions:
+        if exp["type_id"] == 2:
+            continue
+        unions = [np.any([rect_mask(spec.objects[a][t], spec.height, spec.width) for a in exp["anno_id"]], axis=0)
+                  for t in range(spec.n_frames)]
+        j = sum(not u.any() for u in unions) / len(unions)
+        f = sum(not u.any() or u.all() for u in unions) / len(unions)
+        per_type[exp["type_id"]].append((round(100 * j, 2), round(100 * f, 2)))
+    out: dict[str, float] = {}
+    for type_id, name in ((0, "referring"), (1, "reasoning")):
+        out[f"J_{name}"] = float(np.mean([j for j, _ in per_type[type_id]]))
+        out[f"F_{name}"] = float(np.mean([f for _, f in per_type[type_id]]))
+        out[f"JF_{name}"] = (out[f"J_{name}"] + out[f"F_{name}"]) / 2
+        out[f"R_visa_{name}"] = out[f"R_binary_{name}"] = 100.0
+    for metric in ("J", "F", "JF", "R_visa", "R_binary"):
+        out[f"{metric}_overall"] = (out[f"{metric}_referring"] + out[f"{metric}_reasoning"]) / 2
+    return out
+
+
+def test_evaluate_scores_the_empty_answer_beside_the_ceiling(tmp_path: Path) -> None:
+    """evaluate.reference: the `empty_*` metrics are what empty masks on every frame score (an oracle from the
+    definitions), whatever the model answered; the report shows the model, the ceiling and the empty answer."""
+    specs = [EMPTY_SPEC, simple_video("SRC/train/t")]
+    root = write_root(tmp_path / "root", specs)
+    table = eval_table(tmp_path, root, specs)
+    expected = empty_answer_oracle(EMPTY_SPEC)
+    assert expected["J_referring"] == 40.0 and expected["F_referring"] == 50.0  # (2/5 and 2/5; 2/5 and 3/5)
+    assert expected["J_reasoning"] == 20.0 and expected["F_reasoning"] == 40.0
+
+    def boxes_everywhere(queries):  # a model that always answers the whole frame on the first frame shown
+        text = '<answer>{"keyframe_timestamp": 0, "bbox_2d_list": [[0, 0, 56, 56]]}</answer>'
+        return [I.Reply(text, parse_answer(text), [0]) for _ in queries]
+
+    report = evaluate(EvaluateParams(n_frames=3, segmenter="box"), ModelParams(), Sam2Params(), 56, root, table,
+                      tmp_path / "out", tmp_path / "eval.md", policy=boxes_everywhere)
+    empty = {k.removeprefix("empty_"): v for k, v in report.metrics.items() if k.startswith("empty_")}
+    assert set(empty) == set(expected)
+    for key, value in expected.items():
+        assert empty[key] == pytest.approx(value), key
+    assert report.metrics["JF_overall"] != pytest.approx(empty["JF_overall"])  # the model's own row differs
+    pngs = list((tmp_path / "out" / "reference" / "empty").rglob("*.png"))
+    assert len(pngs) == 4 * EMPTY_SPEC.n_frames and not any(np.asarray(Image.open(p)).any() for p in pngs)
+    text = (tmp_path / "eval.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "J&F" not in line and "---" not in line]
+    assert [row.split(" | ")[0] for row in rows[:3]] == [f"| {EvaluateParams().model_path}",
+                                                         "| ground-truth answers (the ceiling)",
+                                                         "| empty answer (no boxes: empty masks)"]
+    assert "empty_" not in text and "what answering nothing scores" in text
+    off = evaluate(EvaluateParams(n_frames=3, segmenter="box", reference=False), ModelParams(), Sam2Params(), 56,
+                   root, table, tmp_path / "out", tmp_path / "off.md", policy=boxes_everywhere)
+    assert not any(k.startswith("empty_") for k in off.metrics)
+    assert "empty answer" not in (tmp_path / "off.md").read_text()
+
+
+def test_the_empty_answer_makes_empty_masks_without_running_sam2(tmp_path: Path) -> None:
+    """`empty_policy`'s answers parse with no boxes; through the SAM2 segmenter's path (`predict_masks`, streaming
+    and not) they make empty masks on every frame without SAM2 being touched, not even to encode the frames."""
+    from stages.evaluate import empty_policy, evaluate_video
+
+    class NoSam2:
+        def __getattr__(self, name: str):
+            raise AssertionError(f"SAM2 was used ({name})")
+
+    def segment(frames, prompts, sink=None, spill_dir=None):
+        return predict_masks(NoSam2(), frames, prompts, sink=sink, spill_dir=spill_dir)
+
+    segment.streams = True
+    root = write_root(tmp_path / "root", [EMPTY_SPEC])
+    gt = load_ground_truth(root, "valid")
+    rows = [{"sample_id": f"{EMPTY_SPEC.key}#{i}", "expression_id": f"{EMPTY_SPEC.key}#{i}", "exp_id": str(i),
+             "text": e["exp"]} for i, e in enumerate(EMPTY_SPEC.expressions)]
+    answers = evaluate_video(EvaluateParams(n_frames=3), 56, empty_policy(), segment, root, gt, EMPTY_SPEC.key, rows,
+                             tmp_path / "pred")
+    assert [a["status"] for a in answers] == ["no_boxes"] * 4 and {a["keyframe_idx"] for a in answers} == {0.0}
+    pngs = sorted((tmp_path / "pred").rglob("*.png"))
+    assert len(pngs) == 4 * EMPTY_SPEC.n_frames and not any(np.asarray(Image.open(p)).any() for p in pngs)
+    frames = [np.zeros((24, 32, 3), np.uint8)] * 5
+    masks = predict_masks(NoSam2(), frames, [(0, []), (3, [])])
+    assert [m.shape for m in masks] == [(5, 24, 32)] * 2 and not any(m.any() for m in masks)
+
+
+def test_a_benchmark_stage_scores_the_empty_answer_row(tiny_models, tmp_path: Path) -> None:
+    """`bench@revos` with benchmarks.reference: a `ground_truth` and an `empty_answer` row beside the models; the
+    empty answer's row is what empty masks score (the oracle above), every answer parsed with no boxes."""
+    from stages.core.params import BenchmarksParams
+    from stages.evaluate.suite import run_benchmark
+
+    root = write_root(tmp_path / "root", [EMPTY_SPEC])
+    params = BenchmarksParams(names=("revos",), models={"tiny": str(tiny_models[0])}, videos=0, expressions=0)
+    report = run_benchmark("revos", params, EvaluateParams(n_frames=3, segmenter="box", max_new_tokens=8),
+                           ModelParams(), Sam2Params(), 56, root, tmp_path / "bench")
+    assert {k.partition(".")[0] for k in report.metrics} == {"tiny", "ground_truth", "empty_answer"}
+    expected = empty_answer_oracle(EMPTY_SPEC)
+    for key, name in (("JF", "JF_overall"), ("J", "J_overall"), ("F", "F_overall"), ("R_visa_overall",) * 2):
+        assert report.metrics[f"empty_answer.{key}"] == pytest.approx(expected[name]), key
+    assert report.metrics["empty_answer.n_answer_no_boxes"] == 4
+    assert report.metrics["empty_answer.parse_failure_rate"] == 0
 
 
 def test_the_box_segmenter_warns_when_a_sam2_checkpoint_was_named(caplog: pytest.LogCaptureFixture) -> None:

@@ -1,5 +1,7 @@
-"""pretrain stage: grounding scenes true by construction and apart from the evaluation videos; a real model.path
-skips the stage; a short run writes a Qwen2.5-VL folder the pipeline loads like any checkpoint."""
+"""pretrain stage: streamed scenes true by construction (plain rectangles checked against their pixels), the
+curriculum and its colour growth, batches that depend on (seed, step) only and stay apart from the check stream,
+exact resume, the best seed's choice, and a bf16 output that SFT and evaluation load in fp32 with the recorded
+figures measured from it; a real model.path skips the stage; bad params are one line."""
 
 from __future__ import annotations
 
@@ -13,9 +15,11 @@ import torch
 
 from schemas.answer import parse_answer
 from stages.core.params import (
+    PLAIN_COLOURS,
     ModelParams,
     ParamsError,
     PretrainParams,
+    PretrainPhase,
     SynthScale,
     TinyModelsParams,
     apply_overrides,
@@ -24,39 +28,141 @@ from stages.core.params import (
 from stages.core.report import SKIPPED
 from stages.models import load_vlm
 from stages.models.tiny_qwen import build_tiny_qwen
-from stages.pretrain import box_iou, pretrain
-from stages.pretrain.scenes import scene_samples
+from stages.pretrain import box_iou, choose, grounding_check, pretrain, score_answer, train_seed
+from stages.pretrain.plain import plain_sample
+from stages.pretrain.scenes import synth_sample
+from stages.pretrain.stream import check_samples, colours_at, phase_at, step_samples
+from stages.synth.scene import COLOURS
 
 SIZE = 56
-SCALE = SynthScale()
+PARAMS_YAML = Path(__file__).resolve().parents[2] / "params.yaml"
 
 
-def test_scenes_are_deterministic_and_streams_differ() -> None:
-    a = scene_samples(0, "train", 2, 4, SIZE, SCALE)
-    b = scene_samples(0, "train", 2, 4, SIZE, SCALE)
-    c = scene_samples(0, "check", 2, 4, SIZE, SCALE)
-    assert [(s.expression, s.keyframe, s.boxes) for s in a] == [(s.expression, s.keyframe, s.boxes) for s in b]
-    assert [np.asarray(i).tobytes() for i in a[0].images] == [np.asarray(i).tobytes() for i in b[0].images]
-    assert np.asarray(a[0].images[0]).tobytes() != np.asarray(c[0].images[0]).tobytes()
+def _pixels(sample) -> list[bytes]:
+    return [np.asarray(image).tobytes() for image in sample.images]
 
 
-def test_answers_parse_and_box_the_target_inside_the_frame() -> None:
-    samples = scene_samples(3, "train", 3, 6, SIZE, SCALE)
-    assert samples and all(s.type_id in (0, 1) for s in samples)
-    for s in samples:
+def _key(sample) -> tuple:
+    return (sample.expression, sample.keyframe, sample.boxes, sample.distractors, _pixels(sample))
+
+
+@pytest.fixture(scope="module")
+def tiny_base(tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("tiny") / "qwen25vl"
+    build_tiny_qwen(TinyModelsParams(vocab_size=512, hidden_size=64, num_layers=1, max_image_side=SIZE), base)
+    return base
+
+
+def _tiny_params(base: Path, tmp: Path, **changes) -> PretrainParams:
+    """A run of seconds: 4 steps of 2 one-frame samples, a 4-sample check (head_dim 16: 8 rotary pairs)."""
+    settings = {"base": str(base), "out_dir": str(tmp / "pretrain"), "checkpoint_dir": str(tmp / "checkpoints"),
+                "seeds": (0,), "steps": 4, "curriculum": (PretrainPhase(steps=4, frames=1, objects=(2,)),),
+                "batch_size": 2, "warmup_steps": 1, "learning_rate": 5e-3, "check_samples": 4, "max_new_tokens": 12,
+                "save_every_steps": 2, "parallel": 1, "mrope_section": (2, 3, 3)}
+    return replace(PretrainParams(), **{**settings, **changes})
+
+
+@pytest.mark.parametrize(("step", "phase", "within", "colours"), [
+    (0, 0, 0, ("red",)), (599, 0, 599, ("red",)), (600, 0, 600, ("red", "green")), (1799, 0, 1799, ("red", "green",
+     "blue")), (3000, 0, 3000, PLAIN_COLOURS), (4199, 0, 4199, PLAIN_COLOURS), (4200, 1, 0, PLAIN_COLOURS),
+    (5999, 1, 1799, PLAIN_COLOURS)])
+def test_the_default_curriculum_grows_the_colours_asked(step: int, phase: int, within: int,
+                                                         colours: tuple[str, ...]) -> None:
+    curriculum = PretrainParams().curriculum
+    found, at = phase_at(curriculum, step)
+    assert (found, at) == (curriculum[phase], within)
+    assert colours_at(found, at) == colours
+
+
+def test_a_step_asks_only_the_colours_grown_so_far() -> None:
+    params = replace(PretrainParams(), batch_size=24)
+    for step, allowed in ((10, {"red"}), (650, {"red", "green"}), (3500, set(PLAIN_COLOURS))):
+        asked = {s.expression.split()[1] for s in step_samples(params, 0, step, SIZE)}
+        assert asked <= allowed and (len(allowed) > 2 or asked == allowed)
+    late = step_samples(params, 0, 5000, SIZE)  # the last phase: 6 frames, synth frames among the plain ones
+    assert {s.video.rsplit("/", 1)[1] for s in late} == {"plain", "synth"}
+    assert all(len(s.images) == 6 for s in late)
+
+
+def test_batches_depend_on_seed_and_step_only_and_never_repeat_or_meet_the_check() -> None:
+    params = replace(PretrainParams(), batch_size=4)
+    a, again = step_samples(params, 0, 7, SIZE), step_samples(params, 0, 7, SIZE)
+    assert [_key(s) for s in a] == [_key(s) for s in again]
+    seen = {tuple(_pixels(s)) for s in a}
+    for other in (step_samples(params, 0, 8, SIZE), step_samples(params, 1, 7, SIZE)):
+        assert not seen & {tuple(_pixels(s)) for s in other}
+    check = check_samples(replace(params, check_samples=8), SIZE)
+    assert not seen & {tuple(_pixels(s)) for s in check}
+    # the check stream is one fixed set, whatever the training seeds
+    assert [_key(s) for s in check] == [_key(s) for s in check_samples(replace(params, check_samples=8, seeds=(5,)),
+                                                                       SIZE)]
+
+
+@pytest.mark.parametrize("move", [0, 3])
+def test_plain_boxes_are_the_target_pixels_bounding_box_at_the_keyframe(move: int) -> None:
+    """Oracle from the definition: the answer's box is the bounding box of the pixels of the asked colour in the
+    keyframe, the keyframe is the shown frame with most of them (the first of equal), and every other rectangle's
+    box is its colour's pixels' bounding box."""
+    assert PLAIN_COLOURS == tuple(COLOURS)  # the plain scenes ask the synth palette's colours
+    for i in range(40):
+        rng = np.random.default_rng(i)
+        sample = plain_sample(rng, f"t{i}", 6, SIZE, (1, 3, 4), ("red", "blue"), move)
+        asked = sample.expression.split()[1]
+        assert sample.expression == f"the {asked} rectangle" and asked in ("red", "blue")
+        frames = [np.asarray(image) for image in sample.images]
+        counts = [int(np.all(f == COLOURS[asked], axis=-1).sum()) for f in frames]
+        assert sample.keyframe == sample.timestamps[counts.index(max(counts))]
+        key = frames[sample.timestamps.index(sample.keyframe)]
+
+        def colour_box(rgb, key=key):
+            ys, xs = np.nonzero(np.all(key == rgb, axis=-1))
+            return [int(xs.min()), int(ys.min()), int(xs.max()) + 1, int(ys.max()) + 1] if len(xs) else None
+
+        assert sample.boxes == [colour_box(COLOURS[asked])]
+        others = [box for name, rgb in COLOURS.items() if name != asked and (box := colour_box(rgb))]
+        assert sorted(sample.distractors) == sorted(others)
+        answer = parse_answer(sample.response)
+        assert answer.keyframe_timestamp == sample.keyframe
+        assert [list(map(int, b)) for b in answer.boxes] == sample.boxes
+        if move == 0:
+            assert all(np.array_equal(frames[0], f) for f in frames)
+
+
+def test_synth_samples_box_the_target_inside_the_frame() -> None:
+    for i in range(4):
+        s = synth_sample(np.random.default_rng(i), f"s{i}", 6, SIZE, SynthScale())
         assert s.keyframe in s.timestamps and len(s.images) == len(s.timestamps) <= 6
         assert all(img.size == (SIZE, SIZE) for img in s.images)
         answer = parse_answer(s.response)
-        assert answer is not None and answer.keyframe_timestamp == s.keyframe
-        assert [list(map(int, box)) for box in answer.boxes] == s.boxes
-        for x1, y1, x2, y2 in s.boxes:
+        assert answer is not None and [list(map(int, box)) for box in answer.boxes] == s.boxes
+        for x1, y1, x2, y2 in s.boxes + s.distractors:
             assert 0 <= x1 < x2 <= SIZE and 0 <= y1 < y2 <= SIZE
 
 
-def test_box_iou() -> None:
+def test_box_iou_and_where_an_answer_lands() -> None:
     assert box_iou([0, 0, 10, 10], [0, 0, 10, 10]) == 1.0
     assert box_iou([0, 0, 10, 10], [5, 0, 15, 10]) == pytest.approx(50 / 150)
     assert box_iou([0, 0, 10, 10], [10, 10, 20, 20]) == 0.0
+    sample = plain_sample(np.random.default_rng(0), "x", 1, SIZE, (3,), ("red",), 0)
+    target, other = sample.boxes[0], sample.distractors[0]
+
+    def answer(box):
+        return f'<think>t</think><answer>{{"keyframe_timestamp": 0, "bbox_2d_list": [{box}]}}</answer>'
+
+    assert score_answer(answer(target), sample) == {"parsed": True, "keyframe_hit": True, "box_iou": 1.0,
+                                                    "on_target": True}
+    on_other = score_answer(answer(other), sample)
+    assert on_other["on_target"] is False and on_other["box_iou"] == pytest.approx(box_iou(other, target))
+    assert score_answer(answer([0, 0, 1, 1]), sample)["on_target"] is None  # lands on nothing
+    assert score_answer("no answer", sample) == {"parsed": False, "keyframe_hit": False, "box_iou": 0.0,
+                                                 "on_target": None}
+
+
+def test_the_best_seed_is_the_best_box_iou_then_the_share_on_target() -> None:
+    results = {0: {"box_iou": 0.2, "on_target": 0.4}, 1: {"box_iou": 0.2, "on_target": 0.9},
+               2: {"box_iou": 0.1, "on_target": 1.0}}
+    assert choose(results) == 1
+    assert choose({3: {"box_iou": 0.2, "on_target": 0.5}, 1: {"box_iou": 0.2, "on_target": 0.5}}) == 1
 
 
 def test_a_real_model_path_skips_the_stage(tmp_path: Path) -> None:
@@ -68,44 +174,97 @@ def test_a_real_model_path_skips_the_stage(tmp_path: Path) -> None:
     assert (tmp_path / "pretrain_curve.tsv").read_text() == "step\tloss\tlr\n"
 
 
-@pytest.mark.slow  # ~1 min alone, minutes on a loaded machine
-def test_a_short_run_writes_a_loadable_checkpoint_and_lowers_the_loss(tmp_path: Path) -> None:
-    torch.set_num_threads(2)
-    base = tmp_path / "tiny"
-    build_tiny_qwen(TinyModelsParams(vocab_size=512, hidden_size=64, num_layers=1, max_image_side=SIZE), base)
-    out = tmp_path / "pretrain"
-    params = replace(PretrainParams(), base=str(base), out_dir=str(out), videos=2, check_videos=1, n_frames=2,
-                     epochs=3.0, batch_size=4, learning_rate=5e-3, max_new_tokens=16, mrope_section=(2, 3, 3))
+def test_a_resumed_seed_or_one_fed_by_loader_workers_ends_byte_identical(tiny_base: Path, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import stages.pretrain as stage
+
+    torch.set_num_threads(1)
+    whole = _tiny_params(tiny_base, tmp_path / "whole")
+    figures = train_seed(whole, 0, SIZE)
+    assert figures["resumed_from_step"] == 0
+
+    class Stop(Exception):
+        pass
+
+    save = stage._save_state
+
+    def save_then_stop(*args, **kwargs):  # the run is killed right after its first saved state (step 2 of 4)
+        save(*args, **kwargs)
+        raise Stop
+
+    stopped = _tiny_params(tiny_base, tmp_path / "stopped")
+    monkeypatch.setattr(stage, "_save_state", save_then_stop)
+    with pytest.raises(Stop):
+        train_seed(stopped, 0, SIZE)
+    monkeypatch.setattr(stage, "_save_state", save)
+    resumed = train_seed(stopped, 0, SIZE)
+    assert resumed["resumed_from_step"] == 2
+    for name in ("model/model.safetensors", "pretrain_curve.tsv"):
+        assert (tmp_path / "stopped/checkpoints/seed-0" / name).read_bytes() == \
+            (tmp_path / "whole/checkpoints/seed-0" / name).read_bytes()
+    assert {k: v for k, v in resumed.items() if k not in ("resumed_from_step", "train_s", "samples_per_s")} == \
+        {k: v for k, v in figures.items() if k not in ("resumed_from_step", "train_s", "samples_per_s")}
+    # batches rendered ahead by loader processes are the same batches
+    workers = _tiny_params(tiny_base, tmp_path / "workers", loader_workers=2)
+    train_seed(workers, 0, SIZE)
+    assert (tmp_path / "workers/checkpoints/seed-0/model/model.safetensors").read_bytes() == \
+        (tmp_path / "whole/checkpoints/seed-0/model/model.safetensors").read_bytes()
+    # a finished seed is not trained again
+    monkeypatch.setattr(stage, "train_step", lambda *a: pytest.fail("a finished seed was trained again"))
+    assert train_seed(stopped, 0, SIZE) == resumed
+
+
+def test_the_stage_keeps_the_best_seed_in_bf16_with_figures_from_the_saved_weights(tiny_base: Path,
+                                                                                    tmp_path: Path) -> None:
+    torch.set_num_threads(1)
+    params = _tiny_params(tiny_base, tmp_path, seeds=(0, 1))
+    out = Path(params.out_dir)
     report = pretrain(params, ModelParams(path=str(out)), SIZE, out, tmp_path / "metrics")
-    metrics = report.metrics
-    assert metrics["steps"] > 0 and metrics["train_samples"] > 0 and metrics["processes"] == 1
+    seeds = json.loads((out / "seeds.json").read_text())
+    results = {int(k): v for k, v in seeds["seeds"].items()}
+    assert sorted(results) == [0, 1] and seeds["chosen_seed"] == choose(results) == report.metrics["chosen_seed"]
+    config = json.loads((out / "config.json").read_text())
+    assert config["dtype"] == "bfloat16"
+    assert config["text_config"]["rope_parameters"]["mrope_section"] == [2, 3, 3]
+    from safetensors import safe_open
+
+    with safe_open(str(out / "model.safetensors"), "pt") as weights:
+        assert {weights.get_tensor(k).dtype for k in weights.keys()} == {torch.bfloat16}  # noqa: SIM118
+    model, processor = load_vlm(out, "float32", "cpu")  # as SFT and evaluation load model.path
+    assert next(model.parameters()).dtype == torch.float32
+    measured = grounding_check(model, processor, check_samples(params, SIZE), params.max_new_tokens)
+    assert {k: results[seeds["chosen_seed"]][k] for k in measured} == measured
+    lineage = json.loads((out / "lineage.json").read_text())
+    assert lineage["stage"] == "pretrain"
+    assert {"device", "steps", "seeds", "dtype", "chosen_seed"} <= set(json.dumps(lineage).replace('"', " ").split())
+    assert report.metrics["samples_per_s"] > 0 and report.metrics["device"].startswith("cpu")
     curve = (tmp_path / "metrics" / "pretrain_curve.tsv").read_text().splitlines()
-    assert len(curve) == metrics["steps"] + 1
-    losses = [float(line.split("\t")[1]) for line in curve[1:]]
-    assert losses[-1] < losses[0]
-    model, processor = load_vlm(out, "float32")  # the same loading path as a real checkpoint
-    assert type(model).__name__ == "Qwen2_5_VLForConditionalGeneration"
-    assert processor.tokenizer.chat_template
-    assert json.loads((out / "lineage.json").read_text())["stage"] == "pretrain"
-    for key in ("parse_rate", "box_iou", "keyframe_hit_rate"):
-        assert 0.0 <= metrics[f"{key}_before"] <= 1.0 and 0.0 <= metrics[f"{key}_after"] <= 1.0
+    assert len(curve) == params.steps + 1
+    assert not Path(params.checkpoint_dir).exists()
 
 
-def test_the_pretrained_base_gets_the_grounding_rope_and_a_bad_section_is_named(tmp_path: Path) -> None:
+@pytest.mark.slow  # two seed processes, each importing torch and transformers: ~30 s on 2 loaded cores
+def test_seeds_run_in_processes_of_their_own(tiny_base: Path, tmp_path: Path) -> None:
+    params = _tiny_params(tiny_base, tmp_path, seeds=(0, 1), parallel=2)
+    out = Path(params.out_dir)
+    report = pretrain(params, ModelParams(path=str(out)), SIZE, out, tmp_path / "metrics")
+    assert report.metrics["parallel"] == 2 and report.metrics["seeds"] == 2
+    alone = train_seed(replace(params, checkpoint_dir=str(tmp_path / "alone")), 1, SIZE)
+    seeds = json.loads((out / "seeds.json").read_text())["seeds"]
+    assert {k: v for k, v in seeds["1"].items() if k not in ("train_s", "samples_per_s")} == \
+        {k: v for k, v in alone.items() if k not in ("train_s", "samples_per_s")}
+
+
+def test_the_pretrained_base_gets_the_grounding_rope_and_a_bad_section_is_named(tiny_base: Path,
+                                                                                tmp_path: Path) -> None:
     """Rope has no weights: the base's config changes, and the language model's rotary frequencies with it."""
-    base = tmp_path / "tiny"
-    build_tiny_qwen(TinyModelsParams(vocab_size=512, hidden_size=64, num_layers=1, max_image_side=SIZE), base)
-    model, _ = load_vlm(base, "float32", "cpu", rope_parameters={"rope_theta": 3.0, "mrope_section": [2, 3, 3]})
-    rope = model.config.text_config.rope_parameters
-    assert rope["rope_theta"] == 3.0 and rope["mrope_section"] == [2, 3, 3]
+    model, _ = load_vlm(tiny_base, "float32", "cpu", rope_parameters={"rope_theta": 3.0, "mrope_section": [2, 3, 3]})
     rotary = model.model.language_model.rotary_emb
     assert rotary.mrope_section == [2, 3, 3]
     # head_dim 16: 8 frequency pairs theta^(-2k/16), k = 0..7 (the RoPE definition)
     assert torch.allclose(rotary.inv_freq, torch.tensor([3.0 ** (-2 * k / 16) for k in range(8)]))
-    untouched, _ = load_vlm(base, "float32", "cpu")
-    assert untouched.config.text_config.rope_parameters["rope_theta"] == 1_000_000.0
     out = tmp_path / "pretrain"
-    params = replace(PretrainParams(), base=str(base), out_dir=str(out), videos=1, check_videos=1)
+    params = _tiny_params(tiny_base, tmp_path, mrope_section=(2, 15, 15))
     out.mkdir()
     (out / "kept").write_text("an earlier output")
     with pytest.raises(ValueError, match=r"^pretrain\.mrope_section \[2, 15, 15\] must sum to 8 \(head_dim / 2"):
@@ -114,6 +273,24 @@ def test_the_pretrained_base_gets_the_grounding_rope_and_a_bad_section_is_named(
     with pytest.raises(FileNotFoundError, match=r"^pretrain\.base .*absent is not a model folder"):
         pretrain(replace(params, base=str(tmp_path / "absent")), ModelParams(path=str(out)), SIZE, out, tmp_path)
     assert (out / "kept").exists()
-    raw = read_params_file(Path(__file__).resolve().parents[2] / "params.yaml")
-    with pytest.raises(ParamsError, match=r"pretrain\.mrope_section: must be 3 counts \(time, rows, columns\)"):
-        apply_overrides(raw, {"pretrain.mrope_section": "[16, 16]"})
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"pretrain.mrope_section": "[16, 16]"}, r"pretrain\.mrope_section: must be 3 counts \(time, rows, columns\)"),
+    ({"pretrain.steps": "5000"}, r"pretrain\.curriculum: phases cover 6000 steps, pretrain\.steps is 5000"),
+    ({"pretrain.curriculum": "[{steps: 6000, colours: [red, purple]}]"},
+     r"pretrain\.curriculum\[0\]\.colours: unknown colour\(s\) \['purple'\]"),
+    ({"pretrain.curriculum": "[{steps: 6000, synth_share: 1.5}]"}, r"pretrain\.curriculum\[0\]\.synth_share"),
+    ({"pretrain.seeds": "[0, 0]"}, r"pretrain\.seeds: must not repeat a seed"),
+    ({"pretrain.micro_batches": "5"}, r"pretrain\.micro_batches: must divide batch_size \(32\)"),
+])
+def test_bad_params_are_one_line(overrides: dict, message: str) -> None:
+    raw = read_params_file(PARAMS_YAML)
+    with pytest.raises(ParamsError, match=message) as caught:
+        apply_overrides(raw, overrides)
+    assert "\n" not in str(caught.value)
+
+
+def test_params_yaml_holds_the_default_curriculum() -> None:
+    params, _ = apply_overrides(read_params_file(PARAMS_YAML), {})
+    assert params.pretrain == PretrainParams()
