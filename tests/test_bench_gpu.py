@@ -103,3 +103,150 @@ def test_gpu_sh_smoke_runs_every_bench_at_tiny_size(tmp_path: Path) -> None:
     packed = next(v for v in sft["variants"] if v["packed"])
     assert packed["padding_share"] == 0.0 and sft["variants"][1]["padding_share"] > 0.0
     assert sft["micro_batch_choice"]["gradient_checkpointing"] is False
+
+
+def _gpu_pretrain(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    import os
+
+    return subprocess.run(["bash", "bench/gpu_pretrain.sh", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env={**{k: v for k, v in os.environ.items() if k != "OUT"}, **(env or {})})
+
+
+def test_gpu_pretrain_sh_probes_then_trains_sam2_then_the_vlm_and_packs_only_into_out() -> None:
+    lines = _gpu_pretrain("--dry-run").stdout.splitlines()
+    assert len(lines) == 3  # no $OUT: everything stays in place, nothing is packed
+    assert lines[0].startswith("timeout --signal=TERM --kill-after=20 90 ")
+    assert "gpu_pretrain.py probe --out bench/results/gpu-pretrain-throughput.json" in lines[0]
+    assert [line.split(" stage ")[1].split()[0] for line in lines[1:]] == ["pretrain_sam2", "pretrain"]
+    assert all("--root . " in line + " " and "--set" not in line for line in lines[1:])  # params.yaml as it is
+    out = _gpu_pretrain("--dry-run", "--only", "pretrain", "--set", "pretrain.loader_workers=4",
+                        env={"OUT": "/tmp/out"}).stdout.splitlines()
+    assert len(out) == 2 and " stage pretrain " in out[0] and out[0].endswith("--set pretrain.loader_workers=4")
+    assert "pack --root . --dest /tmp/out" in out[1]
+    smoke = _gpu_pretrain("--dry-run", "--smoke").stdout
+    assert "--root bench/out/gpu-pretrain " in smoke and "--dest bench/out/gpu-pretrain-out" in smoke
+    assert "--set pretrain.seeds=[0,1] --set pretrain.parallel=2" in smoke and "bench/results" not in smoke
+    for bad, message in ((["--only", "probe,sam3"], "unknown name 'sam3'"), (["--budget", "9m"], "whole seconds"),
+                         (["--set", "pretrain.steps"], "KEY=VALUE"), (["--fast"], "unknown argument '--fast'")):
+        run = _gpu_pretrain(*bad)
+        assert run.returncode == 2 and message in run.stderr, (bad, run.stderr)
+    assert _gpu_pretrain("--help").stdout.startswith("Pre-train the tiny SAM2 and the tiny Qwen2.5-VL")
+
+
+def test_a_stage_is_up_to_date_only_when_its_lineage_records_these_params(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    import dataclasses
+    import json
+
+    from bench import gpu_pretrain
+    from stages.core.lineage import write_lineage
+
+    monkeypatch.chdir(tmp_path)
+    params = gpu_pretrain.stage_params({})
+    out = Path(params.pretrain_sam2.out_dir)
+    assert gpu_pretrain.up_to_date("pretrain_sam2", params) is None  # nothing there
+    write_lineage(out, "pretrain_sam2", {"pretrain_sam2": params.pretrain_sam2}, seed=0)  # as the stage writes it
+    assert gpu_pretrain.up_to_date("pretrain_sam2", params) is None  # no seeds.json: not a finished stage
+    (out / "seeds.json").write_text(json.dumps({"chosen_seed": 0}))
+    assert "match these params" in gpu_pretrain.up_to_date("pretrain_sam2", params)
+    other = dataclasses.replace(params, pretrain_sam2=dataclasses.replace(params.pretrain_sam2, learning_rate=1e-3))
+    assert gpu_pretrain.up_to_date("pretrain_sam2", other) is None
+    assert "other params (pretrain_sam2.learning_rate)" in capsys.readouterr().out
+    # the VLM's lineage records the model block too: a model.path that is not the stage's out_dir differs
+    write_lineage(Path(params.pretrain.out_dir), "pretrain", {"pretrain": params.pretrain, "model": params.model})
+    (Path(params.pretrain.out_dir) / "seeds.json").write_text("{}")
+    assert gpu_pretrain.up_to_date("pretrain", params)
+    tiny = dataclasses.replace(params, model=dataclasses.replace(params.model, path="models/tiny/qwen25vl"))
+    assert gpu_pretrain.up_to_date("pretrain", tiny) is None
+
+
+def test_pack_brings_back_finished_seeds_first_then_states_in_parts_within_the_calls_limits(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    import os
+    import tarfile
+
+    from bench import gpu_pretrain
+
+    root, dest = tmp_path / "root", tmp_path / "out"
+    dest.mkdir()
+    (dest / "gpu-pretrain.log").write_text("log\n")  # the log, written there all along
+    ckpt = root / "models" / "checkpoints" / "pretrain"
+    mib = 1 << 20
+    content = {ckpt / "seed-0" / "result.json": b"{}", ckpt / "seed-0" / "model" / "model.safetensors": b"w" * 1000,
+               ckpt / "seed-0" / "pretrain_curve.tsv": b"step\n", ckpt / "seed-0" / "state.pt.partial": b"half",
+               ckpt / "seed-1" / "state.pt": os.urandom(20 * mib), ckpt / "seed-2" / "state.pt": os.urandom(20 * mib),
+               ckpt / "seed-3" / "state.pt": os.urandom(25 * mib)}
+    for path, data in content.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    assert gpu_pretrain.main(["pack", "--root", str(root), "--dest", str(dest)]) == 0
+    files = sorted(p.name for p in dest.iterdir())
+    assert files == ["checkpoints.tar.00", "checkpoints.tar.01", "checkpoints.tar.02", "gpu-pretrain.log"]
+    assert all((dest / name).stat().st_size < 16 * mib for name in files)  # the per-file limit of what comes back
+    assert sum((dest / name).stat().st_size for name in files) < 64 * mib
+    assert "left out models/checkpoints/pretrain/seed-3 (state)" in capsys.readouterr().out
+    whole = tmp_path / "whole.tar"
+    whole.write_bytes(b"".join((dest / name).read_bytes() for name in files[:3]))  # cat checkpoints.tar.* | tar -x
+    unpacked = tmp_path / "unpacked"
+    with tarfile.open(whole) as tar:
+        tar.extractall(unpacked, filter="data")
+    got = {p.relative_to(unpacked) for p in unpacked.rglob("*") if p.is_file()}
+    assert got == {p.relative_to(root) for p in content if p.parent.name != "seed-3" and p.suffix != ".partial"}
+    for path in got:
+        assert (unpacked / path).read_bytes() == (root / path).read_bytes()
+
+
+@pytest.mark.slow  # the whole pre-training flow at tiny size on the CPU (about 4 min on 2 loaded cores)
+def test_gpu_pretrain_smoke_trains_both_stages_packs_them_and_then_finds_them_up_to_date() -> None:
+    import json
+    import shutil
+    import tarfile
+
+    scratch = ROOT / "bench" / "out" / "gpu-pretrain"  # the smoke's project root: a fresh run (models/tiny kept)
+    for leftover in ("models/pretrain", "models/pretrain_sam2", "models/checkpoints", "metrics"):
+        shutil.rmtree(scratch / leftover, ignore_errors=True)
+    run = _gpu_pretrain("--smoke", timeout=1800)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    dest = ROOT / "bench" / "out" / "gpu-pretrain-out"
+    assert sorted(p.name for p in dest.iterdir()) == ["gpu-pretrain-throughput.json", "gpu-pretrain.log",
+                                                        "pretrain.tar", "pretrain_sam2.tar"]
+    probe = json.loads((dest / "gpu-pretrain-throughput.json").read_text())["figures"]
+    assert all(v["samples_per_s_per_seed"] > 0 for v in probe["pretrain"].values())
+    assert probe["pretrain_sam2"]["steps_per_s_per_seed"] > 0 and probe["estimate"]["pretrain"]["steps"] > 0
+    with tarfile.open(dest / "pretrain.tar") as tar:
+        names = set(tar.getnames())
+        seeds = json.loads(tar.extractfile("models/pretrain/seeds.json").read())
+    assert {"metrics/pretrain.json", "metrics/pretrain_curve.tsv", "models/pretrain/lineage.json"} <= names
+    assert sorted(seeds["seeds"]) == ["0", "1"] and all(s["steps"] == 4 for s in seeds["seeds"].values())
+    with tarfile.open(dest / "pretrain_sam2.tar") as tar:
+        assert {"models/pretrain_sam2/model.pt", "models/pretrain_sam2/config.yaml",
+                "metrics/pretrain_sam2.json"} <= set(tar.getnames())
+    again = _gpu_pretrain("--smoke", "--only", "pretrain_sam2,pretrain", timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert again.stdout.count("up to date") >= 2 and "trained: none" in again.stdout
+
+
+@pytest.mark.slow  # two legs cut at their deadline (about 4 min on 2 loaded cores)
+def test_gpu_pretrain_cut_off_packs_its_state_and_the_next_run_resumes_it() -> None:
+    import shutil
+    import tarfile
+
+    long = ["--only", "pretrain", "--set", "pretrain.seeds=[0]", "--set", "pretrain.parallel=1",
+            "--set", "pretrain.steps=5000", "--set", "pretrain.curriculum=[{steps:5000,frames:1}]",
+            "--set", "pretrain.save_every_steps=5", "--budget", "110"]
+    ckpt = ROOT / "bench" / "out" / "gpu-pretrain" / "models" / "checkpoints" / "pretrain"
+    shutil.rmtree(ckpt, ignore_errors=True)
+    try:
+        first = _gpu_pretrain("--smoke", *long, timeout=600)
+        assert first.returncode == 5, first.stdout[-3000:] + first.stderr[-3000:]
+        assert "[pretrain] cut off at the deadline" in first.stdout + first.stderr
+        dest = ROOT / "bench" / "out" / "gpu-pretrain-out"
+        parts = sorted(dest.glob("checkpoints.tar*"))
+        whole = b"".join(p.read_bytes() for p in parts)
+        with tarfile.open(fileobj=__import__("io").BytesIO(whole)) as tar:
+            assert "models/checkpoints/pretrain/seed-0/state.pt" in tar.getnames()
+        second = _gpu_pretrain("--smoke", *long, timeout=600)
+        assert second.returncode == 5
+        assert "pretrain: resuming at step" in second.stdout + second.stderr, second.stderr[-3000:]
+    finally:
+        shutil.rmtree(ckpt, ignore_errors=True)
