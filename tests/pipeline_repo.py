@@ -11,6 +11,8 @@ from pathlib import Path
 
 PROJECT_FILES = ["params.yaml", "dvc.yaml", ".dvcignore", ".gitignore", "pyproject.toml"]
 PROJECT_DIRS = ["stages", "flows", "schemas", "prompts", "profiles", "configs"]
+# the frozen pre-training stages' outputs, committed to git (dvc.yaml: cache: false); a clone has them
+COMMITTED_OUTPUTS = ["models/pretrain_sam2", "metrics/pretrain_sam2.json", "metrics/pretrain_sam2_curve.tsv"]
 
 
 def env_with_venv() -> dict[str, str]:
@@ -54,9 +56,12 @@ def make_repo(project_root: Path, dest: Path, params_overrides: dict[str, object
     for name in PROJECT_FILES:
         if (project_root / name).exists():
             shutil.copy2(project_root / name, dest / name)
-    for name in PROJECT_DIRS:
+    for name in [*PROJECT_DIRS, *COMMITTED_OUTPUTS]:
         if (project_root / name).is_dir():
             shutil.copytree(project_root / name, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        elif (project_root / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(project_root / name, dest / name)
     if params_overrides:
         import yaml
 

@@ -1,0 +1,152 @@
+"""The pre-trained tiny models committed to git (the frozen `pretrain_sam2` stage's output, dvc.yaml `cache: false`)
+are what params.yaml uses, are stored as the issue asks (bf16, at most 16 MiB a file), and still do what their
+committed figures say: the committed SAM2, read from git's copy by sam2's own builder, tracks the stage's held-out
+videos as well as its `seeds.json` records (which stands well above the random tiny SAM2 it was trained from); the
+committed base, once there is one, boxes the pre-training's held-out samples as its record says.
+
+The tracking measure is written here from its definition (per frame: |pred ∩ truth| / |pred ∪ truth|, 1 where both
+are empty; averaged over the frames, then the objects), not taken from the stage."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from stages.core.params import SynthScale, load_params
+from stages.pretrain_sam2 import CHECK_SEED
+from stages.pretrain_sam2.clips import check_videos
+from stages.segment import BoxGroup, load_video_predictor, propagate_groups
+
+ROOT = Path(__file__).resolve().parents[2]
+SAM2_DIR = ROOT / "models" / "pretrain_sam2"
+MAX_FILE_BYTES = 16 * 2**20
+CHECKED_VIDEOS = 8  # the stage's held-out check: its first `pretrain_sam2.check_videos` videos (8)
+# the bar: the committed SAM2's held-out J as seeds.json records it, measured again here from git's copy, may fall
+# this far below it (torch's float sums on another CPU); the record itself stands RANDOM_BELOW above the random SAM2's
+MARGIN, RANDOM_BELOW = 0.01, 0.10
+
+
+def test_params_yaml_uses_the_committed_sam2_and_dvc_keeps_its_stage_frozen() -> None:
+    params = load_params(ROOT / "params.yaml")
+    assert Path(params.sam2.checkpoint) == Path(params.pretrain_sam2.out_dir) / "model.pt"
+    assert Path(params.sam2.config) == Path(params.pretrain_sam2.out_dir) / "config.yaml"
+    stage = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["pretrain_sam2"]
+    assert stage["frozen"] is True
+    assert {"${pretrain_sam2.out_dir}": {"cache": False}} in stage["outs"]
+    tracked = subprocess.run(["git", "ls-files", "models/pretrain_sam2"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
+    assert {"models/pretrain_sam2/model.pt", "models/pretrain_sam2/config.yaml", "models/pretrain_sam2/seeds.json",
+            "models/pretrain_sam2/lineage.json"} <= set(tracked)
+
+
+def test_the_committed_sam2_is_bf16_and_small() -> None:
+    for path in SAM2_DIR.iterdir():
+        assert path.stat().st_size <= MAX_FILE_BYTES, path
+    state = torch.load(SAM2_DIR / "model.pt", map_location="cpu", weights_only=True)["model"]
+    assert {v.dtype for v in state.values() if v.is_floating_point()} == {torch.bfloat16}
+    seeds = json.loads((SAM2_DIR / "seeds.json").read_text())
+    lineage = json.loads((SAM2_DIR / "lineage.json").read_text())
+    assert lineage["extra"]["device"] == seeds["device"] and lineage["extra"]["chosen_seed"] == seeds["chosen_seed"]
+    assert lineage["extra"]["steps"] == load_params(ROOT / "params.yaml").pretrain_sam2.steps
+
+
+def _track_j(predictor, videos) -> float:
+    """Each object prompted with its box where it is largest, tracked over its video: mean J over objects."""
+    per_object = []
+    for frames, masks in videos:
+        for o in range(masks.shape[1]):
+            areas = masks[:, o].reshape(len(masks), -1).sum(1)
+            if not areas.any():
+                continue
+            key = int(np.argmax(areas))
+            ys, xs = np.nonzero(masks[key, o])
+            box = [int(xs.min()), int(ys.min()), int(xs.max()) + 1, int(ys.max()) + 1]
+            predicted = propagate_groups(predictor, list(frames), [BoxGroup(key, [box])])[0][0]
+            inter = np.logical_and(predicted, masks[:, o]).reshape(len(masks), -1).sum(1)
+            union = np.logical_or(predicted, masks[:, o]).reshape(len(masks), -1).sum(1)
+            per_object.append(float(np.mean(np.where(union > 0, inter / np.maximum(union, 1), 1.0))))
+    return float(np.mean(per_object))
+
+
+@pytest.fixture(scope="module")
+def videos():
+    return check_videos(CHECK_SEED, CHECKED_VIDEOS, SynthScale())
+
+
+def test_the_committed_sam2_still_tracks_as_its_figures_say(videos) -> None:
+    seeds = json.loads((SAM2_DIR / "seeds.json").read_text())
+    recorded = seeds["seeds"][str(seeds["chosen_seed"])]
+    assert recorded["check_videos"] == CHECKED_VIDEOS
+    assert recorded["track_iou_after"] >= recorded["track_iou_before"] + RANDOM_BELOW  # it learned to track
+    predictor = load_video_predictor(str(SAM2_DIR / "model.pt"), str(SAM2_DIR / "config.yaml"), "cpu")
+    measured = _track_j(predictor, videos)
+    assert measured >= recorded["track_iou_after"] - MARGIN, (measured, recorded["track_iou_after"])
+
+
+VLM_DIR = ROOT / "models" / "pretrain"
+VLM_MARGIN = 0.02  # the committed base's held-out box IoU, measured here again, may fall this far below its record
+
+
+def test_the_default_model_is_the_committed_base_or_else_the_random_tiny_one() -> None:
+    """A committed pre-trained base is what params.yaml trains from, with its stage frozen; until one is committed
+    (it is trained on a GPU: docs/architecture.md), the default keeps the random tiny model and an unfrozen stage."""
+    params = load_params(ROOT / "params.yaml")
+    stage = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["pretrain"]
+    if (VLM_DIR / "seeds.json").is_file():
+        assert Path(params.model.path) == Path(params.pretrain.out_dir) and stage["frozen"] is True
+        assert {"${pretrain.out_dir}": {"cache": False}} in stage["outs"]
+    else:
+        assert Path(params.model.path) == Path(params.tiny_models.out_dir) / "qwen25vl"
+        assert not stage.get("frozen")
+
+
+def _answer_ious(vlm, processor, samples, max_new_tokens: int) -> list[float]:
+    """Greedy answers; per sample, the mean over its targets of the best IoU of an answered box (0 unparsed)."""
+    from schemas.answer import parse_answer
+    from stages.pretrain.stream import chat
+
+    processor.tokenizer.padding_side = "left"
+    texts = [processor.apply_chat_template(chat(s, False), tokenize=False, add_generation_prompt=True)
+             for s in samples]
+    inputs = processor(text=texts, images=[s.images for s in samples], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        generated = vlm.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
+    ious = []
+    for sample, text in zip(samples, processor.batch_decode(generated[:, inputs["input_ids"].shape[1]:],
+                                                            skip_special_tokens=True), strict=True):
+        answer = parse_answer(text)
+        boxes = [list(map(float, b)) for b in answer.boxes] if answer and answer.boxes else []
+        ious.append(float(np.mean([max((_iou(b, t) for b in boxes), default=0.0) for t in sample.boxes])))
+    return ious
+
+
+def _iou(a: list[float], b: list[float]) -> float:
+    w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    h = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - w * h
+    return w * h / union if union > 0 else 0.0
+
+
+@pytest.mark.skipif(not (VLM_DIR / "seeds.json").is_file(),
+                    reason="no pre-trained base committed yet (issue 47: it is trained on a GPU)")
+def test_the_committed_base_still_localises() -> None:
+    """The committed base, read from git's copy as SFT loads it, boxes the held-out samples of the stage's fixed
+    check stream about as well as its seeds.json records, and better than one constant box for every sample."""
+    from stages.models import load_vlm
+    from stages.pretrain.stream import check_samples
+
+    params = load_params(ROOT / "params.yaml")
+    seeds = json.loads((VLM_DIR / "seeds.json").read_text())
+    recorded = seeds["seeds"][str(seeds["chosen_seed"])]
+    vlm, processor = load_vlm(VLM_DIR, "float32", "cpu")
+    samples = check_samples(params.pretrain, params.keyframes.train_size)
+    ious = [iou for i in range(0, len(samples), 16)
+            for iou in _answer_ious(vlm, processor, samples[i:i + 16], params.pretrain.max_new_tokens)]
+    assert float(np.mean(ious)) >= recorded["box_iou"] - VLM_MARGIN, (np.mean(ious), recorded["box_iou"])
+    assert float(np.mean(ious)) > recorded["mean_box_iou"], "no better than one constant box"
