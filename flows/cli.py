@@ -69,9 +69,13 @@ def _run_stage_command(args: argparse.Namespace) -> int:
 
     # end with what this stage serves, however it ends: `vrsflow repro` when its dvc runs the stage
     # (flows.prefect_api.REPRO_PID_ENV), else whatever started the command (a plain `dvc repro`, a shell) — a
-    # `dvc repro` stopped by a signal does not stop the stage it runs, which went on training alone
+    # `dvc repro` killed alone does not stop the stage it runs, which went on training alone; a signal to dvc's
+    # whole group reaches the stage too, so the watch lets that one be handled first
     repro_pid = os.environ.get("VRSFLOW_REPRO_PID", "")
-    stop_when_gone(int(repro_pid) if repro_pid.isdigit() else os.getppid())
+    if repro_pid.isdigit():
+        stop_when_gone(int(repro_pid))
+    else:
+        stop_when_gone(os.getppid(), first_wait_s=3.0)
     from flows.prefect_api import prefect_api
     from stages.core.params import load_params
 

@@ -144,10 +144,14 @@ def _kill_descendants() -> None:
                 pass
 
 
-def stop_when_gone(pid: int, grace_s: float = 5.0) -> threading.Thread:
+def stop_when_gone(pid: int, grace_s: float = 5.0, first_wait_s: float = 0.0) -> threading.Thread:
     """A parent watch, for a process the kernel cannot tie to `pid` (not its direct parent): when `pid` ends,
     SIGTERM this process (a stage's flow engine then records the run as crashed and stops its launcher) and
-    SIGKILL it `grace_s` seconds later if it is still there. Returns the (daemon) watching thread."""
+    SIGKILL it `grace_s` seconds later if it is still there. Returns the (daemon) watching thread.
+
+    `first_wait_s`: wait that long after `pid` ends before the SIGTERM. Where `pid` shares this process's group
+    (a plain `dvc repro` and its stage), the signal that ended it has usually reached this process too, and a
+    second SIGTERM in the middle of the first one's handling cut the flow engine's report of the crash short."""
 
     def wait() -> None:
         try:
@@ -161,6 +165,7 @@ def stop_when_gone(pid: int, grace_s: float = 5.0) -> threading.Thread:
         if fd >= 0:
             select.select([fd], [], [])  # readable once the process has ended
             os.close(fd)
+        time.sleep(first_wait_s)
         _stop_self(grace_s)
 
     thread = threading.Thread(target=wait, name=f"vrsflow-watch-{pid}", daemon=True)

@@ -108,7 +108,8 @@ def test_served_runs_are_isolated_experiments(prefect_api: str, tmp_path: Path, 
     # the checkout is exactly as before: same params bytes, nothing written, the experiment recorded
     assert (repo / "params.yaml").read_bytes() == params_before
     assert sh(["git", "status", "--porcelain"], repo).strip() == ""
-    assert not (repo / "data").exists() and not (repo / "metrics").exists()
+    assert not (repo / "data").exists()  # metrics/: only the frozen stage's committed files
+    assert sorted(p.name for p in (repo / "metrics").iterdir()) == ["pretrain_sam2.json", "pretrain_sam2_curve.tsv"]
     changed = json.loads(dvc(repo, "params", "diff", "HEAD", "served-ingest", "--json"))
     assert changed["params.yaml"]["ingest.check_jpeg"] == {"old": "header", "new": "decode"}
     back = _read_back(flow_run.id)

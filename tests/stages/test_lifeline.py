@@ -113,6 +113,26 @@ def test_parent_watch_stops_a_process_when_the_watched_one_ends(tmp_path: Path) 
                 proc.kill()
 
 
+def test_parent_watch_waits_first_wait_s_before_its_sigterm() -> None:
+    """`first_wait_s`: the watch of a stage started by a plain `dvc repro` leaves a signal sent to the whole group
+    time to be handled before it sends its own."""
+    watched = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    code = (f"import time; from stages.core import lifeline; lifeline.stop_when_gone({watched.pid}, first_wait_s=2.0);"
+            " time.sleep(300)")
+    watcher = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env={**env_with_venv(), "PYTHONPATH": str(REPO)})
+    try:
+        time.sleep(1.0)
+        watched.kill()
+        watched.wait()
+        ended = time.monotonic()
+        assert watcher.wait(timeout=10) == -signal.SIGTERM
+        assert time.monotonic() - ended >= 1.9
+    finally:
+        for proc in (watched, watcher):
+            if proc.poll() is None:
+                proc.kill()
+
+
 def _reaping_parent(tmp_path: Path, program: str) -> subprocess.Popen:
     """A parent process that starts `bash -c program` through `lifeline.popen(..., reap=True)` and waits."""
     script = tmp_path / "parent.py"
