@@ -316,6 +316,14 @@ class TinyModelsParams:
 PLAIN_COLOURS = ("red", "green", "blue", "yellow", "orange", "white")
 
 
+def _seed_rules(seeds: tuple[int, ...]) -> Iterator[tuple[str, str]]:
+    """A pre-training stage's seeds: each once, at most MAX_SEEDS (a process each)."""
+    if len(set(seeds)) != len(seeds):
+        yield "seeds", f"must not repeat a seed, got {list(seeds)}"
+    elif len(seeds) > MAX_SEEDS:
+        yield "seeds", f"at most {MAX_SEEDS} seeds (a process each), got {len(seeds)}"
+
+
 @dataclass(frozen=True)
 class PretrainPhase:
     """One phase of the pre-training curriculum: `steps` optimizer steps of one mix of scenes (docs/architecture.md)."""
@@ -386,10 +394,7 @@ class PretrainParams:
         covered = sum(phase.steps for phase in self.curriculum)
         if covered != self.steps:
             yield "curriculum", f"phases cover {covered} steps, pretrain.steps is {self.steps}: they must be equal"
-        if len(set(self.seeds)) != len(self.seeds):
-            yield "seeds", f"must not repeat a seed, got {list(self.seeds)}"
-        elif len(self.seeds) > MAX_SEEDS:
-            yield "seeds", f"at most {MAX_SEEDS} seeds (a process each), got {len(self.seeds)}"
+        yield from _seed_rules(self.seeds)
         if self.batch_size % self.micro_batches:
             yield "micro_batches", f"must divide batch_size ({self.batch_size}), got {self.micro_batches}"
 
@@ -398,7 +403,7 @@ class PretrainParams:
 class PretrainSam2Params:
     # training seeds (initialisation order and clip stream); each trains apart and the one with the best held-out
     # tracking J is kept (at 1e-3, one seed of three did not learn)
-    seeds: Exp[tuple[Seed, ...]] = (0, 1, 2)
+    seeds: Exp[Annotated[tuple[Seed, ...], MinLen(1)]] = (0, 1, 2)
     # seeds trained at once, a process each: 0 = all of them on a GPU, one per core on the CPU (fixed at serve time:
     # it sets how many processes a run starts)
     parallel: Server[NonNegInt] = 0
@@ -419,12 +424,7 @@ class PretrainSam2Params:
     cpu_threads: Exp[NonNegInt] = 1  # torch threads on CPU; results depend on it; 0 = torch default
 
     def _rules(self) -> Iterator[tuple[str, str]]:
-        if not self.seeds:
-            yield "seeds", "must name at least one seed"
-        elif len(set(self.seeds)) != len(self.seeds):
-            yield "seeds", f"must not repeat a seed, got {list(self.seeds)}"
-        elif len(self.seeds) > MAX_SEEDS:
-            yield "seeds", f"at most {MAX_SEEDS} seeds (a process each), got {len(self.seeds)}"
+        yield from _seed_rules(self.seeds)
 
 
 @dataclass(frozen=True)

@@ -46,8 +46,8 @@ def parallel_seeds(requested: int, n_seeds: int, cuda: bool) -> int:
         return min(requested, n_seeds)
     if cuda:
         return n_seeds
-    return max(1, min(n_seeds, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-                      or 1))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return min(n_seeds, cores)
 
 
 def describe_device(device: str) -> str:
@@ -120,6 +120,21 @@ def run_seeds(stage: str, module: str, jobs: dict[int, dict[str, Any]], parallel
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
     return dict(sorted(results.items()))
+
+
+def seed_process(stage: str, params_type: type, train: Callable[[Any, dict], dict],
+                 argv: list[str] | None = None) -> None:
+    """The `__main__` of a seed's process: read `--job JOB`, build the stage's params block (named `stage` in the
+    job) as `params_type`, train the seed (`train(params, job)`), write its figures where the job says."""
+    import argparse
+
+    from stages.core.io import write_json
+    from stages.core.typed_config import build
+
+    parser = argparse.ArgumentParser(description=f"one seed of the {stage} stage")
+    parser.add_argument("--job", type=Path, required=True, help=f"job file written by the {stage} stage")
+    job = json.loads(parser.parse_args(argv).job.read_text())
+    write_json(Path(job[RESULT_KEY]), train(build(params_type, job[stage], stage), job))
 
 
 def best_seed(results: dict[int, dict], score: Callable[[dict], Sequence[float]]) -> int:

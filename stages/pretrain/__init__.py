@@ -31,10 +31,8 @@ A real checkpoint needs none of this: when `model.path` is not `pretrain.out_dir
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import math
 import shutil
 import time
 from pathlib import Path
@@ -52,6 +50,8 @@ from stages.core.report import StageReport, curves_markdown, skipped_report, sum
 from stages.core.typed_config import to_dict
 from stages.models import load_vlm
 from stages.models.seed_runs import best_seed, describe_device, parallel_seeds, run_seeds
+from stages.models.train_state import fingerprint, load_state, warmup_cosine
+from stages.models.train_state import save_state as _save_state  # a module name: tests stop a run after it
 from stages.pretrain.scenes import GroundingSample
 from stages.pretrain.stream import StepBatches, chat, check_samples, encode
 from stages.sft.data import PadCollator
@@ -63,6 +63,7 @@ STATE = "state.pt"  # a seed's resumable training state
 RESULT = "result.json"  # a finished seed's figures, kept until the stage publishes
 SEEDS = "seeds.json"  # every seed's figures and the one kept, in out_dir
 CURVE = "pretrain_curve.tsv"
+CURVE_KEYS = ("step", "loss", "lr")  # a curve row, as the saved state keeps it
 LANDED_IOU = 0.3  # a box "lands on" an object above this IoU with it (the probe's measure)
 # settings that change neither the weights a seed ends with nor its check
 NOT_TRAINING = ("seeds", "out_dir", "checkpoint_dir", "save_every_steps", "parallel", "loader_workers")
@@ -117,9 +118,9 @@ def train_seed(params: PretrainParams, seed: int, train_size: int) -> dict:
     """Train one seed to `params.steps` (resuming its saved state); return its figures, measured on its bf16 model
     read back in fp32. A seed that finished earlier under the same settings is not trained again."""
     seed_dir = Path(params.checkpoint_dir) / f"seed-{seed}"
-    fingerprint = _fingerprint(params, seed, train_size)
+    state_key = _fingerprint(params, seed, train_size)
     done = seed_dir / RESULT
-    if done.is_file() and (record := json.loads(done.read_text())).get("fingerprint") == fingerprint:
+    if done.is_file() and (record := json.loads(done.read_text())).get("fingerprint") == state_key:
         log.info("pretrain: seed %d finished earlier (%s)", seed, done)
         return record["figures"]
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -134,9 +135,10 @@ def train_seed(params: PretrainParams, seed: int, train_size: int) -> dict:
     model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32).to(device)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=params.learning_rate, weight_decay=params.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, params))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: warmup_cosine(step, params.warmup_steps, params.steps))
     state_path = seed_dir / STATE
-    start, curve = _resume(state_path, fingerprint, model, optimizer, scheduler)
+    start, curve = load_state(state_path, state_key, model, optimizer, scheduler, CURVE_KEYS)
     loader = torch.utils.data.DataLoader(
         StepBatches(params, seed, train_size, processor), sampler=range(start, params.steps), batch_size=None,
         num_workers=params.loader_workers, prefetch_factor=4 if params.loader_workers else None,
@@ -152,7 +154,7 @@ def train_seed(params: PretrainParams, seed: int, train_size: int) -> dict:
         optimizer.zero_grad(set_to_none=True)
         curve.append({"step": step + 1, "loss": round(loss, 6), "lr": lr})
         if (step + 1) % params.save_every_steps == 0 and step + 1 < params.steps:
-            _save_state(state_path, fingerprint, step + 1, model, optimizer, scheduler, curve)
+            _save_state(state_path, state_key, step + 1, model, optimizer, scheduler, curve, CURVE_KEYS)
     train_s = time.perf_counter() - started
 
     _save_bf16(model, processor, seed_dir / MODEL)
@@ -166,7 +168,7 @@ def train_seed(params: PretrainParams, seed: int, train_size: int) -> dict:
                "final_loss": round(float(np.mean([c["loss"] for c in curve[-max(1, len(curve) // 10):]])), 4),
                **grounding_check(saved, saved_processor, check, params.max_new_tokens)}
     _write_curve(seed_dir / CURVE, curve)
-    write_json(done, {"fingerprint": fingerprint, "figures": figures})
+    write_json(done, {"fingerprint": state_key, "figures": figures})
     state_path.unlink(missing_ok=True)
     log.info(summary_line(f"pretrain seed {seed}", figures))
     return figures
@@ -185,16 +187,6 @@ def train_step(model, micro: list[dict[str, torch.Tensor]], device: str) -> floa
         loss.backward()
         loss_sum += loss.item()
     return loss_sum
-
-
-def lr_factor(step: int, params: PretrainParams) -> float:
-    """Linear warm-up over `warmup_steps`, then cosine to 0 at `steps`."""
-    if step < params.warmup_steps:
-        return (step + 1) / params.warmup_steps
-    span = params.steps - params.warmup_steps
-    if span <= 0:  # no step left after the warm-up
-        return 0.0
-    return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - params.warmup_steps) / span)))
 
 
 def rope_parameters(params: PretrainParams) -> dict:
@@ -339,41 +331,8 @@ def _fingerprint(params: PretrainParams, seed: int, train_size: int) -> str:
     """What a seed's saved state must match to be resumed: its seed, every training setting, the train size and
     every file of the base (config, processor; its weights too, though each seed initialises its own)."""
     settings = {k: v for k, v in to_dict(params).items() if k not in NOT_TRAINING}
-    digest = hashlib.sha256(json.dumps({"seed": seed, "train_size": train_size, **settings}, sort_keys=True,
-                                       default=str).encode())
-    for path in sorted(p for p in Path(params.base).rglob("*") if p.is_file()):
-        digest.update(path.name.encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
-def _resume(path: Path, fingerprint: str, model, optimizer, scheduler) -> tuple[int, list[dict]]:
-    """(first step, curve so far): from the saved state when it belongs to these settings, else (0, [])."""
-    if not path.is_file():
-        return 0, []
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    if state.get("fingerprint") != fingerprint:
-        log.info("pretrain: %s belongs to other settings; starting from step 0", path)
-        return 0, []
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
-    torch.set_rng_state(state["torch_rng"])
-    if torch.cuda.is_available() and state.get("cuda_rng") is not None:
-        torch.cuda.set_rng_state(state["cuda_rng"])
-    log.info("pretrain: resuming at step %d from %s", state["step"], path)
-    return int(state["step"]), [{"step": int(s), "loss": loss, "lr": lr} for s, loss, lr in state["curve"]]
-
-
-def _save_state(path: Path, fingerprint: str, step: int, model, optimizer, scheduler, curve: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".partial")
-    torch.save({"fingerprint": fingerprint, "step": step, "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                "torch_rng": torch.get_rng_state(),
-                "cuda_rng": torch.cuda.get_rng_state() if torch.cuda.is_available() else None,
-                "curve": [[c["step"], c["loss"], c["lr"]] for c in curve]}, partial)
-    partial.replace(path)  # a kill while saving leaves the previous state whole
+    return fingerprint({"seed": seed, "train_size": train_size, **settings},
+                       sorted(p for p in Path(params.base).rglob("*") if p.is_file()))
 
 
 def _curves(metrics_dir: Path) -> str:

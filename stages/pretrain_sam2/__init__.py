@@ -21,10 +21,8 @@ where an uninterrupted run ends (each step's clip depends on the step only; the 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import math
 import shutil
 import time
 from pathlib import Path
@@ -40,6 +38,8 @@ from stages.core.progress import track
 from stages.core.report import StageReport, curves_markdown, skipped_report, summary_line
 from stages.core.typed_config import to_dict
 from stages.models.seed_runs import best_seed, describe_device, parallel_seeds, run_seeds
+from stages.models.train_state import fingerprint, load_state, warmup_cosine
+from stages.models.train_state import save_state as _save_state
 from stages.pretrain_sam2.clips import Clip, check_videos, mask_box, training_clip
 from stages.pretrain_sam2.loss import frame_loss
 
@@ -54,6 +54,7 @@ CHECK_SEED = 0  # the held-out videos' stream: the same for every training seed,
 NOT_TRAINING = ("save_every_steps", "check_videos", "seeds", "parallel", "checkpoint_dir", "out_dir")
 CURVE = "pretrain_sam2_curve.tsv"
 CURVE_COLUMNS = ("loss", "focal", "dice", "iou", "object")
+CURVE_KEYS = ("step", *CURVE_COLUMNS, "lr")  # a curve row, as the saved state keeps it
 
 
 def skipped(params: PretrainSam2Params, sam2: Sam2Params) -> bool:
@@ -133,9 +134,9 @@ def train_seed(params: PretrainSam2Params, seed: int) -> dict:
     from stages.segment import load_video_predictor, pick_device
 
     seed_dir = _seed_dir(params, seed)
-    fingerprint = _fingerprint(params, seed)
+    state_key = _fingerprint(params, seed)
     done = seed_dir / RESULT
-    if done.is_file() and (record := json.loads(done.read_text())).get("fingerprint") == fingerprint:
+    if done.is_file() and (record := json.loads(done.read_text())).get("fingerprint") == state_key:
         log.info("pretrain_sam2: seed %d finished earlier (%s)", seed, done)
         return record["figures"]
     device = pick_device()[0]
@@ -152,9 +153,10 @@ def train_seed(params: PretrainSam2Params, seed: int) -> dict:
     model = load_video_predictor(base_checkpoint, base_config, device)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=params.learning_rate, weight_decay=params.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, params))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: warmup_cosine(step, params.warmup_steps, params.steps))
     state_path = seed_dir / STATE
-    start, curve = _resume(state_path, fingerprint, model, optimizer, scheduler)
+    start, curve = load_state(state_path, state_key, model, optimizer, scheduler, CURVE_KEYS)
     started = time.perf_counter()
     for step in track(range(start, params.steps), total=params.steps - start, desc=f"pretrain_sam2 seed {seed}"):
         clip = training_clip(seed, step, params.clip_frames, scale)
@@ -167,7 +169,7 @@ def train_seed(params: PretrainSam2Params, seed: int) -> dict:
         scheduler.step()
         curve.append({"step": step + 1, **{k: round(terms[k].item(), 6) for k in CURVE_COLUMNS}, "lr": lr})
         if (step + 1) % params.save_every_steps == 0 and step + 1 < params.steps:
-            _save_state(state_path, fingerprint, step + 1, model, optimizer, scheduler, curve)
+            _save_state(state_path, state_key, step + 1, model, optimizer, scheduler, curve, CURVE_KEYS)
     train_s = time.perf_counter() - started
 
     model.eval()
@@ -185,7 +187,7 @@ def train_seed(params: PretrainSam2Params, seed: int) -> dict:
                "final_loss": round(float(np.mean([c["loss"] for c in last])), 4) if last else float("nan"),
                **{f"{k}_before": v for k, v in before.items() if k != "objects"},
                **{f"{k}_after": v for k, v in after.items() if k != "objects"}}
-    write_json(done, {"fingerprint": fingerprint, "figures": figures})
+    write_json(done, {"fingerprint": state_key, "figures": figures})
     state_path.unlink(missing_ok=True)
     return figures
 
@@ -203,16 +205,6 @@ def _save_bf16(model, path: Path) -> None:
 
 def _seed_dir(params: PretrainSam2Params, seed: int) -> Path:
     return Path(params.checkpoint_dir) / f"seed-{seed}"
-
-
-def lr_factor(step: int, params: PretrainSam2Params) -> float:
-    """Linear warm-up over `warmup_steps`, then cosine to 0 at `steps`."""
-    if step < params.warmup_steps:
-        return (step + 1) / params.warmup_steps
-    span = params.steps - params.warmup_steps
-    if span <= 0:  # no step left after the warm-up
-        return 0.0
-    return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - params.warmup_steps) / span)))
 
 
 def clip_loss(model, clip: Clip) -> dict[str, torch.Tensor]:
@@ -281,35 +273,7 @@ def tracking_check(predictor, videos: list[tuple[np.ndarray, np.ndarray]]) -> di
 def _fingerprint(params: PretrainSam2Params, seed: int) -> str:
     """What a seed's saved state must match to be resumed: its seed, every training setting, and the base."""
     settings = {k: v for k, v in to_dict(params).items() if k not in NOT_TRAINING}
-    digest = hashlib.sha256(json.dumps({"seed": seed, **settings}, sort_keys=True, default=str).encode())
-    digest.update((Path(params.base) / CHECKPOINT).read_bytes())
-    return digest.hexdigest()
-
-
-def _resume(path: Path, fingerprint: str, model, optimizer, scheduler) -> tuple[int, list[dict]]:
-    """(first step, curve so far): from the saved state when it belongs to these settings, else (0, [])."""
-    if not path.is_file():
-        return 0, []
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    if state.get("fingerprint") != fingerprint:
-        log.info("pretrain_sam2: %s belongs to other settings; starting from step 0", path)
-        return 0, []
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
-    torch.set_rng_state(state["torch_rng"])
-    log.info("pretrain_sam2: resuming at step %d from %s", state["step"], path)
-    return int(state["step"]), [dict(zip(["step", *CURVE_COLUMNS, "lr"], row, strict=True)) for row in state["curve"]]
-
-
-def _save_state(path: Path, fingerprint: str, step: int, model, optimizer, scheduler, curve: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".partial")
-    torch.save({"fingerprint": fingerprint, "step": step, "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                "torch_rng": torch.get_rng_state(),
-                "curve": [[c["step"], *(c[k] for k in CURVE_COLUMNS), c["lr"]] for c in curve]}, partial)
-    partial.replace(path)  # a kill while saving leaves the previous state whole
+    return fingerprint({"seed": seed, **settings}, [Path(params.base) / CHECKPOINT])
 
 
 def _curves(metrics_dir: Path) -> str:

@@ -19,6 +19,7 @@ import stages.pretrain_sam2 as stage
 from stages.core.params import PretrainSam2Params, Sam2Params, SynthScale
 from stages.core.report import SKIPPED
 from stages.models.tiny_sam2 import build_tiny_sam2
+from stages.models.train_state import load_state, save_state, warmup_cosine
 from stages.pretrain_sam2.clips import check_videos, mask_box, training_clip
 from stages.pretrain_sam2.loss import frame_loss
 from stages.segment import load_video_predictor
@@ -87,15 +88,14 @@ def test_an_absent_object_is_taught_by_the_object_score_only() -> None:
 @settings(max_examples=40, deadline=None)
 @given(steps=st.integers(1, 2000), warmup=st.integers(0, 200), step=st.integers(0, 2500))
 def test_the_learning_rate_warms_up_then_decays_to_zero(steps: int, warmup: int, step: int) -> None:
-    params = PretrainSam2Params(steps=steps, warmup_steps=warmup)
-    factor = stage.lr_factor(step, params)
+    factor = warmup_cosine(step, warmup, steps)
     assert 0.0 <= factor <= 1.0
     if step < warmup:
         assert factor == pytest.approx((step + 1) / warmup)
     elif step >= steps:
         assert factor == pytest.approx(0.0, abs=1e-12)
     else:
-        assert stage.lr_factor(step + 1, params) <= factor + 1e-12
+        assert warmup_cosine(step + 1, warmup, steps) <= factor + 1e-12
 
 
 def test_another_sam2_checkpoint_skips_the_stage(tmp_path: Path) -> None:
@@ -193,11 +193,12 @@ def test_a_state_saved_under_other_settings_is_not_resumed(base: Path, tmp_path:
     optimizer = torch.optim.AdamW(model.parameters())
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
     state = tmp_path / "state" / stage.STATE
-    stage._save_state(state, stage._fingerprint(params, 0), 2, model, optimizer, scheduler, [])
+    save_state(state, stage._fingerprint(params, 0), 2, model, optimizer, scheduler, [], stage.CURVE_KEYS)
     other = replace(params, learning_rate=0.5)
-    assert stage._resume(state, stage._fingerprint(other, 0), model, optimizer, scheduler) == (0, [])
-    assert stage._resume(state, stage._fingerprint(params, 1), model, optimizer, scheduler) == (0, [])  # other seed
-    assert stage._resume(state, stage._fingerprint(params, 0), model, optimizer, scheduler) == (2, [])
+    assert load_state(state, stage._fingerprint(other, 0), model, optimizer, scheduler, stage.CURVE_KEYS) == (0, [])
+    # another seed's state is not this one's
+    assert load_state(state, stage._fingerprint(params, 1), model, optimizer, scheduler, stage.CURVE_KEYS) == (0, [])
+    assert load_state(state, stage._fingerprint(params, 0), model, optimizer, scheduler, stage.CURVE_KEYS) == (2, [])
     # where it saves, what it checks and which other seeds run do not change what seed 0 trains
     same = replace(params, save_every_steps=7, check_videos=3, seeds=(0, 5), parallel=2, out_dir="elsewhere")
     assert stage._fingerprint(same, 0) == stage._fingerprint(params, 0)
