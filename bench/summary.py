@@ -50,6 +50,9 @@ KNOWN = {
     "sft-packing": ("bench_sft_packing.py --repo DIR",
                     "issue 46 (CPU part): the default SFT's padding share and samples/s with and without padding-free "
                     "packing, same loss curve within tolerance"),
+    "pretrain-cpu": ("smoke_pretrain.py --steps 10 --phases 0 1 --set pretrain.seeds=[0] --out FILE",
+                     "issue 47: the pretrain stage's throughput on this machine's CPU, one seed on one core at "
+                     "params.yaml's batch, in the first (one frame) and the last (six frames) curriculum phase"),
     "verl-cpu": ("bench_verl_cpu.py --repo DIR --kill-at-step 4",
                  "issue 43: verl's own trainer takes ≥ 8 GRPO steps on this machine's CPU through the grpo stage; "
                  "seconds per step by phase, reward and KL per step, peak memory, versions; kill -9 leaves no "
@@ -360,6 +363,9 @@ def measured(name: str, figures: dict) -> str:
             f"{v['packed']['padding_share']:.1%}, "
             f"{v['padded']['samples_per_s']} → {v['packed']['samples_per_s']} samples/s ({v['samples_per_s_ratio']}×), "
             f"loss curves within {v['curve_max_rel_diff']:.1%} (relative)" for v in figures["settings"].values())
+    if name == "pretrain-cpu":
+        return "; ".join(f"phase {k}: {v['metrics']['samples_per_s']} samples/s at batch {v['metrics']['batch_size']} "
+                         f"({v['metrics']['device']})" for k, v in figures["runs"].items())
     if name == "verl-cpu":
         return _verl_cpu(figures)
     if name.endswith("segment"):
