@@ -7,7 +7,8 @@ before and after (mean per-frame IoU of each object tracked from its box where i
 prompted frame) and the loss curve's first and last tenth. With `--repo DIR` (a copy of the project where
 `dvc repro keyframes tiny_models` has run), also the ceiling of the default evaluation — the evaluate stage's own
 code on the eval pool with the ground-truth answer as the policy (bench_learning.py's `ceiling`) — once with the
-tiny random SAM2 the default run uses and once per trained seed.
+SAM2 the copy's params name (the committed pre-trained one) and once per trained seed. `--keep DIR` keeps each
+seed's trained folder.
 
     python bench/bench_sam2_pretrain.py --seeds 0 1 2 --jobs 3 --repo /tmp/scratch-repo
 """
@@ -18,6 +19,7 @@ import argparse
 import dataclasses
 import json
 import multiprocessing
+import shutil
 import sys
 import tempfile
 import time
@@ -35,16 +37,16 @@ from stages.models.tiny_sam2 import build_tiny_sam2  # noqa: E402
 from stages.pretrain_sam2 import CHECKPOINT, CONFIG, CURVE, pretrain_sam2  # noqa: E402
 
 
-def read_params(overrides: list[str]):
-    """params.yaml of this project with `--set KEY=VALUE` overrides."""
-    raw = read_params_file(Path(__file__).resolve().parents[1] / "params.yaml")
+def read_params(raw: dict, overrides: list[str]):
+    """The params of `raw` (params.yaml as read once, at the start) with `--set KEY=VALUE` overrides."""
     return apply_overrides(raw, dict(item.split("=", 1) for item in overrides))[0]
 
 
-def pretrain_seed(overrides: list[str], seed: int, tmp: Path) -> tuple[dict, Path]:
+def pretrain_seed(raw: dict, overrides: list[str], seed: int, tmp: Path) -> tuple[dict, Path]:
     """One stage run from a freshly built tiny SAM2 (tiny_models seed = stage seed = `seed`); (figures, out dir).
-    Takes the overrides, not the params (the params objects do not pickle into a worker process)."""
-    params = read_params(overrides)
+    Takes params.yaml as read by the parent and the overrides, not the params (the params objects do not pickle into
+    a worker process), so what the record says trained is what trained, whatever happens to params.yaml meanwhile."""
+    params = read_params(raw, overrides)
     base = tmp / f"tiny-sam2-{seed}"
     build_tiny_sam2(base, params.tiny_models.sam2_image_size, seed)
     out = tmp / f"pretrain-sam2-{seed}"
@@ -67,11 +69,13 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1, help="seeds trained at once, one process each")
     parser.add_argument("--set", action="append", default=[], help="override KEY=VALUE, e.g. pretrain_sam2.steps=300")
     parser.add_argument("--out", type=Path, help="results file, named as its record; default sam2_pretrain.json")
+    parser.add_argument("--keep", type=Path, help="copy each seed's trained folder here (<keep>/seed-<k>)")
     args = parser.parse_args()
     import torch
 
     torch.set_num_threads(1)
-    params = read_params(args.set)
+    raw = read_params_file(Path(__file__).resolve().parents[1] / "params.yaml")
+    params = read_params(raw, args.set)
     figures: dict = {"pretrain_sam2": {}, "ceiling": {}, "overrides": args.set,
                      "pretrain_sam2_params": dataclasses.asdict(params.pretrain_sam2)}
     with tempfile.TemporaryDirectory(prefix="bench-sam2-pretrain-") as tmp:
@@ -80,14 +84,16 @@ def main() -> None:
         # seeds in parallel processes (--jobs): each trains on one torch thread, as the stage does
         spawn = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=max(1, args.jobs), mp_context=spawn) as pool:
-            runs = {seed: pool.submit(pretrain_seed, args.set, seed, tmp) for seed in args.seeds}
+            runs = {seed: pool.submit(pretrain_seed, raw, args.set, seed, tmp) for seed in args.seeds}
             for seed, run in runs.items():
                 figures["pretrain_sam2"][str(seed)], trained[seed] = run.result()
                 print(json.dumps({seed: figures["pretrain_sam2"][str(seed)]}), flush=True)
         if args.repo:
             repo = args.repo.resolve()
             repo_params = load_params(repo / "params.yaml")
-            figures["ceiling"]["sam2 random (default)"] = ceiling(repo_params, repo, "sam2", tmp)
+            # the SAM2 the repo's params name (the committed pre-trained one since issue 47; the random tiny one before)
+            figures["ceiling"][f"sam2 of the repo's params ({repo_params.sam2.checkpoint})"] = ceiling(
+                repo_params, repo, "sam2", tmp)
             for seed, out in trained.items():
                 # absolute paths: ceiling() joins them to the repo, and an absolute path stays itself
                 with_trained = dataclasses.replace(repo_params, sam2=dataclasses.replace(
@@ -95,14 +101,16 @@ def main() -> None:
                 figures["ceiling"][f"sam2 pretrained seed {seed}"] = ceiling(with_trained, repo, "sam2", tmp)
             for name, value in figures["ceiling"].items():
                 print(json.dumps({name: value}), flush=True)
+        for seed, out in trained.items() if args.keep else ():
+            shutil.copytree(out, args.keep / f"seed-{seed}", dirs_exist_ok=True)
     runs = figures["pretrain_sam2"].values()
     if runs:
         figures["summary"] = {key: [r[key] for r in runs] for key in
                               ("track_iou_before", "track_iou_after", "prompt_iou_before", "prompt_iou_after",
                                "wall_s")}
     name = args.out.stem if args.out else "sam2_pretrain"  # the record names the file it is in
-    write_result(name, figures, "the tiny random SAM2 (tracking check _before figures; the 'sam2 random (default)' "
-                 "ceiling)", out=args.out)
+    write_result(name, figures, "the tiny random SAM2 (tracking check _before figures); the ceiling through the SAM2 "
+                 "the repo's params name", out=args.out)
 
 
 if __name__ == "__main__":

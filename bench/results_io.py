@@ -71,17 +71,24 @@ def machine() -> dict:
     return info
 
 
+def portable_path(value: str) -> str:
+    """A path as a results file records it: relative to the project when inside it, `<its last component>` when it
+    is any other absolute path; anything else as it is."""
+    root = RESULTS.parents[1]
+    if not value.startswith("/"):
+        return value
+    path = Path(value)
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) else f"<{path.name}>"
+
+
 def portable_command(argv: list[str]) -> str:
     """The command line as a results file records it: paths inside the project relative to it, any other absolute
     path as `<its last component>` (a results file is committed; this machine's folders mean nothing elsewhere)."""
-    root = RESULTS.parents[1]
-
     def portable(token: str) -> str:
-        flag, eq, value = token.partition("=") if token.startswith("--") and "=" in token else ("", "", token)
-        if value.startswith("/"):
-            path = Path(value)
-            value = path.relative_to(root).as_posix() if path.is_relative_to(root) else f"<{path.name}>"
-        return f"{flag}{eq}{value}"
+        flag, eq, value = token.partition("=")  # --flag=PATH and NAME=PATH tokens: the path after "="
+        if not eq:
+            flag, value = "", token
+        return f"{flag}{eq}{portable_path(value)}"
 
     return " ".join(["python", *(portable(token) for token in argv)])
 

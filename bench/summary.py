@@ -104,6 +104,27 @@ KNOWN = {
     "sam2_pretrain-lr1e-3": ("bench_sam2_pretrain.py --seeds 0 1 2 --repo DIR (learning_rate 1e-3, then the default)",
                              "issue 24: the pretrain_sam2 stage at its first learning rate, per seed, with the "
                              "evaluation ceiling through each trained SAM2"),
+    "sam2_pretrain-clicks600": ("bench_sam2_pretrain.py --seeds 0 --set pretrain_sam2.steps=600 (clicks: "
+                                "point_prompt_share 0.5, box_noise 0.1)",
+                                "issue 47: SAM2's click prompts in half the clips (boxes jittered by SAM2's "
+                                "sample_box_points) against sam2_pretrain.json's seed 0 at 600 steps"),
+    "sam2_pretrain-clicks1500": ("bench_sam2_pretrain.py --seeds 0 --set pretrain_sam2.steps=1500 --repo DIR "
+                                 "(clicks: point_prompt_share 0.5, box_noise 0.1)",
+                                 "issue 47: the same at the committed model's 1,500 steps, with the ceiling"),
+    "sam2_pretrain-corrections600": ("bench_sam2_pretrain.py --seeds 0 --set pretrain_sam2.steps=600 --repo DIR "
+                                     "(SAM2's recipe: clicks 0.5, box_noise 0.1, correction_clicks 7)",
+                                     "issue 47: SAM2's prompt recipe with its 7 correction clicks on the prompted "
+                                     "frame: does the tiny SAM2 follow its prompt?"),
+    "sam2_pretrain-corrections1500": ("bench_sam2_pretrain.py --seeds 0 --set pretrain_sam2.steps=1500 --repo DIR "
+                                      "(SAM2's recipe: clicks 0.5, box_noise 0.1, correction_clicks 7)",
+                                      "issue 47: SAM2's prompt recipe at the committed model's 1,500 steps: "
+                                      "tracking J and the ceiling (target ≥ 40 J&F)"),
+    "sam2-prompt-check": ("sam2_prompt_check.py --model NAME=PATH …",
+                          "issue 47: does the tiny SAM2 segment what its box points at, or another object?"),
+    "pretrain-progress-cpu": ("pretrain_progress.py --params FILE --out FILE (rows added per sitting)",
+                              "issue 47: the pretrain stage's held-out grounding per seed while it trains on this "
+                              "CPU (box IoU against the mean box's; share of landed boxes on the asked target, "
+                              "chance 1/3)"),
     "sam2_lr3e-4": ("bench_sam2_pretrain.py --seeds 1 --set pretrain_sam2.learning_rate=3e-4 --out "
                     "bench/results/sam2_lr3e-4.json",
                     "issue 24: does seed 1, which did not learn at learning rate 1e-3, learn at 3e-4?"),
@@ -363,6 +384,24 @@ def measured(name: str, figures: dict) -> str:
             f"{v['packed']['padding_share']:.1%}, "
             f"{v['padded']['samples_per_s']} → {v['packed']['samples_per_s']} samples/s ({v['samples_per_s_ratio']}×), "
             f"loss curves within {v['curve_max_rel_diff']:.1%} (relative)" for v in figures["settings"].values())
+    if name == "sam2-prompt-check":
+        models = figures["models"]
+        rows = [f"{k}: prompted-frame IoU {v['with_fallback']['prompted_iou']:.3f} (single mask only "
+                f"{v['single_mask_only']['prompted_iou']:.3f}), mask on another object "
+                f"{v['with_fallback']['elsewhere']:.0%}" for k, v in models.items()]
+        if models:
+            rows.append(f"the box as the mask: {next(iter(models.values()))['with_fallback']['box_as_mask_iou']:.3f}")
+        return "; ".join(rows)
+    if name == "pretrain-progress-cpu":
+        latest: dict[int, int] = {}  # seed → its last step checked
+        for row in figures["rows"]:
+            latest[row["seed"]] = max(latest.get(row["seed"], 0), row["step"])
+        return "; ".join(
+            f"seed {s} at step {step}: " + ", ".join(
+                f"phase {r['phase']} box IoU {r['box_iou']:.3f} (mean box {r['mean_box_iou']:.3f}), {r['landed']} "
+                f"landed, {r['on_target']:.0%} on the asked one"
+                for r in figures["rows"] if r["seed"] == s and r["step"] == step and r["parse_rate"] > 0)
+            for s, step in sorted(latest.items()))
     if name == "pretrain-cpu":
         return "; ".join(f"phase {k}: {v['metrics']['samples_per_s']} samples/s at batch {v['metrics']['batch_size']} "
                          f"({v['metrics']['device']})" for k, v in figures["runs"].items())

@@ -414,6 +414,14 @@ class PretrainSam2Params:
     checkpoint_dir: Server[str] = "models/checkpoints/pretrain_sam2"
     steps: Exp[PosInt] = 600  # optimizer steps, one generated clip each (its visible objects as one batch)
     clip_frames: Exp[Annotated[int, Ge(2)]] = 4  # frames per training clip: the prompted frame, then tracked ones
+    # share of clips whose targets are prompted with one click inside each (SAM2's training mixes clicks and boxes:
+    # a click takes SAM2's three-candidate path, whose output tokens a box prompt falls back to when its own mask
+    # is unstable); the other clips are prompted with boxes
+    point_prompt_share: Exp[Fraction] = 0.5
+    box_noise: Exp[NonNegFloat] = 0.1  # jitter of a prompted box's corners, a share of its size (SAM2's: 0.1)
+    # clicks that correct the prompted frame one at a time, each where the last mask is wrong, the loss taken on
+    # every pass (SAM2's training: 7); they teach the mask heads to follow a prompt rather than the likeliest object
+    correction_clicks: Exp[Annotated[int, Ge(0), Le(16)]] = 7  # at most 16: each is another pass of the mask heads
     # AdamW peak LR, linear warm-up then cosine (at 1e-3 seed 1 of 3 did not learn: held-out J 0.008; at 3e-4 it did)
     learning_rate: Exp[PosFloat] = 3.0e-4
     warmup_steps: Exp[NonNegInt] = 50

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from stages.core.io import atomic_write_text, write_json
+from stages.core.io import atomic_write_text, derive_seed, write_json
 from stages.core.lineage import write_lineage
 from stages.core.model_card import write_model_card
 from stages.core.params import PretrainSam2Params, Sam2Params, SynthScale
@@ -52,6 +52,7 @@ SEEDS = "seeds.json"  # every seed's figures and the one kept, in out_dir
 CHECK_SEED = 0  # the held-out videos' stream: the same for every training seed, so that seeds compare on one check
 # settings that do not change what a seed trains (where and how often it saves, what is checked, which seeds run)
 NOT_TRAINING = ("save_every_steps", "check_videos", "seeds", "parallel", "checkpoint_dir", "out_dir")
+BOX_NOISE_BOUND = 20.0  # the most a jittered box corner moves, in input pixels (SAM2's sample_box_points)
 CURVE = "pretrain_sam2_curve.tsv"
 CURVE_COLUMNS = ("loss", "focal", "dice", "iou", "object")
 CURVE_KEYS = ("step", *CURVE_COLUMNS, "lr")  # a curve row, as the saved state keeps it
@@ -160,7 +161,8 @@ def train_seed(params: PretrainSam2Params, seed: int) -> dict:
     started = time.perf_counter()
     for step in track(range(start, params.steps), total=params.steps - start, desc=f"pretrain_sam2 seed {seed}"):
         clip = training_clip(seed, step, params.clip_frames, scale)
-        terms = clip_loss(model, clip)
+        terms = clip_loss(model, clip, prompt_kind(seed, step, params.point_prompt_share), params.box_noise,
+                          params.correction_clicks)
         optimizer.zero_grad(set_to_none=True)
         terms["loss"].backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), params.grad_clip)
@@ -207,24 +209,75 @@ def _seed_dir(params: PretrainSam2Params, seed: int) -> Path:
     return Path(params.checkpoint_dir) / f"seed-{seed}"
 
 
-def clip_loss(model, clip: Clip) -> dict[str, torch.Tensor]:
-    """SAM2's loss over one clip: boxes prompt frame 0, every later frame is tracked from the memory bank.
+def prompt_kind(seed: int, step: int, point_prompt_share: float) -> str:
+    """How step `step`'s clip is prompted, "click" or "box": drawn from a stream of its own,
+    derive_seed(seed, "pretrain_sam2", "prompt", step), so the clips themselves do not change with the share."""
+    rng = np.random.default_rng(derive_seed(seed, "pretrain_sam2", "prompt", step))
+    return "click" if rng.random() < point_prompt_share else "box"
+
+
+def clip_prompt(first_masks: torch.Tensor, boxes: torch.Tensor, kind: str, box_noise: float) -> dict[str, torch.Tensor]:
+    """SAM2's point inputs for the targets on the prompted frame, at the model's input size: one click drawn
+    uniformly inside each mask ((N, H, W); SAM2's own sampler, label 1), or each box ((N, 4) x1, y1, x2, y2 with
+    exclusive ends, as the evaluation prompts) as two corner points (labels 2 and 3), each corner coordinate moved
+    by up to `box_noise` of the box's side and at most 20 px (SAM2's box jitter; 0 leaves the box as it is). Both
+    draw from the torch RNG, which a resumed run restores."""
+    from sam2.modeling.sam2_utils import get_next_point
+
+    if kind == "click":
+        clicks, labels = get_next_point(gt_masks=first_masks[:, None].bool(), pred_masks=None, method="uniform")
+        return {"point_coords": clicks, "point_labels": labels.to(torch.int32)}
+    if kind != "box":
+        raise ValueError(f"pretrain_sam2: unknown prompt kind {kind!r} (click or box)")
+    corners = boxes.clone().float()
+    if box_noise > 0:
+        sides = (corners[:, 2:] - corners[:, :2]).repeat(1, 2)  # w, h, w, h
+        reach = torch.clamp(sides * box_noise, max=BOX_NOISE_BOUND)
+        corners = corners + (2 * torch.rand(corners.shape) - 1).to(corners.device) * reach
+        size = torch.tensor(first_masks.shape[-1:-3:-1] * 2, dtype=corners.dtype, device=corners.device)
+        corners = torch.minimum(corners.clamp(min=0), size)
+    return {"point_coords": corners.view(-1, 2, 2),
+            "point_labels": torch.tensor([[2, 3]] * len(corners), dtype=torch.int32, device=corners.device)}
+
+
+def correction_click(model, points: dict[str, torch.Tensor], first_masks: torch.Tensor, previous: tuple,
+                     pix_feat: torch.Tensor, high_res_features: list[torch.Tensor], passes: list) -> dict:
+    """One of SAM2's training corrections on the prompted frame: a click drawn where the last pass is wrong
+    (positive in a missed pixel, negative in a wrong one: SAM2's `get_next_point`), added to the prompt, and the
+    mask heads run again on the same frame features with the last pass's mask logits as the mask input. The new
+    pass is appended to `passes`; returns the grown prompt."""
+    from sam2.modeling.sam2_utils import get_next_point
+    from sam2.utils.misc import concat_points
+
+    low_res, high_res = previous[3], previous[4]
+    clicks, labels = get_next_point(gt_masks=first_masks[:, None].bool(), pred_masks=high_res > 0, method="uniform")
+    points = concat_points(points, clicks, labels.to(torch.int32))
+    passes.append(model._forward_sam_heads(backbone_features=pix_feat, point_inputs=points, mask_inputs=low_res,
+                                           high_res_features=high_res_features,
+                                           multimask_output=model._use_multimask(True, points)))
+    return points
+
+
+def clip_loss(model, clip: Clip, prompt_kind: str = "box", box_noise: float = 0.0,
+              corrections: int = 0) -> dict[str, torch.Tensor]:
+    """SAM2's loss over one clip: the targets are prompted on frame 0 (`clip_prompt`: a click each, which SAM2
+    answers with three candidate masks, or a box each, answered with one) and corrected there with `corrections`
+    clicks one after another (`correction_click`); every later frame is tracked from the memory bank.
 
     Frames go through SAM2's input transform at its image size; the targets' masks are resized to it (nearest).
-    Returns the per-frame mean of each loss term ("loss" = the total).
+    Returns each loss term summed over a frame's passes, averaged over the frames ("loss" = the total).
     """
     from stages.segment import frames_tensor
 
     size = int(model.image_size)
     device = next(model.parameters()).device
-    height, width = clip.frames.shape[1:3]
     images = frames_tensor(list(clip.frames), size).to(device)
     targets = torch.nn.functional.interpolate(torch.from_numpy(clip.masks).float(), size=(size, size),
                                               mode="nearest").to(device)
     n = clip.n_targets
-    corners = torch.from_numpy(clip.boxes).view(n, 2, 2) * torch.tensor([size / width, size / height])
-    prompt = {"point_coords": corners.to(device),  # a box is SAM2's two corner points, labels 2 and 3
-              "point_labels": torch.tensor([[2, 3]] * n, dtype=torch.int32, device=device)}
+    height, width = clip.frames.shape[1:3]
+    boxes = torch.from_numpy(clip.boxes) * torch.tensor([size / width, size / height] * 2)
+    prompt = clip_prompt(targets[0], boxes.to(device), prompt_kind, box_noise)
     backbone = model.forward_image(images)
     memory: dict = {"cond_frame_outputs": {}, "non_cond_frame_outputs": {}}
     sums: dict[str, torch.Tensor] = {}
@@ -234,15 +287,18 @@ def clip_loss(model, clip: Clip) -> dict[str, torch.Tensor]:
                  for key in ("backbone_fpn", "vision_pos_enc")}
         _, feats, pos, sizes = model._prepare_backbone_features(frame)
         points = prompt if t == 0 else None
-        out, sam_outputs, _, _ = model._track_step(t, t == 0, feats, pos, sizes, points, None, memory, n_frames,
-                                                   False, None)
-        _, multimasks, ious, low_res, high_res, obj_ptr, object_logits = sam_outputs
+        out, sam_outputs, high_res_features, pix_feat = model._track_step(
+            t, t == 0, feats, pos, sizes, points, None, memory, n_frames, False, None)
+        passes = [sam_outputs]
+        for _ in range(corrections if t == 0 else 0):
+            points = correction_click(model, points, targets[0], passes[-1], pix_feat, high_res_features, passes)
+        _, _, _, low_res, high_res, obj_ptr, object_logits = passes[-1]
         out.update(pred_masks=low_res, pred_masks_high_res=high_res, obj_ptr=obj_ptr)
         model._encode_memory_in_output(feats, sizes, points, True, high_res, object_logits, out)
         memory["cond_frame_outputs" if t == 0 else "non_cond_frame_outputs"][t] = out
-        terms = frame_loss(multimasks, ious, object_logits, targets[t])
-        for key, value in terms.items():
-            sums[key] = sums.get(key, 0.0) + value
+        for _, multimasks, ious, *_, object_logits in passes:  # SAM2 sums the loss over a frame's passes
+            for key, value in frame_loss(multimasks, ious, object_logits, targets[t]).items():
+                sums[key] = sums.get(key, 0.0) + value
     out_terms = {key: value / n_frames for key, value in sums.items()}
     out_terms["loss"] = out_terms.pop("total")
     return out_terms

@@ -56,6 +56,23 @@ def test_the_committed_sam2_is_bf16_and_small() -> None:
     assert lineage["extra"]["steps"] == load_params(ROOT / "params.yaml").pretrain_sam2.steps
 
 
+# what the training settings added since the committed SAM2 was trained do when they are off: it was trained so
+PROMPT_RECIPE_OFF = {"point_prompt_share": 0.0, "box_noise": 0.0, "correction_clicks": 0}
+
+
+def test_params_yaml_trains_what_the_committed_sam2_was_trained_with() -> None:
+    """`dvc unfreeze` + repro must retrain the committed model, not another one: every training setting in
+    params.yaml equals the one its lineage records (a setting added later: its off value)."""
+    from stages.core.typed_config import to_dict
+    from stages.pretrain_sam2 import NOT_TRAINING
+
+    recorded = json.loads((SAM2_DIR / "lineage.json").read_text())["params"]["pretrain_sam2"]
+    current = to_dict(load_params(ROOT / "params.yaml").pretrain_sam2)
+    for key, value in current.items():
+        if key not in NOT_TRAINING:
+            assert recorded.get(key, PROMPT_RECIPE_OFF.get(key)) == value, key
+
+
 def _track_j(predictor, videos) -> float:
     """Each object prompted with its box where it is largest, tracked over its video: mean J over objects."""
     per_object = []

@@ -50,6 +50,45 @@ def test_check_videos_are_their_own_stream() -> None:
     assert mask_box(np.pad(np.ones((2, 3), bool), ((1, 0), (4, 0)))) == [4, 1, 7, 3]
 
 
+@settings(max_examples=60, deadline=None)
+@given(x1=st.integers(0, 200), y1=st.integers(0, 200), w=st.integers(1, 55), h=st.integers(1, 55),
+       holes=st.integers(0, 2**16 - 1), noise=st.floats(0.01, 1.0))
+def test_a_click_lies_inside_its_mask_and_a_box_jitters_within_sams_bound(x1: int, y1: int, w: int, h: int,
+                                                                           holes: int, noise: float) -> None:
+    mask = torch.zeros((2, 256, 256), dtype=torch.bool)
+    mask[0, y1:y1 + h, x1:x1 + w] = True
+    # the second object: the same rectangle with some pixels cut out (never all: its top-left pixel stays)
+    cut = torch.tensor([(holes >> (k % 16)) & 1 for k in range(w * h)], dtype=torch.bool).view(h, w)
+    cut[0, 0] = False
+    mask[1] = mask[0]
+    mask[1, y1:y1 + h, x1:x1 + w] &= ~cut
+    boxes = torch.tensor([[x1, y1, x1 + w, y1 + h]] * 2, dtype=torch.float32)
+    torch.manual_seed(x1 * 1000 + y1)
+    click = stage.clip_prompt(mask, boxes, "click", noise)
+    assert click["point_coords"].shape == (2, 1, 2) and click["point_labels"].tolist() == [[1], [1]]
+    for o in range(2):
+        x, y = click["point_coords"][o, 0].long().tolist()
+        assert mask[o, y, x]
+    exact = stage.clip_prompt(mask, boxes, "box", 0.0)
+    assert exact["point_labels"].tolist() == [[2, 3], [2, 3]]
+    assert exact["point_coords"].flatten().tolist() == boxes.flatten().tolist()  # the evaluation's box, as it is
+    jittered = stage.clip_prompt(mask, boxes, "box", noise)["point_coords"].view(2, 4)
+    reach = torch.tensor([min(noise * w, 20), min(noise * h, 20)] * 2)
+    assert ((jittered - boxes).abs() <= reach + 1e-4).all()
+    assert (jittered >= 0).all() and (jittered <= 256).all()
+    with pytest.raises(ValueError, match="prompt kind 'mask'"):
+        stage.clip_prompt(mask, boxes, "mask", 0.1)
+
+
+def test_the_prompt_kind_is_drawn_per_step_at_the_share_asked() -> None:
+    kinds = [stage.prompt_kind(3, step, 0.5) for step in range(2000)]
+    assert kinds == [stage.prompt_kind(3, step, 0.5) for step in range(2000)]  # a step's own stream
+    assert 0.45 < kinds.count("click") / 2000 < 0.55
+    assert {stage.prompt_kind(3, step, 0.0) for step in range(200)} == {"box"}
+    assert {stage.prompt_kind(3, step, 1.0) for step in range(200)} == {"click"}
+    assert kinds != [stage.prompt_kind(4, step, 0.5) for step in range(2000)]
+
+
 def _focal_by_hand(logit: float, target: float) -> float:
     """Lin et al.'s focal loss of one pixel, α = 0.25, γ = 2."""
     p = 1 / (1 + math.exp(-logit))
@@ -135,6 +174,64 @@ def _run(base: Path, root: Path, steps: int = 4, seeds: tuple[int, ...] = (0,),
     sam2 = Sam2Params(checkpoint=str(root / "out" / "model.pt"), config=str(root / "out" / "config.yaml"))
     report = stage.pretrain_sam2(params, sam2, root / "out", root / "metrics")
     return params, report.metrics
+
+
+@pytest.mark.parametrize(("kind", "candidates"), [("click", 3), ("box", 1)])
+def test_a_click_trains_sam2s_three_candidate_masks_and_a_box_its_single_mask(base: Path, kind: str, candidates: int,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """SAM2 answers one click with three candidates and a box with one; a box whose single mask is unstable falls
+    back at inference to the three candidates, so training must reach them with a prompt too."""
+    shapes = []
+
+    def recording(multimasks, *args):  # noqa: ANN001, ANN002, ANN202 - frame_loss's signature
+        shapes.append(tuple(multimasks.shape[:2]))
+        return frame_loss(multimasks, *args)
+
+    monkeypatch.setattr(stage, "frame_loss", recording)
+    model = load_video_predictor(str(base / "model.pt"), str(base / "config.yaml"), "cpu")
+    model.train()
+    clip = training_clip(0, 1, 3, SCALE)
+    terms = stage.clip_loss(model, clip, kind, 0.1)
+    n = clip.n_targets
+    assert shapes[0] == (n, candidates) and all(shape == (n, 3) for shape in shapes[1:])  # tracked frames: three
+    assert len(shapes) == clip.frames.shape[0] and torch.isfinite(terms["loss"])
+
+
+def test_correction_clicks_rerun_the_prompted_frame_with_a_grown_prompt(base: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each correction adds one click where the last mask is wrong and runs SAM2's heads again on frame 0 with the
+    last mask as input; every pass is scored (SAM2 sums them) and the last one is what the memory encodes."""
+    shapes, encoded = [], []
+
+    def recording(multimasks, *args):  # noqa: ANN001, ANN002, ANN202 - frame_loss's signature
+        shapes.append(tuple(multimasks.shape[:2]))
+        return frame_loss(multimasks, *args)
+
+    model = load_video_predictor(str(base / "model.pt"), str(base / "config.yaml"), "cpu")
+    model.train()
+    real_encode = model._encode_memory_in_output
+
+    def encode(feats, sizes, points, *args):  # noqa: ANN001, ANN002, ANN202 - SAM2's signature
+        encoded.append(None if points is None else points["point_labels"].shape[1])
+        return real_encode(feats, sizes, points, *args)
+
+    monkeypatch.setattr(stage, "frame_loss", recording)
+    monkeypatch.setattr(model, "_encode_memory_in_output", encode)
+    clip = training_clip(0, 1, 3, SCALE)
+    n, frames = clip.n_targets, clip.frames.shape[0]
+    torch.manual_seed(0)
+    with_corrections = stage.clip_loss(model, clip, "click", 0.1, corrections=2)
+    # frame 0: the click's three candidates, then two passes of three points each answered with one mask
+    assert shapes == [(n, 3), (n, 1), (n, 1)] + [(n, 3)] * (frames - 1)
+    assert encoded == [3] + [None] * (frames - 1)
+    shapes.clear()
+    torch.manual_seed(0)
+    plain = stage.clip_loss(model, clip, "click", 0.1, corrections=0)
+    assert shapes == [(n, 3)] * frames
+    assert with_corrections["loss"].item() > plain["loss"].item()  # two more passes' losses are summed in
+    torch.manual_seed(0)
+    box = stage.clip_loss(model, clip, "box", 0.0, corrections=1)
+    assert torch.isfinite(box["loss"])
 
 
 def test_a_short_run_writes_a_checkpoint_sam2s_builder_loads(base: Path, tmp_path: Path) -> None:
