@@ -4,8 +4,10 @@ The `tiny_models` SAM2 is random: even a perfect box gives a noise mask, so the 
 consistency reward mean nothing in a run that uses it. This stage trains all of it (image encoder, prompt encoder,
 mask decoder, memory attention, memory encoder) the way SAM2 is trained on video: on each generated clip
 (`stages.pretrain_sam2.clips`: the synth simulator with its own seed stream, never the evaluation videos) the
-targets' boxes prompt the first frame, the following frames are tracked from SAM2's memory of its own earlier
-predictions, and every frame's prediction is scored by SAM2's loss (`stages.pretrain_sam2.loss`). The model is
+targets are prompted on the first frame — by their boxes, or, as SAM2's training mixes them, by a click each, with
+correction clicks where the mask is wrong (`pretrain_sam2.point_prompt_share`, `box_noise`, `correction_clicks`) —
+the following frames are tracked from SAM2's memory of its own earlier predictions, and every prediction is scored
+by SAM2's loss (`stages.pretrain_sam2.loss`). The model is
 SAM2's own module, stepped through SAM2's own `_track_step` / `_encode_memory_in_output` (what SAM2's training
 code calls), and saved as `{"model": state_dict}` beside the base's config: the format of an official checkpoint,
 loaded by sam2's own builder through `sam2.checkpoint` / `sam2.config`.
