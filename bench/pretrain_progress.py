@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.results_io import write_result  # noqa: E402
 from stages.core.io import derive_seed  # noqa: E402
 from stages.core.params import SynthScale, load_params  # noqa: E402
-from stages.pretrain import STATE, grounding_check, rope_parameters  # noqa: E402
+from stages.pretrain import STATE, fresh_model, grounding_check  # noqa: E402
 from stages.pretrain.stream import colours_at, draw_sample, phase_at  # noqa: E402
 
 
@@ -44,14 +44,8 @@ def progress_samples(params, phase_index: int, step: int, n: int, size: int) -> 
 
 
 def load_seed(params, state_path: Path):
-    """(model, processor, step) from a seed's saved state, its config given the pre-training rope as the stage
-    does."""
-    from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
-
-    config = AutoConfig.from_pretrained(params.base, local_files_only=True)
-    config.text_config.rope_parameters = {**config.text_config.rope_parameters, **rope_parameters(params)}
-    processor = AutoProcessor.from_pretrained(params.base, local_files_only=True)
-    model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
+    """(model, processor, step) from a seed's saved state, in the stage's own model (`fresh_model`)."""
+    model, processor = fresh_model(params)
     state = torch.load(state_path, map_location="cpu", weights_only=True)
     model.load_state_dict(state["model"])
     return model, processor, int(state["step"])

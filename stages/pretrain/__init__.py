@@ -126,13 +126,9 @@ def train_seed(params: PretrainParams, seed: int, train_size: int) -> dict:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu" and params.cpu_threads > 0:
         torch.set_num_threads(params.cpu_threads)
-    from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
-
-    config = AutoConfig.from_pretrained(params.base, local_files_only=True)
-    config.text_config.rope_parameters = {**config.text_config.rope_parameters, **rope_parameters(params)}
-    processor = AutoProcessor.from_pretrained(params.base, local_files_only=True)
     torch.manual_seed(seed)
-    model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32).to(device)
+    model, processor = fresh_model(params)
+    model = model.to(device)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=params.learning_rate, weight_decay=params.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -172,6 +168,17 @@ def train_seed(params: PretrainParams, seed: int, train_size: int) -> dict:
     state_path.unlink(missing_ok=True)
     log.info(summary_line(f"pretrain seed {seed}", figures))
     return figures
+
+
+def fresh_model(params: PretrainParams):
+    """(an fp32 Qwen2.5-VL of the base's architecture with the pre-training rope, initialised from the torch RNG;
+    the base's processor): what a seed trains, and what a saved state loads into."""
+    from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
+
+    config = AutoConfig.from_pretrained(params.base, local_files_only=True)
+    config.text_config.rope_parameters = {**config.text_config.rope_parameters, **rope_parameters(params)}
+    processor = AutoProcessor.from_pretrained(params.base, local_files_only=True)
+    return AutoModelForImageTextToText.from_config(config, dtype=torch.float32), processor
 
 
 def train_step(model, micro: list[dict[str, torch.Tensor]], device: str) -> float:
