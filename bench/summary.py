@@ -119,8 +119,16 @@ KNOWN = {
                                       "(SAM2's recipe: clicks 0.5, box_noise 0.1, correction_clicks 7)",
                                       "issue 47: SAM2's prompt recipe at the committed model's 1,500 steps: "
                                       "tracking J and the ceiling (target ≥ 40 J&F)"),
+    "sam2_pretrain-frames8": ("bench_sam2_pretrain.py --seeds 0 --set pretrain_sam2.steps=1500 --set "
+                              "pretrain_sam2.clip_frames=8 --repo DIR (SAM2's recipe: clicks 0.5, box_noise 0.1, "
+                              "correction_clicks 7)",
+                              "issue 47: SAM2's recipe on 8-frame training clips (SAM2's own length) instead of 4: "
+                              "tracking J and the ceiling (target ≥ 40 J&F)"),
     "sam2-prompt-check": ("sam2_prompt_check.py --model NAME=PATH …",
                           "issue 47: does the tiny SAM2 segment what its box points at, or another object?"),
+    "sam2-track-by-distance": ("sam2_track_by_distance.py --model NAME=PATH …",
+                               "issue 47: does a tiny SAM2's tracking drift away from the object over the frames, "
+                               "or lose it at once, on the first frame it tracks?"),
     "pretrain-progress-cpu": ("pretrain_progress.py --params FILE --out FILE (rows added per sitting)",
                               "issue 47: the pretrain stage's held-out grounding per seed while it trains on this "
                               "CPU (box IoU against the mean box's; share of landed boxes on the asked target, "
@@ -392,6 +400,12 @@ def measured(name: str, figures: dict) -> str:
         if models:
             rows.append(f"the box as the mask: {next(iter(models.values()))['with_fallback']['box_as_mask_iou']:.3f}")
         return "; ".join(rows)
+    if name == "sam2-track-by-distance":
+        return "; ".join(
+            f"{k}: prompted frame {v['prompted']['tracked_iou']:.3f}, tracked frames 1 / 2 / 3 / 4+ forward "
+            + " / ".join(f"{v[f'forward {d}']['tracked_iou']:.3f}" for d in ("1", "2", "3", "4+"))
+            + f", every tracked frame {v['every tracked frame']['tracked_iou']:.3f} (standing still "
+            f"{v['every tracked frame']['standing_still_iou']:.3f})" for k, v in figures["models"].items())
     if name == "pretrain-progress-cpu":
         latest: dict[int, int] = {}  # seed → its last step checked
         for row in figures["rows"]:

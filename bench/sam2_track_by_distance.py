@@ -1,0 +1,95 @@
+"""Where does a tiny SAM2's tracking lose the object: drifting away over the frames, or at once, on the first frame
+it tracks? Per object of the `pretrain_sam2` stage's held-out videos, prompted with its box where it is largest and
+tracked over the whole video through the evaluation's SAM2 path (as the stage's tracking check does): the IoU on
+each frame, grouped by the frame's distance from the prompted one, forward and backward.
+
+The baseline is the object standing still: its true mask on the prompted frame copied to every other frame (what a
+tracker that never moves the mask scores; any tracker worth its memory beats it on slow objects). Frames where the
+object is absent count as in the evaluation's J (1 when the mask is empty too). IoU is `sam2_prompt_check.iou`,
+written from its definition, not taken from the stage.
+
+    python bench/sam2_track_by_distance.py --model committed=models/pretrain_sam2/model.pt \
+        --out bench/results/sam2-track-by-distance.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.results_io import portable_path, write_result  # noqa: E402
+from bench.sam2_prompt_check import iou  # noqa: E402
+from stages.core.params import SynthScale  # noqa: E402
+from stages.pretrain_sam2 import CHECK_SEED  # noqa: E402
+from stages.pretrain_sam2.clips import check_videos, mask_box  # noqa: E402
+from stages.segment import BoxGroup, load_video_predictor, propagate_groups  # noqa: E402
+
+# distance from the prompted frame → group: the frame itself, the first three frames each side one by one, the rest
+GROUPS = ("prompted", "1", "2", "3", "4+")
+
+
+def group(distance: int) -> str:
+    return "prompted" if distance == 0 else str(distance) if distance <= 3 else "4+"
+
+
+def tracked_ious(predictor, videos) -> list[dict]:
+    """Per frame of every tracked object: its signed distance from the prompted frame, the tracked mask's IoU and the
+    standing-still baseline's."""
+    rows = []
+    for frames, masks in videos:
+        areas = masks.reshape(masks.shape[0], masks.shape[1], -1).sum(-1)
+        objects = [o for o in range(masks.shape[1]) if areas[:, o].any()]
+        keys = [int(np.argmax(areas[:, o])) for o in objects]
+        tracks = propagate_groups(predictor, list(frames),
+                                  [BoxGroup(k, [mask_box(masks[k, o])]) for o, k in zip(objects, keys, strict=True)])
+        for o, k, track in zip(objects, keys, tracks, strict=True):
+            rows += [{"offset": t - k, "iou": iou(masks[t, o], track[0][t]), "still": iou(masks[t, o], masks[k, o])}
+                     for t in range(masks.shape[0])]
+    return rows
+
+
+def summary(rows: list[dict]) -> dict:
+    """Mean IoU (tracked, standing still) and frame count per distance group, forward and backward."""
+    out = {}
+    for direction, keep in (("forward", lambda r: r["offset"] >= 0), ("backward", lambda r: r["offset"] <= 0)):
+        for name in GROUPS:
+            chosen = [r for r in rows if keep(r) and group(abs(r["offset"])) == name]
+            if chosen and (name != "prompted" or direction == "forward"):
+                out[name if name == "prompted" else f"{direction} {name}"] = {
+                    "frames": len(chosen), "tracked_iou": round(float(np.mean([r["iou"] for r in chosen])), 4),
+                    "standing_still_iou": round(float(np.mean([r["still"] for r in chosen])), 4)}
+    tracked = [r for r in rows if r["offset"] != 0]
+    out["every tracked frame"] = {"frames": len(tracked),
+                                  "tracked_iou": round(float(np.mean([r["iou"] for r in tracked])), 4),
+                                  "standing_still_iou": round(float(np.mean([r["still"] for r in tracked])), 4)}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", action="append", required=True, help="NAME=PATH of a SAM2 checkpoint")
+    parser.add_argument("--config", default="models/pretrain_sam2/config.yaml", help="their SAM2 config")
+    parser.add_argument("--videos", type=int, default=8, help="held-out videos (the stage checks 8)")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    videos = check_videos(CHECK_SEED, args.videos, SynthScale())
+    figures = {"videos": args.videos, "frames_per_video": [int(m.shape[0]) for _, m in videos], "models": {}}
+    for item in args.model:
+        name, path = item.split("=", 1)
+        figures["models"][name] = {"checkpoint": portable_path(str(Path(path).resolve())),
+                                   **summary(tracked_ious(load_video_predictor(path, args.config, "cpu"), videos))}
+        print(name, figures["models"][name], flush=True)
+    write_result(args.out.stem, figures, "the object standing still: its prompted frame's true mask on every frame",
+                 out=args.out)
+
+
+if __name__ == "__main__":
+    main()
