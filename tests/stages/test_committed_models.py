@@ -32,6 +32,16 @@ CHECKED_VIDEOS = 8  # the stage's held-out check: its first `pretrain_sam2.check
 MARGIN, RANDOM_BELOW = 0.01, 0.10
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread():
+    """One torch thread: with two, a core busy elsewhere (the other test worker) makes generation and SAM2's
+    propagation 25× slower (OpenMP threads waiting on each other: the base's check took 114 s instead of 4.4 s)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def test_params_yaml_uses_the_committed_sam2_and_dvc_keeps_its_stage_frozen() -> None:
     params = load_params(ROOT / "params.yaml")
     assert Path(params.sam2.checkpoint) == Path(params.pretrain_sam2.out_dir) / "model.pt"
@@ -121,6 +131,37 @@ def test_the_default_model_is_the_committed_base_or_else_the_random_tiny_one() -
     else:
         assert Path(params.model.path) == Path(params.tiny_models.out_dir) / "qwen25vl"
         assert not stage.get("frozen")
+
+
+def test_the_committed_base_is_bf16_small_and_in_git() -> None:
+    from safetensors import safe_open
+
+    for path in VLM_DIR.iterdir():
+        assert path.stat().st_size <= MAX_FILE_BYTES, path
+    with safe_open(VLM_DIR / "model.safetensors", "pt") as weights:
+        assert {weights.get_slice(name).get_dtype() for name in weights.keys()} == {"BF16"}
+    tracked = subprocess.run(["git", "ls-files", "models/pretrain"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
+    assert {f"models/pretrain/{name}" for name in ("model.safetensors", "config.json", "tokenizer.json",
+                                                   "seeds.json", "lineage.json")} <= set(tracked)
+    seeds = json.loads((VLM_DIR / "seeds.json").read_text())
+    lineage = json.loads((VLM_DIR / "lineage.json").read_text())
+    assert lineage["extra"]["device"] == seeds["device"] and lineage["extra"]["chosen_seed"] == seeds["chosen_seed"]
+
+
+def test_params_yaml_trains_what_the_committed_base_was_trained_with() -> None:
+    """`dvc unfreeze` + repro must retrain the committed base, not another one: every training setting and the
+    seeds in params.yaml equal those its lineage records."""
+    from stages.core.typed_config import to_dict
+    from stages.pretrain import NOT_TRAINING
+
+    recorded = json.loads((VLM_DIR / "lineage.json").read_text())
+    current = to_dict(load_params(ROOT / "params.yaml").pretrain)
+    for key, value in current.items():
+        if key not in NOT_TRAINING:
+            assert recorded["params"]["pretrain"].get(key) == value, key
+    assert recorded["extra"]["seeds"] == list(current["seeds"])
+    assert recorded["extra"]["steps"] == current["steps"]
 
 
 def _answer_ious(vlm, processor, samples, max_new_tokens: int) -> list[float]:
