@@ -8,7 +8,8 @@ prompted frame) and the loss curve's first and last tenth. With `--repo DIR` (a 
 `dvc repro keyframes tiny_models` has run), also the ceiling of the default evaluation — the evaluate stage's own
 code on the eval pool with the ground-truth answer as the policy (bench_learning.py's `ceiling`) — once with the
 SAM2 the copy's params name (the committed pre-trained one) and once per trained seed. `--keep DIR` keeps each
-seed's trained folder.
+seed's trained folder; `--architecture ++KEY=VALUE` changes the tiny SAM2 trained (a Hydra override after
+tiny_models' own, recorded with the figures).
 
     python bench/bench_sam2_pretrain.py --seeds 0 1 2 --jobs 3 --repo /tmp/scratch-repo
 """
@@ -42,13 +43,14 @@ def read_params(raw: dict, overrides: list[str]):
     return apply_overrides(raw, dict(item.split("=", 1) for item in overrides))[0]
 
 
-def pretrain_seed(raw: dict, overrides: list[str], seed: int, tmp: Path) -> tuple[dict, Path]:
+def pretrain_seed(raw: dict, overrides: list[str], seed: int, tmp: Path,
+                  architecture: tuple[str, ...] = ()) -> tuple[dict, Path]:
     """One stage run from a freshly built tiny SAM2 (tiny_models seed = stage seed = `seed`); (figures, out dir).
     Takes params.yaml as read by the parent and the overrides, not the params (the params objects do not pickle into
     a worker process), so what the record says trained is what trained, whatever happens to params.yaml meanwhile."""
     params = read_params(raw, overrides)
     base = tmp / f"tiny-sam2-{seed}"
-    build_tiny_sam2(base, params.tiny_models.sam2_image_size, seed)
+    build_tiny_sam2(base, params.tiny_models.sam2_image_size, seed, architecture)
     out = tmp / f"pretrain-sam2-{seed}"
     block = dataclasses.replace(params.pretrain_sam2, seeds=(seed,), parallel=1, base=str(base), out_dir=str(out),
                                 checkpoint_dir=str(tmp / f"state-{seed}"))
@@ -70,13 +72,16 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], help="override KEY=VALUE, e.g. pretrain_sam2.steps=300")
     parser.add_argument("--out", type=Path, help="results file, named as its record; default sam2_pretrain.json")
     parser.add_argument("--keep", type=Path, help="copy each seed's trained folder here (<keep>/seed-<k>)")
+    parser.add_argument("--architecture", action="append", default=[],
+                        help="a Hydra override of the tiny SAM2 trained, after tiny_models' own, e.g. "
+                             "++model.memory_attention.num_layers=4")
     args = parser.parse_args()
     import torch
 
     torch.set_num_threads(1)
     raw = read_params_file(Path(__file__).resolve().parents[1] / "params.yaml")
     params = read_params(raw, args.set)
-    figures: dict = {"pretrain_sam2": {}, "ceiling": {}, "overrides": args.set,
+    figures: dict = {"pretrain_sam2": {}, "ceiling": {}, "overrides": args.set, "architecture": args.architecture,
                      "pretrain_sam2_params": dataclasses.asdict(params.pretrain_sam2)}
     with tempfile.TemporaryDirectory(prefix="bench-sam2-pretrain-") as tmp:
         tmp = Path(tmp)
@@ -84,7 +89,8 @@ def main() -> None:
         # seeds in parallel processes (--jobs): each trains on one torch thread, as the stage does
         spawn = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=max(1, args.jobs), mp_context=spawn) as pool:
-            runs = {seed: pool.submit(pretrain_seed, raw, args.set, seed, tmp) for seed in args.seeds}
+            runs = {seed: pool.submit(pretrain_seed, raw, args.set, seed, tmp, tuple(args.architecture))
+                    for seed in args.seeds}
             for seed, run in runs.items():
                 figures["pretrain_sam2"][str(seed)], trained[seed] = run.result()
                 print(json.dumps({seed: figures["pretrain_sam2"][str(seed)]}), flush=True)

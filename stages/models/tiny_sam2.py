@@ -4,6 +4,7 @@ overrides, so `stages.segment.load_video_predictor` loads it exactly like a real
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -25,11 +26,13 @@ MICRO_OVERRIDES = [
 ]
 
 
-def build_tiny_sam2(out_dir: Path, image_size: int, seed: int) -> tuple[Path, Path]:
-    """Write `model.pt` and `config.yaml` into out_dir; returns their paths."""
+def build_tiny_sam2(out_dir: Path, image_size: int, seed: int,
+                    extra_overrides: Sequence[str] = ()) -> tuple[Path, Path]:
+    """Write `model.pt` and `config.yaml` into out_dir; returns their paths. `extra_overrides` (Hydra `++key=value`,
+    applied after the micro ones) change the architecture, e.g. the memory attention's depth for an experiment."""
     from sam2.build_sam import build_sam2
 
-    overrides = [f"++model.image_size={image_size}", *MICRO_OVERRIDES]
+    overrides = [f"++model.image_size={image_size}", *MICRO_OVERRIDES, *extra_overrides]
     torch.manual_seed(seed)
     model = build_sam2(BASE_CONFIG, ckpt_path=None, device="cpu", hydra_overrides_extra=overrides)
     out_dir.mkdir(parents=True, exist_ok=True)
