@@ -78,3 +78,28 @@ def test_the_readme_row_states_issue_47s_targets_and_which_are_met() -> None:
     assert "ceiling ≥ 40 met; SFT, GRPO ≥ 2× the empty answer met, met; ≥ 0.4 of the ceiling met, met" in text
     assert "GRPO ≥ SFT − 1 met; parse ≥ 95 % met, not met; run ≤ 600 s met" in text
     assert "issue 47" in summary.KNOWN["learning-runs"][1]
+
+
+def test_the_readme_first_screen_shows_the_committed_learning_runs() -> None:
+    """The README's table quotes bench/results/learning-runs.json as committed: J&F per seed (2 decimals) and
+    answers parsed (whole per cent) for SFT and GRPO, with the empty-answer and ceiling rows."""
+    import json
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    runs = json.loads((root / "bench" / "results" / "learning-runs.json").read_text())["figures"]["runs"]
+    seeds = sorted(runs, key=int)
+    rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
+            for line in (root / "README.md").read_text().splitlines() if re.match(r"\| (after|empty|ground)", line)}
+
+    def jf(values: list[float]) -> str:
+        return " / ".join(f"{v:.2f}" for v in values)
+
+    for stage in ("sft", "grpo"):
+        assert rows[f"after {stage.upper()}"] == [
+            jf([runs[s]["eval"][stage]["JF_overall"] for s in seeds]),
+            " / ".join(f"{100 * (1 - runs[s]['eval'][stage]['parse_failure_rate']):.0f}" for s in seeds) + " %"]
+    assert rows["empty answer (no boxes: empty masks)"][0] == jf([runs[s]["empty"]["JF_overall"] for s in seeds])
+    assert rows["ground-truth answers (the ceiling)"][0] == jf(sorted({runs[s]["ceiling"]["JF_overall"]
+                                                                        for s in seeds}))
