@@ -124,6 +124,14 @@ KNOWN = {
                               "correction_clicks 7)",
                               "issue 47: SAM2's recipe on 8-frame training clips (SAM2's own length) instead of 4: "
                               "tracking J and the ceiling (target ≥ 40 J&F)"),
+    "sam2_pretrain-memattn1": ("bench_sam2_pretrain.py --seeds 0 --set pretrain_sam2.steps=600 --repo DIR (SAM2's "
+                               "recipe: clicks 0.5, box_noise 0.1, correction_clicks 7; the tiny memory attention, "
+                               "1 layer)",
+                               "issue 47: the baseline of sam2_pretrain-memattn4, run beside it on the same commit"),
+    "sam2_pretrain-memattn4": ("bench_sam2_pretrain.py --seeds 0 --set pretrain_sam2.steps=600 --architecture "
+                               "++model.memory_attention.num_layers=4 --repo DIR (SAM2's recipe)",
+                               "issue 47: does SAM2-tiny's own memory-attention depth (4 layers, not 1) lift the "
+                               "tracked frames' masks?"),
     "sam2-prompt-check": ("sam2_prompt_check.py --model NAME=PATH …",
                           "issue 47: does the tiny SAM2 segment what its box points at, or another object?"),
     "sam2-track-by-distance": ("sam2_track_by_distance.py --model NAME=PATH …",
