@@ -326,7 +326,8 @@ def test_training_is_reproducible(clone: Path) -> None:
         # the published adapter names its base by absolute path (PEFT's AutoPeftModel loads it from anywhere):
         # this checkout's base, where the pulled one named the repo's — the one difference a rerun here makes
         config = json.loads((clone / out / "adapter" / "adapter_config.json").read_text())
-        base = "models/tiny/qwen25vl" if out == "models/sft" else "models/sft/merged"  # model.path, grpo.model_path
+        model_path = yaml.safe_load((clone / "params.yaml").read_text())["model"]["path"]
+        base = model_path if out == "models/sft" else "models/sft/merged"  # model.path, grpo.model_path
         assert config["base_model_name_or_path"] == str((clone / base).resolve()), out
         # the whole folder (lineage, model card, trainer state too), for the same code: a checkout whose code
         # changed in between records another code version there, as it should
