@@ -6,7 +6,7 @@ trains on the same data and is evaluated on the same pool; seed 0 is params.yaml
 as a user does (`vrsflow repro`, via bench_orchestration's `run_mode`, which times every stage). Then, in that
 copy:
 
-- the evaluate stage's own `evaluate` scores the tiny base and the SFT model on the eval pool, with the same
+- the evaluate stage's own `evaluate` scores the base (`model.path`) and the SFT model on the eval pool, with the same
   settings as the stage scored the GRPO model (`metrics/eval.json`), so the three rows are comparable;
 - the ceiling is the stage's own `ceiling_*` metrics (the ground-truth answers through the same segmenter), and
   the empty answer its `empty_*` metrics (an answer without boxes: empty masks on every frame);
@@ -77,7 +77,8 @@ def run_seed(seed: int, work: Path, profile: str | None = None) -> dict:
     from stages.core.params import load_params
 
     params = load_params(repo / "params.yaml")
-    evals = {"base": score_model(repo, repo / params.tiny_models.out_dir / "qwen25vl", work / "eval-base"),
+    # the base SFT trains from: model.path (the committed pre-trained one since issue 47; the random tiny one before)
+    evals = {"base": score_model(repo, repo / params.model.path, work / "eval-base"),
              "sft": score_model(repo, repo / params.sft.out_dir / "merged", work / "eval-sft"),
              "grpo": {k: round(float(metrics["eval"][k]), 4) for k in KEYS if k in metrics["eval"]}}
     ceiling, empty = ({k.removeprefix(prefix): round(float(v), 4) for k, v in metrics["eval"].items()
