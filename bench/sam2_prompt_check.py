@@ -61,8 +61,10 @@ def summary(rows: list[dict]) -> dict:
             "object_area_share": round(float(np.mean([r["area"] for r in rows])), 4)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def held_out_command(description: str) -> tuple[argparse.Namespace, list]:
+    """The command line of a script that checks SAM2 checkpoints (`--model NAME=PATH` …) on the stage's held-out
+    videos, parsed, and those videos; torch on one thread, as the stage's check runs."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--model", action="append", required=True, help="NAME=PATH of a SAM2 checkpoint")
     parser.add_argument("--config", default="models/pretrain_sam2/config.yaml", help="their SAM2 config")
     parser.add_argument("--videos", type=int, default=8, help="held-out videos (the stage checks 8)")
@@ -71,7 +73,11 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    videos = check_videos(CHECK_SEED, args.videos, SynthScale())
+    return args, check_videos(CHECK_SEED, args.videos, SynthScale())
+
+
+def main() -> None:
+    args, videos = held_out_command(__doc__.splitlines()[0])
     figures = {"videos": args.videos, "models": {}}
     for item in args.model:
         name, path = item.split("=", 1)

@@ -14,7 +14,6 @@ written from its definition, not taken from the stage.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -23,10 +22,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.results_io import portable_path, write_result  # noqa: E402
-from bench.sam2_prompt_check import iou  # noqa: E402
-from stages.core.params import SynthScale  # noqa: E402
-from stages.pretrain_sam2 import CHECK_SEED  # noqa: E402
-from stages.pretrain_sam2.clips import check_videos, mask_box  # noqa: E402
+from bench.sam2_prompt_check import held_out_command, iou  # noqa: E402
+from stages.pretrain_sam2.clips import mask_box  # noqa: E402
 from stages.segment import BoxGroup, load_video_predictor, propagate_groups  # noqa: E402
 
 # distance from the prompted frame → group: the frame itself, the first three frames each side one by one, the rest
@@ -71,16 +68,7 @@ def summary(rows: list[dict]) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", action="append", required=True, help="NAME=PATH of a SAM2 checkpoint")
-    parser.add_argument("--config", default="models/pretrain_sam2/config.yaml", help="their SAM2 config")
-    parser.add_argument("--videos", type=int, default=8, help="held-out videos (the stage checks 8)")
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
-    import torch
-
-    torch.set_num_threads(1)
-    videos = check_videos(CHECK_SEED, args.videos, SynthScale())
+    args, videos = held_out_command(__doc__.splitlines()[0])
     figures = {"videos": args.videos, "frames_per_video": [int(m.shape[0]) for _, m in videos], "models": {}}
     for item in args.model:
         name, path = item.split("=", 1)
