@@ -71,8 +71,8 @@ PROMPT_RECIPE_OFF = {"point_prompt_share": 0.0, "box_noise": 0.0, "correction_cl
 
 
 def test_params_yaml_trains_what_the_committed_sam2_was_trained_with() -> None:
-    """`dvc unfreeze` + repro must retrain the committed model, not another one: every training setting in
-    params.yaml equals the one its lineage records (a setting added later: its off value)."""
+    """Unfreezing the stage and reproducing it must retrain the committed model, not another one: every training
+    setting in params.yaml equals the one its lineage records (a setting added later: its off value)."""
     from stages.core.typed_config import to_dict
     from stages.pretrain_sam2 import NOT_TRAINING
 
@@ -150,8 +150,8 @@ def test_the_committed_base_is_bf16_small_and_in_git() -> None:
 
 
 def test_params_yaml_trains_what_the_committed_base_was_trained_with() -> None:
-    """`dvc unfreeze` + repro must retrain the committed base, not another one: every training setting and the
-    seeds in params.yaml equal those its lineage records."""
+    """Unfreezing the stage and reproducing it must retrain the committed base, not another one: every training
+    setting and the seeds in params.yaml equal those its lineage records."""
     from stages.core.typed_config import to_dict
     from stages.pretrain import NOT_TRAINING
 
