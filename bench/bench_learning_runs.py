@@ -61,6 +61,33 @@ def score_model(repo: Path, model_path: Path, out: Path) -> dict:
     return {k: round(float(report.metrics[k]), 4) for k in KEYS if k in report.metrics}
 
 
+PARSE_FAILURES = ("no <answer>...</answer>", "answer not JSON", "JSON not the answer's fields")
+
+
+def parse_failure_kind(response: str) -> str:
+    """Why an answer that the evaluation could not parse failed, from the answer format's definition (Veason-R1:
+    `<answer>{"keyframe_timestamp": int, "bbox_2d_list": [[x1, y1, x2, y2], ...]}</answer>`): no closed answer
+    tags; a payload that is not JSON; or JSON that is not those fields (a wrong key or value shape)."""
+    start = response.find("<answer>")
+    end = response.find("</answer>", start + len("<answer>")) if start >= 0 else -1
+    if end < 0:
+        return PARSE_FAILURES[0]
+    try:
+        json.loads(response[start + len("<answer>"):end])
+    except ValueError:
+        return PARSE_FAILURES[1]
+    return PARSE_FAILURES[2]
+
+
+def answer_statuses(answers_path: Path) -> dict:
+    """The evaluation's answer statuses (answers.parquet) counted, and its parse failures by kind."""
+    answers = pd.read_parquet(answers_path, columns=["status", "response"])
+    failed = answers.loc[answers["status"] == "parse_failure", "response"]
+    kinds = failed.map(parse_failure_kind).value_counts()
+    return {"statuses": {k: int(v) for k, v in answers["status"].value_counts().sort_index().items()},
+            "parse_failures": {kind: int(kinds.get(kind, 0)) for kind in PARSE_FAILURES}}
+
+
 def quarters(curve: pd.DataFrame) -> dict:
     """Mean of every reward column over each quarter of GRPO's steps."""
     parts = np.array_split(np.arange(len(curve)), 4)
@@ -81,11 +108,14 @@ def run_seed(seed: int, work: Path, profile: str | None = None) -> dict:
     evals = {"base": score_model(repo, repo / params.model.path, work / "eval-base"),
              "sft": score_model(repo, repo / params.sft.out_dir / "merged", work / "eval-sft"),
              "grpo": {k: round(float(metrics["eval"][k]), 4) for k in KEYS if k in metrics["eval"]}}
+    answers = {"base": answer_statuses(work / "eval-base" / "answers.parquet"),
+               "sft": answer_statuses(work / "eval-sft" / "answers.parquet"),
+               "grpo": answer_statuses(repo / "data" / "evaluate" / "answers.parquet")}
     ceiling, empty = ({k.removeprefix(prefix): round(float(v), 4) for k, v in metrics["eval"].items()
                        if k.startswith(prefix)} for prefix in ("ceiling_", "empty_"))
     return {"overrides": overrides, "segmenter": params.evaluate.segmenter,
             "reward_components": list(params.reward.components),
-            "eval": evals, "ceiling": ceiling, "empty": empty,
+            "eval": evals, "answers": answers, "ceiling": ceiling, "empty": empty,
             "sft_format_rate": {k: metrics["sft"][k] for k in ("format_rate_before", "format_rate_after")},
             "grpo_reward_by_quarter": quarters(pd.read_csv(repo / "metrics" / "grpo_curve.csv")),
             "benchmarks": metrics["benchmarks"],

@@ -8,6 +8,10 @@ tracker that never moves the mask scores; any tracker worth its memory beats it 
 object is absent count as in the evaluation's J (1 when the mask is empty too). IoU is `sam2_prompt_check.iou`,
 written from its definition, not taken from the stage.
 
+Where a tracked mask goes when it misses ("where tracked masks land", the tracked frames on which the object is
+visible): empty; on the object (more than half of the mask's pixels on its true mask); on another object (more than
+half on the other objects' true masks — the tracker swapped identities); or elsewhere (mostly background).
+
     python bench/sam2_track_by_distance.py --model committed=models/pretrain_sam2/model.pt \
         --out bench/results/sam2-track-by-distance.json
 """
@@ -45,9 +49,36 @@ def tracked_ious(predictor, videos) -> list[dict]:
         tracks = propagate_groups(predictor, list(frames),
                                   [BoxGroup(k, [mask_box(masks[k, o])]) for o, k in zip(objects, keys, strict=True)])
         for o, k, track in zip(objects, keys, tracks, strict=True):
-            rows += [{"offset": t - k, "iou": iou(masks[t, o], track[0][t]), "still": iou(masks[t, o], masks[k, o])}
+            others = np.delete(masks, o, axis=1).any(axis=1)  # (T, H, W): every other object's true mask
+            rows += [{"offset": t - k, "iou": iou(masks[t, o], track[0][t]), "still": iou(masks[t, o], masks[k, o]),
+                      "present": bool(masks[t, o].any()), "lands": lands(track[0][t], masks[t, o], others[t])}
                      for t in range(masks.shape[0])]
     return rows
+
+
+LANDINGS = ("empty", "on the object", "on another object", "elsewhere")
+
+
+def lands(predicted: np.ndarray, target: np.ndarray, others: np.ndarray) -> str:
+    """Where a predicted mask lies: "empty", or where more than half of its pixels are (the target's true mask,
+    the other objects' true masks), else "elsewhere"."""
+    area = int(np.count_nonzero(predicted))
+    if area == 0:
+        return "empty"
+    if 2 * np.count_nonzero(predicted & target) > area:
+        return "on the object"
+    return "on another object" if 2 * np.count_nonzero(predicted & others) > area else "elsewhere"
+
+
+def landings(rows: list[dict]) -> dict:
+    """Share of the tracked frames with the object visible whose mask lands each way, and their mean IoU."""
+    seen = [r for r in rows if r["offset"] != 0 and r["present"]]
+    out = {"frames": len(seen)}
+    for name in LANDINGS:
+        chosen = [r for r in seen if r["lands"] == name]
+        out[name] = {"share": round(len(chosen) / len(seen), 4) if seen else 0.0,
+                     "mean_iou": round(float(np.mean([r["iou"] for r in chosen])), 4) if chosen else None}
+    return out
 
 
 def summary(rows: list[dict]) -> dict:
@@ -64,6 +95,7 @@ def summary(rows: list[dict]) -> dict:
     out["every tracked frame"] = {"frames": len(tracked),
                                   "tracked_iou": round(float(np.mean([r["iou"] for r in tracked])), 4),
                                   "standing_still_iou": round(float(np.mean([r["still"] for r in tracked])), 4)}
+    out["where tracked masks land"] = landings(rows)
     return out
 
 

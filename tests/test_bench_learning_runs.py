@@ -103,3 +103,24 @@ def test_the_readme_first_screen_shows_the_committed_learning_runs() -> None:
     assert rows["empty answer (no boxes: empty masks)"][0] == jf([runs[s]["empty"]["JF_overall"] for s in seeds])
     assert rows["ground-truth answers (the ceiling)"][0] == jf(sorted({runs[s]["ceiling"]["JF_overall"]
                                                                         for s in seeds}))
+
+
+def test_parse_failures_are_told_apart_by_where_the_answer_breaks(tmp_path) -> None:
+    import pandas as pd
+
+    from bench.bench_learning_runs import answer_statuses, parse_failure_kind
+
+    think = "<think>the red one</think>"
+    assert parse_failure_kind(think) == "no <answer>...</answer>"
+    assert parse_failure_kind(think + '<answer>{"keyframe_timestamp": 1') == "no <answer>...</answer>"
+    assert parse_failure_kind(think + '<answer>{"keyframe_timestamp": 4, "bbox_2d_list": [[84, 63, 97,]]}</answer>'
+                              ) == "answer not JSON"
+    assert parse_failure_kind(think + '<answer>{"keyframe": 4, "bbox_2d_list": []}</answer>'
+                              ) == "JSON not the answer's fields"
+    rows = [("ok", think + '<answer>{"keyframe_timestamp": 0, "bbox_2d_list": [[1, 2, 3, 4]]}</answer>'),
+            ("parse_failure", think), ("parse_failure", think + "<answer>{,}</answer>"),
+            ("parse_failure", think + "<answer>[]</answer>"), ("keyframe_not_shown", think)]
+    pd.DataFrame(rows, columns=["status", "response"]).to_parquet(tmp_path / "answers.parquet")
+    assert answer_statuses(tmp_path / "answers.parquet") == {
+        "statuses": {"keyframe_not_shown": 1, "ok": 1, "parse_failure": 3},
+        "parse_failures": {"no <answer>...</answer>": 1, "answer not JSON": 1, "JSON not the answer's fields": 1}}

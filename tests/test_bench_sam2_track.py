@@ -1,0 +1,44 @@
+"""bench/sam2_track_by_distance.py: where a tracked mask lands (empty, on the object, on another one, elsewhere)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bench.sam2_track_by_distance import landings, lands
+
+
+def square(y0: int, x0: int, side: int = 4, size: int = 16) -> np.ndarray:
+    mask = np.zeros((size, size), dtype=bool)
+    mask[y0:y0 + side, x0:x0 + side] = True
+    return mask
+
+
+def test_a_mask_lands_where_most_of_its_pixels_are() -> None:
+    target, other = square(0, 0), square(8, 8)
+    assert lands(np.zeros_like(target), target, other) == "empty"
+    assert lands(target, target, other) == "on the object"
+    assert lands(other, target, other) == "on another object"
+    assert lands(square(0, 10), target, other) == "elsewhere"  # background only
+    # 16 pixels: 8 on the target, 8 on the background: not more than half on the target
+    assert lands(square(0, 2), target, other) == "elsewhere"
+    # 16 pixels: 12 on the target, 4 on the background
+    assert lands(square(0, 1), target, other) == "on the object"
+    # a mask straddling both: 4 pixels on the target, 9 on the other, 3 on neither (16): another object
+    straddle = np.zeros((16, 16), dtype=bool)
+    straddle[3, 0:4] = True
+    straddle[8:11, 8:11] = True
+    straddle[12, 0:3] = True
+    assert lands(straddle, target, other) == "on another object"
+
+
+def test_landings_count_tracked_frames_with_the_object_visible_only() -> None:
+    rows = [{"offset": 0, "present": True, "lands": "on the object", "iou": 0.9},  # the prompted frame
+            {"offset": 1, "present": True, "lands": "on another object", "iou": 0.0},
+            {"offset": -1, "present": True, "lands": "on the object", "iou": 0.6},
+            {"offset": 2, "present": True, "lands": "on the object", "iou": 0.8},
+            {"offset": 3, "present": False, "lands": "empty", "iou": 1.0}]  # absent: not a miss or a hit
+    out = landings(rows)
+    assert out["frames"] == 3
+    assert out["on the object"] == {"share": round(2 / 3, 4), "mean_iou": 0.7}
+    assert out["on another object"] == {"share": round(1 / 3, 4), "mean_iou": 0.0}
+    assert out["empty"] == {"share": 0.0, "mean_iou": None}
