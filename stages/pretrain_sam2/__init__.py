@@ -329,9 +329,11 @@ def tracking_check(predictor, videos: list[tuple[np.ndarray, np.ndarray]]) -> di
 
 
 def _fingerprint(params: PretrainSam2Params, seed: int) -> str:
-    """What a seed's saved state must match to be resumed: its seed, every training setting, and the base."""
+    """What a seed's saved state must match to be resumed: its seed, every training setting, and the base — its
+    weights and its config (the architecture: an override such as tracking with one mask changes the model trained
+    without changing a weight)."""
     settings = {k: v for k, v in to_dict(params).items() if k not in NOT_TRAINING}
-    return fingerprint({"seed": seed, **settings}, [Path(params.base) / CHECKPOINT])
+    return fingerprint({"seed": seed, **settings}, [Path(params.base) / CHECKPOINT, Path(params.base) / CONFIG])
 
 
 def _curves(metrics_dir: Path) -> str:
