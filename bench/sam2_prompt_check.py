@@ -66,7 +66,8 @@ def held_out_command(description: str) -> tuple[argparse.Namespace, list]:
     videos, parsed, and those videos; torch on one thread, as the stage's check runs."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--model", action="append", required=True, help="NAME=PATH of a SAM2 checkpoint")
-    parser.add_argument("--config", default="models/pretrain_sam2/config.yaml", help="their SAM2 config")
+    parser.add_argument("--config", default="models/pretrain_sam2/config.yaml",
+                        help="the SAM2 config of a checkpoint without a config.yaml beside it")
     parser.add_argument("--videos", type=int, default=8, help="held-out videos (the stage checks 8)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
@@ -76,12 +77,18 @@ def held_out_command(description: str) -> tuple[argparse.Namespace, list]:
     return args, check_videos(CHECK_SEED, args.videos, SynthScale())
 
 
+def checkpoint_config(checkpoint: str, default: str) -> str:
+    """The config a checkpoint was saved with: the config.yaml beside it (a stage's out_dir), else `default`."""
+    beside = Path(checkpoint).with_name("config.yaml")
+    return str(beside) if beside.is_file() else default
+
+
 def main() -> None:
     args, videos = held_out_command(__doc__.splitlines()[0])
     figures = {"videos": args.videos, "models": {}}
     for item in args.model:
         name, path = item.split("=", 1)
-        predictor = load_video_predictor(path, args.config, "cpu")
+        predictor = load_video_predictor(path, checkpoint_config(path, args.config), "cpu")
         with_fallback = summary(prompted_masks(predictor, videos))
         predictor.sam_mask_decoder.dynamic_multimask_via_stability = False
         figures["models"][name] = {"checkpoint": portable_path(str(Path(path).resolve())),

@@ -12,6 +12,11 @@ Where a tracked mask goes when it misses ("where tracked masks land", the tracke
 visible): empty; on the object (more than half of the mask's pixels on its true mask); on another object (more than
 half on the other objects' true masks — the tracker swapped identities); or elsewhere (mostly background).
 
+And whether the object was among SAM2's candidates ("candidates"): where SAM2 answers an unprompted frame with three
+candidate masks and keeps the one its IoU head rates highest (`multimask_output_for_tracking`), the IoU of the kept
+mask against the best of the three, read from the mask decoder's outputs by a forward hook (each object tracked
+alone, so the decoder's calls follow the frames: the prompted one, forward, then backward).
+
     python bench/sam2_track_by_distance.py --model committed=models/pretrain_sam2/model.pt \
         --out bench/results/sam2-track-by-distance.json
 """
@@ -26,7 +31,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.results_io import portable_path, write_result  # noqa: E402
-from bench.sam2_prompt_check import held_out_command, iou  # noqa: E402
+from bench.sam2_prompt_check import checkpoint_config, held_out_command, iou  # noqa: E402
 from stages.pretrain_sam2.clips import mask_box  # noqa: E402
 from stages.segment import BoxGroup, load_video_predictor, propagate_groups  # noqa: E402
 
@@ -99,13 +104,55 @@ def summary(rows: list[dict]) -> dict:
     return out
 
 
+def candidate_ious(predictor, videos) -> dict:
+    """On tracked frames with the object visible: mean IoU of the mask SAM2 kept and of its best candidate, and
+    how often the kept one misses (IoU < 0.2) while a candidate has the object (IoU > 0.5)."""
+    import torch
+
+    calls: list = []
+    hook = predictor.sam_mask_decoder.register_forward_hook(
+        lambda _module, _inputs, output: calls.append((output[0].detach().float(), output[1].detach().float())))
+    kept, best, misses, recoverable, counts = [], [], 0, 0, set()
+    try:
+        for frames, masks in videos:
+            height, width = masks.shape[2:]
+            for o in range(masks.shape[1]):
+                areas = masks[:, o].reshape(len(masks), -1).sum(1)
+                if not areas.any():
+                    continue
+                key = int(np.argmax(areas))
+                calls.clear()
+                propagate_groups(predictor, list(frames), [BoxGroup(key, [mask_box(masks[key, o])])])
+                order = [key, *range(key + 1, len(masks)), *range(key - 1, -1, -1)]
+                for t, (logits, scores) in zip(order, calls, strict=True):
+                    if t == key or not masks[t, o].any():
+                        continue
+                    candidates = torch.nn.functional.interpolate(logits, size=(height, width), mode="bilinear",
+                                                                 align_corners=False)[0] > 0
+                    ious = [iou(c.numpy(), masks[t, o]) for c in candidates]
+                    counts.add(len(ious))
+                    kept.append(ious[int(scores[0].argmax())])
+                    best.append(max(ious))
+                    misses += kept[-1] < 0.2
+                    recoverable += kept[-1] < 0.2 and best[-1] > 0.5
+    finally:
+        hook.remove()
+    return {"frames": len(kept), "candidates_per_frame": sorted(counts),
+            "kept_mask_iou": round(float(np.mean(kept)), 4), "best_candidate_iou": round(float(np.mean(best)), 4),
+            "kept_misses": int(misses), "kept_misses_with_the_object_among_candidates": int(recoverable)}
+
+
 def main() -> None:
     args, videos = held_out_command(__doc__.splitlines()[0])
     figures = {"videos": args.videos, "frames_per_video": [int(m.shape[0]) for _, m in videos], "models": {}}
     for item in args.model:
         name, path = item.split("=", 1)
+        config = checkpoint_config(path, args.config)
+        predictor = load_video_predictor(path, config, "cpu")
         figures["models"][name] = {"checkpoint": portable_path(str(Path(path).resolve())),
-                                   **summary(tracked_ious(load_video_predictor(path, args.config, "cpu"), videos))}
+                                   "config": portable_path(str(Path(config).resolve())),
+                                   **summary(tracked_ious(predictor, videos)),
+                                   "candidates": candidate_ious(predictor, videos)}
         print(name, figures["models"][name], flush=True)
     write_result(args.out.stem, figures, "the object standing still: its prompted frame's true mask on every frame",
                  out=args.out)

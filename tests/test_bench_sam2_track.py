@@ -42,3 +42,24 @@ def test_landings_count_tracked_frames_with_the_object_visible_only() -> None:
     assert out["on the object"] == {"share": round(2 / 3, 4), "mean_iou": 0.7}
     assert out["on another object"] == {"share": round(1 / 3, 4), "mean_iou": 0.0}
     assert out["empty"] == {"share": 0.0, "mean_iou": None}
+
+
+def test_the_kept_candidate_is_the_mask_sam2_gave() -> None:
+    """The decoder hook reads the mask SAM2 kept on each tracked frame: its IoU is the tracked mask's (within the
+    upsampling paths' difference), and no better than the best candidate's."""
+    import torch
+
+    from bench.sam2_track_by_distance import candidate_ious, tracked_ious
+    from stages.core.params import SynthScale
+    from stages.pretrain_sam2.clips import check_videos
+    from stages.segment import load_video_predictor
+
+    torch.set_num_threads(1)
+    predictor = load_video_predictor("models/pretrain_sam2/model.pt", "models/pretrain_sam2/config.yaml", "cpu")
+    videos = check_videos(0, 2, SynthScale())
+    out = candidate_ious(predictor, videos)
+    rows = [r for r in tracked_ious(predictor, videos) if r["offset"] != 0 and r["present"]]
+    assert out["frames"] == len(rows) > 0
+    assert abs(out["kept_mask_iou"] - np.mean([r["iou"] for r in rows])) < 0.02
+    assert out["kept_mask_iou"] <= out["best_candidate_iou"]
+    assert 0 <= out["kept_misses_with_the_object_among_candidates"] <= out["kept_misses"] <= out["frames"]
