@@ -23,11 +23,6 @@ MICRO_OVERRIDES = [
     "++model.memory_attention.layer.dim_feedforward=256",
     "++model.memory_encoder.fuser.num_layers=1",
     "++model.num_maskmem=3",
-    # a tracked frame (no prompt) answers with one mask, not the best of three by predicted IoU: trained on the
-    # synth clips' 2-4 objects, three candidates cover the objects in view whatever the memory holds (the loss takes
-    # the best candidate), and the choice among them was no better than chance — on held-out tracks the chosen mask
-    # scored IoU 0.25 where the best candidate scored 0.66 (docs/architecture.md, "tracked masks on another object")
-    "++model.multimask_output_for_tracking=false",
 ]
 
 
