@@ -136,7 +136,8 @@ KNOWN = {
                           "issue 47: does the tiny SAM2 segment what its box points at, or another object?"),
     "sam2-track-by-distance": ("sam2_track_by_distance.py --model NAME=PATH …",
                                "issue 47: does a tiny SAM2's tracking drift away from the object over the frames, "
-                               "or lose it at once, on the first frame it tracks?"),
+                               "or lose it at once, on the first frame it tracks; where do its tracked masks land, "
+                               "and was the object among its candidate masks?"),
     "pretrain-progress-cpu": ("pretrain_progress.py --params FILE --out FILE (rows added per sitting)",
                               "issue 47: the pretrain stage's held-out grounding per seed while it trains on this "
                               "CPU (box IoU against the mean box's; share of landed boxes on the asked target, "
@@ -165,6 +166,19 @@ KNOWN = {
 }
 ORCHESTRATION_MODES = {"before": "temporary server per stage", "shared": "one shared server",
                        "after": "shared server + warm forks (vrsflow repro)"}
+
+
+def _landing(model: dict) -> str:
+    """sam2-track-by-distance: where a model's tracked masks land, and its kept mask against its best candidate."""
+    land, cand = model.get("where tracked masks land"), model.get("candidates")
+    if not land:
+        return ""
+    out = (f", tracked masks on the object {land['on the object']['share']:.0%} / on another object "
+           f"{land['on another object']['share']:.0%}")
+    if cand:
+        out += (f", kept mask {cand['kept_mask_iou']:.3f} vs best of {max(cand['candidates_per_frame'])} "
+                f"candidate(s) {cand['best_candidate_iou']:.3f}")
+    return out
 
 
 def _x(value: float) -> str:
@@ -413,7 +427,8 @@ def measured(name: str, figures: dict) -> str:
             f"{k}: prompted frame {v['prompted']['tracked_iou']:.3f}, tracked frames 1 / 2 / 3 / 4+ forward "
             + " / ".join(f"{v[f'forward {d}']['tracked_iou']:.3f}" for d in ("1", "2", "3", "4+"))
             + f", every tracked frame {v['every tracked frame']['tracked_iou']:.3f} (standing still "
-            f"{v['every tracked frame']['standing_still_iou']:.3f})" for k, v in figures["models"].items())
+            f"{v['every tracked frame']['standing_still_iou']:.3f})" + _landing(v)
+            for k, v in figures["models"].items())
     if name == "pretrain-progress-cpu":
         latest: dict[int, int] = {}  # seed → its last step checked
         for row in figures["rows"]:
