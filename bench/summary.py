@@ -138,6 +138,11 @@ KNOWN = {
                                "issue 47: does a tiny SAM2's tracking drift away from the object over the frames, "
                                "or lose it at once, on the first frame it tracks; where do its tracked masks land, "
                                "and was the object among its candidate masks?"),
+    "sam2-track-one-mask-step750": (
+        "sam2_track_by_distance.py --model NAME=PATH … (two one-mask states at step 750, the 8-frame recipe, the "
+        "committed SAM2)",
+        "issue 47: do tracked masks land on another object, was the object among SAM2's three candidates, and does "
+        "tracking with one mask (multimask_output_for_tracking=false, training stopped at step 750) do better?"),
     "pretrain-progress-cpu": ("pretrain_progress.py --params FILE --out FILE (rows added per sitting)",
                               "issue 47: the pretrain stage's held-out grounding per seed while it trains on this "
                               "CPU (box IoU against the mean box's; share of landed boxes on the asked target, "
@@ -422,7 +427,7 @@ def measured(name: str, figures: dict) -> str:
         if models:
             rows.append(f"the box as the mask: {next(iter(models.values()))['with_fallback']['box_as_mask_iou']:.3f}")
         return "; ".join(rows)
-    if name == "sam2-track-by-distance":
+    if name.startswith("sam2-track-"):
         return "; ".join(
             f"{k}: prompted frame {v['prompted']['tracked_iou']:.3f}, tracked frames 1 / 2 / 3 / 4+ forward "
             + " / ".join(f"{v[f'forward {d}']['tracked_iou']:.3f}" for d in ("1", "2", "3", "4+"))
