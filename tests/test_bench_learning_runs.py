@@ -82,7 +82,7 @@ def test_the_readme_row_states_issue_47s_targets_and_which_are_met() -> None:
 
 def test_the_readme_first_screen_shows_the_committed_learning_runs() -> None:
     """The README's table quotes bench/results/learning-runs.json as committed: J&F per seed (2 decimals) and
-    answers parsed (whole per cent) for SFT and GRPO, with the empty-answer and ceiling rows."""
+    answers parsed (whole per cent) for the pre-trained base, SFT and GRPO, with the empty-answer and ceiling rows."""
     import json
     import re
     from pathlib import Path
@@ -91,11 +91,15 @@ def test_the_readme_first_screen_shows_the_committed_learning_runs() -> None:
     runs = json.loads((root / "bench" / "results" / "learning-runs.json").read_text())["figures"]["runs"]
     seeds = sorted(runs, key=int)
     rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
-            for line in (root / "README.md").read_text().splitlines() if re.match(r"\| (after|empty|ground)", line)}
+            for line in (root / "README.md").read_text().splitlines()
+            if re.match(r"\| (after|empty|ground|pre-trained base)", line)}
 
     def jf(values: list[float]) -> str:
         return " / ".join(f"{v:.2f}" for v in values)
 
+    assert rows["pre-trained base (`models/pretrain`, before SFT)"] == [
+        jf([runs[s]["eval"]["base"]["JF_overall"] for s in seeds]),
+        " / ".join(f"{100 * (1 - runs[s]['eval']['base']['parse_failure_rate']):.0f}" for s in seeds) + " %"]
     for stage in ("sft", "grpo"):
         assert rows[f"after {stage.upper()}"] == [
             jf([runs[s]["eval"][stage]["JF_overall"] for s in seeds]),
