@@ -45,19 +45,40 @@ def group(distance: int) -> str:
 
 def tracked_ious(predictor, videos) -> list[dict]:
     """Per frame of every tracked object: its signed distance from the prompted frame, the tracked mask's IoU and the
-    standing-still baseline's."""
+    standing-still baseline's, where the mask lands, and (tracked frames with the object visible) the IoU of the
+    candidate SAM2 kept and of its best candidate.
+
+    Each object is prompted alone with its box where it is largest and tracked over its video; a forward hook on the
+    mask decoder records its outputs (candidate mask logits, IoU predictions), one call per frame in tracking order:
+    the prompted frame, forward, then backward."""
+    import torch
+
+    calls: list = []
+    hook = predictor.sam_mask_decoder.register_forward_hook(
+        lambda _module, _inputs, output: calls.append((output[0].detach().float(), output[1].detach().float())))
     rows = []
-    for frames, masks in videos:
-        areas = masks.reshape(masks.shape[0], masks.shape[1], -1).sum(-1)
-        objects = [o for o in range(masks.shape[1]) if areas[:, o].any()]
-        keys = [int(np.argmax(areas[:, o])) for o in objects]
-        tracks = propagate_groups(predictor, list(frames),
-                                  [BoxGroup(k, [mask_box(masks[k, o])]) for o, k in zip(objects, keys, strict=True)])
-        for o, k, track in zip(objects, keys, tracks, strict=True):
-            others = np.delete(masks, o, axis=1).any(axis=1)  # (T, H, W): every other object's true mask
-            rows += [{"offset": t - k, "iou": iou(masks[t, o], track[0][t]), "still": iou(masks[t, o], masks[k, o]),
-                      "present": bool(masks[t, o].any()), "lands": lands(track[0][t], masks[t, o], others[t])}
-                     for t in range(masks.shape[0])]
+    try:
+        for frames, masks in videos:
+            height, width = masks.shape[2:]
+            areas = masks.reshape(masks.shape[0], masks.shape[1], -1).sum(-1)
+            for o in (o for o in range(masks.shape[1]) if areas[:, o].any()):
+                k = int(np.argmax(areas[:, o]))
+                calls.clear()
+                track = propagate_groups(predictor, list(frames), [BoxGroup(k, [mask_box(masks[k, o])])])[0][0]
+                decoded = dict(zip([k, *range(k + 1, len(masks)), *range(k - 1, -1, -1)], calls, strict=True))
+                others = np.delete(masks, o, axis=1).any(axis=1)  # (T, H, W): every other object's true mask
+                for t in range(masks.shape[0]):
+                    row = {"offset": t - k, "iou": iou(masks[t, o], track[t]), "still": iou(masks[t, o], masks[k, o]),
+                           "present": bool(masks[t, o].any()), "lands": lands(track[t], masks[t, o], others[t])}
+                    if t != k and row["present"]:
+                        logits, scores = decoded[t]
+                        candidates = torch.nn.functional.interpolate(logits, size=(height, width), mode="bilinear",
+                                                                     align_corners=False)[0] > 0
+                        ious = [iou(c.numpy(), masks[t, o]) for c in candidates]
+                        row.update(candidates=len(ious), kept=ious[int(scores[0].argmax())], best=max(ious))
+                    rows.append(row)
+    finally:
+        hook.remove()
     return rows
 
 
@@ -104,42 +125,16 @@ def summary(rows: list[dict]) -> dict:
     return out
 
 
-def candidate_ious(predictor, videos) -> dict:
+def candidate_ious(rows: list[dict]) -> dict:
     """On tracked frames with the object visible: mean IoU of the mask SAM2 kept and of its best candidate, and
     how often the kept one misses (IoU < 0.2) while a candidate has the object (IoU > 0.5)."""
-    import torch
-
-    calls: list = []
-    hook = predictor.sam_mask_decoder.register_forward_hook(
-        lambda _module, _inputs, output: calls.append((output[0].detach().float(), output[1].detach().float())))
-    kept, best, misses, recoverable, counts = [], [], 0, 0, set()
-    try:
-        for frames, masks in videos:
-            height, width = masks.shape[2:]
-            for o in range(masks.shape[1]):
-                areas = masks[:, o].reshape(len(masks), -1).sum(1)
-                if not areas.any():
-                    continue
-                key = int(np.argmax(areas))
-                calls.clear()
-                propagate_groups(predictor, list(frames), [BoxGroup(key, [mask_box(masks[key, o])])])
-                order = [key, *range(key + 1, len(masks)), *range(key - 1, -1, -1)]
-                for t, (logits, scores) in zip(order, calls, strict=True):
-                    if t == key or not masks[t, o].any():
-                        continue
-                    candidates = torch.nn.functional.interpolate(logits, size=(height, width), mode="bilinear",
-                                                                 align_corners=False)[0] > 0
-                    ious = [iou(c.numpy(), masks[t, o]) for c in candidates]
-                    counts.add(len(ious))
-                    kept.append(ious[int(scores[0].argmax())])
-                    best.append(max(ious))
-                    misses += kept[-1] < 0.2
-                    recoverable += kept[-1] < 0.2 and best[-1] > 0.5
-    finally:
-        hook.remove()
-    return {"frames": len(kept), "candidates_per_frame": sorted(counts),
-            "kept_mask_iou": round(float(np.mean(kept)), 4), "best_candidate_iou": round(float(np.mean(best)), 4),
-            "kept_misses": int(misses), "kept_misses_with_the_object_among_candidates": int(recoverable)}
+    seen = [r for r in rows if "kept" in r]
+    misses = [r for r in seen if r["kept"] < 0.2]
+    return {"frames": len(seen), "candidates_per_frame": sorted({r["candidates"] for r in seen}),
+            "kept_mask_iou": round(float(np.mean([r["kept"] for r in seen])), 4),
+            "best_candidate_iou": round(float(np.mean([r["best"] for r in seen])), 4),
+            "kept_misses": len(misses),
+            "kept_misses_with_the_object_among_candidates": sum(r["best"] > 0.5 for r in misses)}
 
 
 def main() -> None:
@@ -151,8 +146,8 @@ def main() -> None:
         predictor = load_video_predictor(path, config, "cpu")
         figures["models"][name] = {"checkpoint": portable_path(str(Path(path).resolve())),
                                    "config": portable_path(str(Path(config).resolve())),
-                                   **summary(tracked_ious(predictor, videos)),
-                                   "candidates": candidate_ious(predictor, videos)}
+                                   **summary(rows := tracked_ious(predictor, videos)),
+                                   "candidates": candidate_ious(rows)}
         print(name, figures["models"][name], flush=True)
     write_result(args.out.stem, figures, "the object standing still: its prompted frame's true mask on every frame",
                  out=args.out)
