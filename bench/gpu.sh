@@ -4,10 +4,10 @@
 #   bench/gpu.sh [--python PATH] [--only NAME[,NAME…]] [--dry-run] [--smoke]
 #
 # NAME: sam2 (SAM2.1-large-shaped consistency reward: shared encoding vs re-encoding per rollout, 8 rollouts ×
-# 6 frames at 560², bf16 as the stage, masks asserted to agree to IoU 0.9), sam2fp32 (the same in fp32 without
+# 6 frames at 560², 1 and 6 distinct keyframes, bf16 as the stage, masks asserted to agree to IoU 0.9), sam2fp32 (the same in fp32 without
 # TF32: how far the paths differ without bf16), sam2vos (bf16 with SAM2.1's compiled predictor, vos_optimized),
-# sft (a Qwen2.5-VL-3B-shaped LoRA step: time, tokens/s, MFU, memory; variants: micro-batch 1/2/4, checkpointing,
-# padded vs packed rows of samples of 4 lengths, Liger on/off; it names the micro-batch to train with), sftflex
+# sft (a Qwen2.5-VL-3B-shaped LoRA step: time, tokens/s, MFU, memory; variants: micro-batch 2/4, padded vs packed
+# rows of samples of 4 lengths, Liger on/off; it names the micro-batch to train with), sftflex
 # (packed rows with flex attention, which reads the packed block mask sparsely),
 # evaluate (seconds per 100-frame video: 3B-shaped answer + SAM2.1-large tracking), segment (`vrsflow segment` on
 # 10 s / 60 s 480p and 1080p clips: seconds per frame for decode, generate, propagate, peak RSS; the published
@@ -69,10 +69,12 @@ if [[ $SMOKE -eq 1 ]]; then
 else
   OUT=bench/results
   declare -A COMMANDS=(
-    [sam2]="$PYTHON bench/bench_sam2_reward.py --config configs/sam2.1/sam2.1_hiera_l.yaml --image-size 1024 --frame-side 560 --frames 6 --rollouts 8 --keyframes 1 3 6 --repeats 2 --device cuda --out $OUT/gpu-sam2_reward.json"
+    [sam2]="$PYTHON bench/bench_sam2_reward.py --config configs/sam2.1/sam2.1_hiera_l.yaml --image-size 1024 --frame-side 560 --frames 6 --rollouts 8 --keyframes 1 6 --repeats 2 --device cuda --out $OUT/gpu-sam2_reward.json"
     [sam2fp32]="$PYTHON bench/bench_sam2_reward.py --config configs/sam2.1/sam2.1_hiera_l.yaml --image-size 1024 --frame-side 560 --frames 6 --rollouts 8 --keyframes 1 3 --device cuda --precision fp32 --out $OUT/gpu-sam2_reward-fp32.json"
     [sam2vos]="$PYTHON bench/bench_sam2_reward.py --config configs/sam2.1/sam2.1_hiera_l.yaml --image-size 1024 --frame-side 560 --frames 6 --rollouts 8 --keyframes 1 6 --repeats 3 --device cuda --vos-optimized --out $OUT/gpu-sam2_reward-vos.json"
-    [sft]="$PYTHON bench/bench_sft.py --gpu --steps 4 --variants 2 4 2p 4p 4c 4pl 2l --lengths 400 150 600 300 --out $OUT/gpu-sft.json"
+    # batch 2 padded (the earlier figure's shape), 4 padded, 4 packed, 4 packed with Liger; checkpointing's cost
+    # is on record (2.8 % MFU at 4 on an H100) and a batch that does not fit is recorded as out of memory
+    [sft]="$PYTHON bench/bench_sft.py --gpu --steps 4 --variants 2 4 4p 4pl --lengths 400 150 600 300 --out $OUT/gpu-sft.json"
     [sftflex]="$PYTHON bench/bench_sft.py --gpu --steps 4 --variants 2p 4p --lengths 400 150 600 300 --attention flex_attention --out $OUT/gpu-sft-flex.json"
     [evaluate]="$PYTHON bench/bench_metrics.py --gpu --frames 100 --n-frames 8 --new-tokens 128 --repeats 2 --out $OUT/gpu-evaluate.json"
     [segment]="$PYTHON bench/bench_segment.py --gpu --fps 10 --short 10 --long 60 --max-new-tokens 128 --out $OUT/gpu-segment.json"

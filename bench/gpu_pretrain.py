@@ -4,6 +4,11 @@
         throughput of the `pretrain` stage (bench/smoke_pretrain.py: three seeds sharing the device, as the stage
         runs them, at a few batch sizes / loader_workers settings) and of `pretrain_sam2` (a few steps of the
         stage), each with its estimate of the full run; FILE is rewritten after each configuration.
+    python bench/gpu_pretrain.py probe --out FILE --sam2-only [--smoke] [--budget S] [--set KEY=VALUE …]
+        the same, `pretrain_sam2` alone (what --fit needs to size its steps), with the run's overrides (its seeds).
+    python bench/gpu_pretrain.py fit --throughput FILE --seconds S [--at-most N] [--set KEY=VALUE …]
+        prints the largest `pretrain_sam2.steps` (a multiple of save_every_steps, at least one) whose run fits S
+        seconds at the probe's measured steps per second per seed; exit 1 when the probe has no rate.
     python bench/gpu_pretrain.py stage NAME [--root DIR] [--set KEY=VALUE …]
         the stage's flow body (flows/NAME.py without Prefect: params.yaml with the overrides that make the stage
         train — model.path / sam2.checkpoint / sam2.config pointing at the stage's out_dir — the stage's own
@@ -151,7 +156,7 @@ PROBES = {
 VLM_PROBE_SETS = {"gpu": ["pretrain.check_samples=8"],
                   "smoke": ["pretrain.seeds=[0]", "pretrain.batch_size=2",
                             "pretrain.check_samples=2", "pretrain.max_new_tokens=8"]}
-SAM2_PROBE_SETS = {"gpu": ["pretrain_sam2.steps=10", "pretrain_sam2.warmup_steps=2", "pretrain_sam2.check_videos=1"],
+SAM2_PROBE_SETS = {"gpu": ["pretrain_sam2.steps=30", "pretrain_sam2.warmup_steps=2", "pretrain_sam2.check_videos=1"],
                    "smoke": ["pretrain_sam2.steps=2", "pretrain_sam2.warmup_steps=1", "pretrain_sam2.check_videos=1",
                              "pretrain_sam2.clip_frames=2", "pretrain_sam2.seeds=[0]"]}
 
@@ -198,14 +203,14 @@ def estimate_pretrain(figures: dict, params) -> dict | None:
             "steps": block.steps, "batch_size": block.batch_size, "loader_workers": block.loader_workers}
 
 
-def probe_sam2(mode: str, params, left) -> dict:
+def probe_sam2(mode: str, params, left, extra_sets: tuple[str, ...] = ()) -> dict:
     """A few steps of the pretrain_sam2 stage (its seeds sharing the device) in a scratch project: steps/s per seed
     and the estimate of params.yaml's run."""
     if left() < 20:
         return {"error": "not run: the probe's budget was spent"}
     with tempfile.TemporaryDirectory(prefix="gpu-pretrain-probe-") as tmp:
         argv = [sys.executable, str(Path(__file__).resolve()), "stage", "pretrain_sam2", "--root", tmp,
-                *[a for item in SAM2_PROBE_SETS[mode] for a in ("--set", item)]]
+                *[a for item in (*extra_sets, *SAM2_PROBE_SETS[mode]) for a in ("--set", item)]]
         t0 = time.perf_counter()
         code, _, err = run_bounded(argv, left() - 3)
         wall = round(time.perf_counter() - t0, 1)
@@ -227,7 +232,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     mode = "smoke" if args.smoke else "gpu"
     started = time.monotonic()
     figures: dict = {"pretrain": {}, "pretrain_sam2": {}}
-    params = stage_params({})
+    params = stage_params(dict(item.split("=", 1) for item in args.set))
 
     def left() -> float:
         return args.budget - (time.monotonic() - started)
@@ -240,9 +245,9 @@ def cmd_probe(args: argparse.Namespace) -> int:
                          "device, to size the real run)", out=Path(args.out))
 
     sets = [a for item in VLM_PROBE_SETS[mode] for a in ("--set", item)]
-    for label, extra in PROBES[mode]:
+    for label, extra in ([SAM2_PROBE] if args.sam2_only else PROBES[mode]):
         if label == SAM2_PROBE[0]:
-            figures["pretrain_sam2"] = probe_sam2(mode, params, left)
+            figures["pretrain_sam2"] = probe_sam2(mode, params, left, tuple(args.set))
             print(f"gpu_pretrain: probe pretrain_sam2 {json.dumps(figures['pretrain_sam2'])}", flush=True)
             write()
             continue
@@ -276,6 +281,37 @@ def cmd_probe(args: argparse.Namespace) -> int:
     failed = [k for k, v in figures["pretrain"].items() if "error" in v] + (
         ["pretrain_sam2"] if "error" in figures["pretrain_sam2"] else [])
     return 1 if failed else 0
+
+
+# Seconds of a pretrain_sam2 run that are not its training steps (processes' start-up, the base's and each trained
+# seed's held-out tracking check, saving): an allowance, since the probe times only its steps.
+SAM2_FIXED_S = 50.0
+
+
+def fit_sam2_steps(steps_per_s: float, seconds: float, params) -> int:
+    """The largest multiple of save_every_steps whose training fits `seconds` (less SAM2_FIXED_S) at `steps_per_s`
+    per seed (the seeds run side by side, as the probe measured them), at least one save interval."""
+    block = params.pretrain_sam2
+    every = block.save_every_steps
+    fits = int(steps_per_s * max(0.0, seconds - SAM2_FIXED_S) * 0.9)  # 10 % margin: the probe is short
+    return max(every, fits // every * every)
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    params = stage_params(dict(item.split("=", 1) for item in args.set))
+    probe = json.loads(Path(args.throughput).read_text()).get("figures", {}).get("pretrain_sam2", {})
+    rate = probe.get("steps_per_s_per_seed")
+    if not rate:
+        print(f"gpu_pretrain: fit: {args.throughput} has no pretrain_sam2 steps_per_s_per_seed "
+              f"({probe.get('error', 'not probed')})", file=sys.stderr)
+        return 1
+    steps = fit_sam2_steps(float(rate), args.seconds, params)
+    if args.at_most:
+        steps = min(steps, args.at_most)
+    print(f"gpu_pretrain: fit: {rate} steps/s per seed, {args.seconds:.0f} s -> pretrain_sam2.steps={steps}",
+          file=sys.stderr)
+    print(steps)
+    return 0
 
 
 # --- what comes back from the device call -------------------------------------------------------------------
@@ -390,6 +426,14 @@ def main(argv: list[str] | None = None) -> int:
     probe.add_argument("--out", required=True, help="the results file")
     probe.add_argument("--smoke", action="store_true", help="tiny sizes (CPU)")
     probe.add_argument("--budget", type=float, default=90.0, help="seconds for the whole probe")
+    probe.add_argument("--sam2-only", action="store_true", help="probe pretrain_sam2 alone")
+    probe.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="a params override of the SAM2 probe (its steps and checks stay the probe's own)")
+    fit = sub.add_parser("fit", help="pretrain_sam2's steps for the seconds left")
+    fit.add_argument("--throughput", required=True, help="the probe's results file")
+    fit.add_argument("--seconds", type=float, required=True, help="seconds the stage may run")
+    fit.add_argument("--at-most", type=int, default=0, help="steps at most (the smoke run's few)")
+    fit.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a params override")
     stage = sub.add_parser("stage", help="one pre-training stage's flow body")
     stage.add_argument("name", choices=STAGES)
     stage.add_argument("--root", default=".", help="the project root it runs in (default: here)")
@@ -404,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
     bad = [item for item in getattr(args, "set", []) if "=" not in item]
     if bad:
         parser.error(f"--set: '{bad[0]}' is not KEY=VALUE")
-    return {"probe": cmd_probe, "stage": cmd_stage, "pack": cmd_pack}[args.command](args)
+    return {"probe": cmd_probe, "stage": cmd_stage, "pack": cmd_pack, "fit": cmd_fit}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 # Pre-train the tiny SAM2 and the tiny Qwen2.5-VL on one CUDA machine, in one bounded, resumable command:
 #
 #   bench/gpu_pretrain.sh [--python PATH] [--only NAME[,NAME…]] [--budget SECONDS] [--set KEY=VALUE]… [--dry-run]
-#                         [--smoke]
+#                         [--smoke] [--fit]
 #
 # NAME, run in this order: probe (throughput, each stage's seeds sharing the GPU as the stage runs them:
 # bench/smoke_pretrain.py's 40 steps of pretrain as params.yaml has it in the last and in the first phase's scenes,
@@ -23,6 +23,11 @@
 # `dvc commit pretrain_sam2 pretrain` on the machine that commits records them in dvc.lock. A sibling of gpu.sh
 # rather than two of its names: its outputs are models, not figures, and it needs a deadline, resume and packing
 # that gpu.sh's figures do not (the same conventions: --python, --dry-run, --smoke, --only).
+#
+# --fit sizes pretrain_sam2 to the call: the probe measures pretrain_sam2 alone (its seeds side by side, a few
+# steps), then pretrain_sam2.steps becomes the largest multiple of save_every_steps that its deadline leaves room
+# for (bench/gpu_pretrain.py fit); the lineage records the steps, so params.yaml must say the same before the
+# output is committed. A stage after it (pretrain) gets what is left.
 #
 # Bounded: the whole command ends within --budget seconds (default 510: one 9-minute device call, timeout_s 560).
 # The probe takes at most 90 s; each stage then runs under `timeout --signal=TERM` until 50 s before the budget
@@ -55,6 +60,7 @@ ONLY="$ALL"
 BUDGET=""
 DRY_RUN=0
 SMOKE=0
+FIT=0
 EXTRA_SETS=()
 
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
@@ -69,6 +75,7 @@ while [[ $# -gt 0 ]]; do
            EXTRA_SETS+=(--set "$2"); shift 2 ;;
     --dry-run) DRY_RUN=1; shift ;;
     --smoke) SMOKE=1; shift ;;
+    --fit) FIT=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "gpu_pretrain.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -92,6 +99,7 @@ if [[ $SMOKE -eq 1 ]]; then
   RESULTS=bench/out
   BUDGET="${BUDGET:-1500}"; PROBE_S=420; MARGIN_S=20; KILL_S=15; MIN_STAGE_S=30
   PROBE_ARGS=(--smoke)
+  FIT_ARGS=(--at-most 3)  # the smoke's few steps, whatever the probe measured
   SETS=(--set "pretrain.seeds=[0,1]" --set pretrain.parallel=2 --set pretrain.steps=4
         --set "pretrain.curriculum=[{steps:2,frames:1,grow_every:1},{steps:2,frames:6,synth_share:0.5,move:2}]"
         --set pretrain.batch_size=2 --set pretrain.warmup_steps=1 --set pretrain.check_samples=2
@@ -105,10 +113,12 @@ else
   RESULTS=bench/results
   BUDGET="${BUDGET:-510}"; PROBE_S=90; MARGIN_S=30; KILL_S=20; MIN_STAGE_S=60
   PROBE_ARGS=()
+  FIT_ARGS=()
   SETS=()
 fi
 SETS+=("${EXTRA_SETS[@]}")  # after the smoke's own: the last of a repeated key wins
 THROUGHPUT="$RESULTS/gpu-pretrain-throughput.json"
+[[ $FIT -eq 1 ]] && PROBE_ARGS+=(--sam2-only "${EXTRA_SETS[@]}")  # measured with the run's seeds side by side
 PROBE_CMD="$PYTHON bench/gpu_pretrain.py probe --out $THROUGHPUT --budget $((PROBE_S - 10)) ${PROBE_ARGS[*]}"
 stage_cmd() { echo "$PYTHON bench/gpu_pretrain.py stage $1 --root $ROOT ${SETS[*]}"; }
 PACK_CMD="$PYTHON bench/gpu_pretrain.py pack --root $ROOT --dest $DEST"
@@ -116,6 +126,8 @@ PACK_CMD="$PYTHON bench/gpu_pretrain.py pack --root $ROOT --dest $DEST"
 if [[ $DRY_RUN -eq 1 ]]; then
   [[ -n "${SELECTED[probe]:-}" ]] && echo "timeout --signal=TERM --kill-after=$KILL_S $PROBE_S $PROBE_CMD"
   for name in pretrain_sam2 pretrain; do
+    [[ $FIT -eq 1 && $name == pretrain_sam2 && -n "${SELECTED[$name]:-}" ]] &&
+      echo "$PYTHON bench/gpu_pretrain.py fit --throughput $THROUGHPUT --seconds <seconds left> ${SETS[*]}"
     [[ -n "${SELECTED[$name]:-}" ]] && echo "timeout --signal=TERM --kill-after=$KILL_S <seconds left> $(stage_cmd $name)"
   done
   [[ -n "$DEST" ]] && echo "$PACK_CMD --trained <stages finished> --file $THROUGHPUT"
@@ -165,6 +177,15 @@ for name in pretrain_sam2 pretrain; do
     cut+=("$name"); continue
   fi
   command=$(stage_cmd "$name")
+  if [[ $FIT -eq 1 && $name == pretrain_sam2 ]]; then
+    # shellcheck disable=SC2086
+    if ! steps=$($PYTHON bench/gpu_pretrain.py fit --throughput "$THROUGHPUT" --seconds "$seconds" ${FIT_ARGS[*]} \
+                    ${SETS[*]}); then
+      echo "gpu_pretrain.sh: [$name] not started: --fit found no throughput to size it" >&2
+      failed+=("$name"); continue
+    fi
+    command="$command --set pretrain_sam2.steps=$steps"
+  fi
   echo "gpu_pretrain.sh: [$name] (deadline ${seconds} s) $command"
   # shellcheck disable=SC2086
   timeout --signal=TERM --kill-after="$KILL_S" "$seconds" $command

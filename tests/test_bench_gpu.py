@@ -4,6 +4,7 @@ variants' parsing and micro-batch choice, gpu.sh's command lines, and (slow) eve
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -82,7 +83,7 @@ def test_gpu_sh_runs_each_figure_with_its_variants() -> None:
         "bench/results/gpu-sft.json", "bench/results/gpu-sam2_reward.json", "bench/results/gpu-sam2_reward-vos.json",
         "bench/results/gpu-evaluate.json", "bench/results/gpu-sft-flex.json", "bench/results/gpu-sam2_reward-fp32.json",
         "bench/results/gpu-segment.json"]
-    assert "--variants 2 4 2p 4p 4c 4pl 2l --lengths 400 150 600 300" in out[0]
+    assert "--variants 2 4 4p 4pl --lengths 400 150 600 300" in out[0]
     assert "--vos-optimized" in out[2] and "--attention flex_attention" in out[4]
     assert "--precision fp32" in out[5]
     bad = subprocess.run(["bash", "bench/gpu.sh", "--only", "sam3"], cwd=ROOT, capture_output=True, text=True)
@@ -194,6 +195,38 @@ def test_pack_brings_back_finished_seeds_first_then_states_in_parts_within_the_c
     assert got == {p.relative_to(root) for p in content if p.parent.name != "seed-3" and p.suffix != ".partial"}
     for path in got:
         assert (unpacked / path).read_bytes() == (root / path).read_bytes()
+
+
+def test_fit_sizes_sam2_steps_to_the_deadline_in_whole_save_intervals(tmp_path: Path) -> None:
+    import json
+
+    from bench import gpu_pretrain
+
+    params = gpu_pretrain.stage_params({"pretrain_sam2.save_every_steps": "50"})
+    # 10 steps/s, 250 s: (250 - 50 s fixed) * 0.9 * 10 = 1,800 steps
+    assert gpu_pretrain.fit_sam2_steps(10.0, 250.0, params) == 1800
+    assert gpu_pretrain.fit_sam2_steps(3.3, 250.0, params) == 550  # 594 rounded down to a save interval
+    assert gpu_pretrain.fit_sam2_steps(10.0, 40.0, params) == 50  # no time: one interval, never zero steps
+    for rate, seconds in ((0.4, 600.0), (7.7, 333.0), (25.0, 1000.0)):
+        steps = gpu_pretrain.fit_sam2_steps(rate, seconds, params)
+        assert steps % 50 == 0 and (steps == 50 or steps / rate <= seconds - gpu_pretrain.SAM2_FIXED_S)
+    throughput = tmp_path / "t.json"
+    throughput.write_text(json.dumps({"figures": {"pretrain_sam2": {"steps_per_s_per_seed": 10.0}}}))
+    run = subprocess.run([sys.executable, "bench/gpu_pretrain.py", "fit", "--throughput", str(throughput),
+                          "--seconds", "250"], cwd=ROOT, capture_output=True, text=True)
+    assert (run.returncode, run.stdout) == (0, "1800\n")
+    capped = subprocess.run([sys.executable, "bench/gpu_pretrain.py", "fit", "--throughput", str(throughput),
+                             "--seconds", "250", "--at-most", "3"], cwd=ROOT, capture_output=True, text=True)
+    assert capped.stdout == "3\n"
+    throughput.write_text(json.dumps({"figures": {"pretrain_sam2": {"error": "stopped at the probe's budget"}}}))
+    none = subprocess.run([sys.executable, "bench/gpu_pretrain.py", "fit", "--throughput", str(throughput),
+                           "--seconds", "250"], cwd=ROOT, capture_output=True, text=True)
+    assert none.returncode == 1 and "stopped at the probe's budget" in none.stderr and none.stdout == ""
+    lines = _gpu_pretrain("--dry-run", "--fit", "--only", "probe,pretrain_sam2",
+                          "--set", "pretrain_sam2.seeds=[0,1,2]").stdout.splitlines()
+    assert "probe --out bench/results/gpu-pretrain-throughput.json" in lines[0]
+    assert lines[0].endswith("--sam2-only --set pretrain_sam2.seeds=[0,1,2]")  # measured with the run's seeds
+    assert "gpu_pretrain.py fit --throughput bench/results/gpu-pretrain-throughput.json" in lines[1]
 
 
 @pytest.mark.slow  # the whole pre-training flow at tiny size on the CPU (about 4 min on 2 loaded cores)
