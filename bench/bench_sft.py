@@ -400,9 +400,10 @@ def micro_batch_choice(rows: list[dict]) -> dict | None:
 
 def make_batch(samples: list[dict], packed: bool, rope_index) -> dict:
     """The micro-batch of `samples` as the stage makes it: one packed row, or right-padded rows."""
-    if packed:
-        return PackCollator(rope_index)(samples)
-    return PadCollator(QWEN25VL_3B_TEXT["pad_token_id"])(samples)
+    batch = (PackCollator(rope_index)(samples) if packed
+             else PadCollator(QWEN25VL_3B_TEXT["pad_token_id"])(samples))
+    device = samples[0]["input_ids"].device  # the collators build some tensors on the CPU, as for a DataLoader
+    return {key: value.to(device) if isinstance(value, torch.Tensor) else value for key, value in batch.items()}
 
 
 def count_flops(model, sample: dict, attention: str = "sdpa") -> int:

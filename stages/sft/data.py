@@ -278,7 +278,8 @@ class PackCollator:
                                            image_grid_thw=item.get("image_grid_thw"),
                                            video_grid_thw=item.get("video_grid_thw"))
             mrope.append(positions)
-        positions = torch.cat([flat["position_ids"][None], torch.cat(mrope, dim=2).to(flat["position_ids"].dtype)])
+        # with the flattened ids (the collator's CPU tensors), wherever the items and the model's rope index live
+        positions = torch.cat([flat["position_ids"][None], torch.cat(mrope, dim=2).to(flat["position_ids"])])
         lengths = [int(item["input_ids"].shape[1]) for item in items]
         self.count.add(lengths, sum(lengths))
         # no cache: transformers looks for packed rows in the positions only when the forward builds no cache, and
