@@ -126,6 +126,35 @@ def time_steps(model, batches: list[dict], device: str, autocast: bool) -> tuple
                                               else b["input_ids"].numel() for b in batches)
 
 
+def profile_step(model, batch: dict, device: str, top: int = 25) -> dict:
+    """Where one forward + backward + optimizer step of `batch` spends its time (torch.profiler, after a warm-up
+    step): the `top` operators by their own device time (CPU time on the CPU), each with its share of the step's
+    total, and the step's wall time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    time_steps(model, [batch], device, autocast=False)  # warm-up (and the optimizer's state) outside the trace
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=1e-4)
+    started = time.perf_counter()
+    with profile(activities=activities) as prof:
+        model(**batch).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if device == "cuda":
+            torch.cuda.synchronize()
+    wall = time.perf_counter() - started
+    attribute = "self_device_time_total" if device == "cuda" else "self_cpu_time_total"
+    events = [e for e in prof.key_averages() if getattr(e, attribute, 0) > 0]
+    total = sum(getattr(e, attribute) for e in events) or 1
+    rows = sorted(events, key=lambda e: getattr(e, attribute), reverse=True)[:top]
+    return {"step_wall_s": round(wall, 4), "device_busy_s": round(total / 1e6, 4),
+            "device_busy_share_of_wall": round(total / 1e6 / wall, 4) if wall > 0 else None,
+            "top_by_self_time": [{"name": e.key[:120], "calls": e.count,
+                                  "self_s": round(getattr(e, attribute) / 1e6, 4),
+                                  "share": round(getattr(e, attribute) / total, 4)} for e in rows]}
+
+
 def write_shards(folder: Path, samples: list[dict]) -> None:
     """The shard stage's layout: `<key>.frame_<i>.jpg` (quality 95, as shard.jpeg_quality) + `<key>.json`."""
     import webdataset as wds
@@ -422,7 +451,7 @@ def count_flops(model, sample: dict, attention: str = "sdpa") -> int:
     return counter.get_total_flops()
 
 
-def bench_gpu(steps: int, variants: list[str], peak_tflops: float | None, smoke: bool = False,
+def bench_gpu(steps: int, variants: list[str], peak_tflops: float | None, smoke: bool = False, profile: bool = False,
               progress=None, lengths: tuple[int, ...] = (400,), attention: str = "sdpa") -> dict:
     """3B-shaped LoRA steps on CUDA, one model, one row per variant (`parse_variant`); `smoke` runs the same code on
     CPU with shrunken shapes (a check, no figures). `progress(result)` is called after every variant with the
@@ -520,7 +549,11 @@ def bench_gpu(steps: int, variants: list[str], peak_tflops: float | None, smoke:
         print(f"bench_sft: {rows[-1]}", flush=True)
         if progress is not None:
             progress(gpu_figures(rows))
-    return gpu_figures(rows)
+    figures = gpu_figures(rows)
+    if profile and rows and "error" not in rows[-1]:  # the last variant's batch is still `batch`
+        figures["profile"] = {"variant": rows[-1]["variant"], **profile_step(model, batch, device)}
+        print(f"bench_sft: profile {json.dumps(figures['profile'])[:2000]}", flush=True)
+    return figures
 
 
 def main() -> None:
@@ -543,12 +576,14 @@ def main() -> None:
                         help="GPU mode: attention implementation")
     parser.add_argument("--peak-tflops", type=float, default=None, help="GPU mode: dense bf16 peak override")
     parser.add_argument("--smoke", action="store_true", help="GPU mode's code on CPU with tiny shapes (a check)")
+    parser.add_argument("--profile", action="store_true",
+                        help="GPU mode: then one step of the last variant under torch.profiler (top operators)")
     parser.add_argument("--out", type=Path, default=None, help="result file (default: bench/results/<name>.json)")
     args = parser.parse_args()
     if args.gpu or args.smoke:
         name = args.out.stem if args.out else "gpu-sft"  # the record names the file it is in
         baseline = "none (absolute figures; MFU against the device's dense bf16 peak)"
-        result = bench_gpu(args.steps, args.variants, args.peak_tflops, smoke=args.smoke,
+        result = bench_gpu(args.steps, args.variants, args.peak_tflops, smoke=args.smoke, profile=args.profile,
                            progress=lambda figures: write_result(name, figures, baseline, out=args.out),
                            lengths=tuple(args.lengths), attention=args.attention)
     elif args.stage is not None:
