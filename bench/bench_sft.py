@@ -55,6 +55,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.results_io import write_result  # noqa: E402
 from stages.core.params import KeyframesParams, SftParams, TinyModelsParams  # noqa: E402
+from stages.models.kernels import liger_missing  # noqa: E402
 from stages.models.qwen_shapes import (  # noqa: E402
     IMAGE_TOKEN,
     QWEN25VL_3B_TEXT,
@@ -469,8 +470,6 @@ def bench_gpu(steps: int, variants: list[str], peak_tflops: float | None, smoke:
     check_order(parsed)
     config, size, device = qwen25vl_3b_config(), 560, "cuda"
     if smoke:
-        if any(v.liger for v in parsed):
-            raise SystemExit("--smoke: Liger variants need CUDA")
         text, vision = config.text_config, config.vision_config
         text.hidden_size, text.intermediate_size, text.num_hidden_layers = 64, 128, 2
         text.num_attention_heads, text.num_key_value_heads, text.head_dim = 4, 2, 16
@@ -512,6 +511,13 @@ def bench_gpu(steps: int, variants: list[str], peak_tflops: float | None, smoke:
 
     liger_applied = False
     for text_variant, variant in zip(variants, parsed, strict=True):
+        if variant.liger and not liger_applied and (missing := liger_missing()):
+            # what sft.liger: auto does: no Liger where it cannot run (liger-kernel 0.8.5 does not import its
+            # Qwen2.5-VL kernels with transformers 5.24); the row says why instead of the run ending there
+            rows.append({"variant": text_variant, "batch": variant.batch, "liger": True,
+                         "error": f"Liger unavailable: needs {', '.join(missing)}"})
+            print(f"bench_sft: variant {text_variant}: {rows[-1]['error']}", flush=True)
+            continue
         if variant.liger and not liger_applied:
             from transformers.integrations.liger import apply_liger_kernel
 
@@ -550,8 +556,12 @@ def bench_gpu(steps: int, variants: list[str], peak_tflops: float | None, smoke:
         if progress is not None:
             progress(gpu_figures(rows))
     figures = gpu_figures(rows)
-    if profile and rows and "error" not in rows[-1]:  # the last variant's batch is still `batch`
-        figures["profile"] = {"variant": rows[-1]["variant"], **profile_step(model, batch, device)}
+    measured = [row for row in rows if "error" not in row]
+    if profile and measured:  # the last variant measured: its batch is `batch` until a later variant made one
+        last = measured[-1]
+        members = [lengths[i % len(lengths)] for i in range(last["batch"])]
+        batch = make_batch([samples[n] for n in members], last["packed"], rope_index)
+        figures["profile"] = {"variant": last["variant"], **profile_step(model, batch, device)}
         print(f"bench_sft: profile {json.dumps(figures['profile'])[:2000]}", flush=True)
     return figures
 

@@ -7,7 +7,8 @@
 # 6 frames at 560², 1 and 6 distinct keyframes, bf16 as the stage, masks asserted to agree to IoU 0.9), sam2fp32 (the same in fp32 without
 # TF32: how far the paths differ without bf16), sam2vos (bf16 with SAM2.1's compiled predictor, vos_optimized),
 # sft (a Qwen2.5-VL-3B-shaped LoRA step: time, tokens/s, MFU, memory; variants: micro-batch 2/4, padded vs packed
-# rows of samples of 4 lengths, Liger on/off; it names the micro-batch to train with), sftflex
+# rows of samples of 4 lengths, Liger on/off (a row saying why where Liger cannot run); it names the micro-batch
+# to train with, then profiles one step of the last variant measured: top operators by device time), sftflex
 # (packed rows with flex attention, which reads the packed block mask sparsely),
 # evaluate (seconds per 100-frame video: 3B-shaped answer + SAM2.1-large tracking), segment (`vrsflow segment` on
 # 10 s / 60 s 480p and 1080p clips: seconds per frame for decode, generate, propagate, peak RSS; the published
@@ -61,7 +62,7 @@ if [[ $SMOKE -eq 1 ]]; then
     [sam2]="$PYTHON bench/bench_sam2_reward.py --micro --image-size 128 --frame-side 56 --frames 4 --rollouts 4 --keyframes 1 2 --out $OUT/gpu-sam2_reward.json"
     [sam2fp32]="$PYTHON bench/bench_sam2_reward.py --micro --image-size 128 --frame-side 56 --frames 4 --rollouts 4 --keyframes 1 --precision fp32 --out $OUT/gpu-sam2_reward-fp32.json"
     [sam2vos]="$PYTHON bench/bench_sam2_reward.py --micro --image-size 128 --frame-side 56 --frames 4 --rollouts 4 --keyframes 1 --repeats 2 --out $OUT/gpu-sam2_reward-vos.json"
-    [sft]="$PYTHON bench/bench_sft.py --smoke --steps 1 --variants 1 2 2p 2c --lengths 40 20 --out $OUT/gpu-sft.json"
+    [sft]="$PYTHON bench/bench_sft.py --smoke --steps 1 --variants 1 2 2p 2c 2pl --lengths 40 20 --profile --out $OUT/gpu-sft.json"
     [sftflex]="$PYTHON bench/bench_sft.py --smoke --steps 1 --variants 2p --lengths 40 20 --out $OUT/gpu-sft-flex.json"
     [evaluate]="$PYTHON bench/bench_metrics.py --gpu --shapes tiny --frames 6 --n-frames 2 --new-tokens 4 --repeats 1 --out $OUT/gpu-evaluate.json"
     [segment]="$PYTHON bench/bench_segment.py --short 1 --long 2 --fps 5 --out $OUT/gpu-segment.json"
@@ -74,7 +75,7 @@ else
     [sam2vos]="$PYTHON bench/bench_sam2_reward.py --config configs/sam2.1/sam2.1_hiera_l.yaml --image-size 1024 --frame-side 560 --frames 6 --rollouts 8 --keyframes 1 6 --repeats 3 --device cuda --vos-optimized --out $OUT/gpu-sam2_reward-vos.json"
     # batch 2 padded (the earlier figure's shape), 4 padded, 4 packed, 4 packed with Liger; checkpointing's cost
     # is on record (2.8 % MFU at 4 on an H100) and a batch that does not fit is recorded as out of memory
-    [sft]="$PYTHON bench/bench_sft.py --gpu --steps 4 --variants 2 4 4p 4pl --lengths 400 150 600 300 --out $OUT/gpu-sft.json"
+    [sft]="$PYTHON bench/bench_sft.py --gpu --steps 4 --variants 2 4 4p 4pl --lengths 400 150 600 300 --profile --out $OUT/gpu-sft.json"
     [sftflex]="$PYTHON bench/bench_sft.py --gpu --steps 4 --variants 2p 4p --lengths 400 150 600 300 --attention flex_attention --out $OUT/gpu-sft-flex.json"
     [evaluate]="$PYTHON bench/bench_metrics.py --gpu --frames 100 --n-frames 8 --new-tokens 128 --repeats 2 --out $OUT/gpu-evaluate.json"
     [segment]="$PYTHON bench/bench_segment.py --gpu --fps 10 --short 10 --long 60 --max-new-tokens 128 --out $OUT/gpu-segment.json"

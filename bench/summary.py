@@ -164,6 +164,14 @@ KNOWN = {
     "gpu-stages": ("bench_gpu_stages.py --repo DIR", "issue 27: the default run's tiny_models → sft → grpo on a GPU, "
                    "timed per stage"),
     "gpu-evaluate": ("gpu.sh → bench_metrics.py --gpu", "≤ 5 s per 100-frame video (published 31–36 s, L20)"),
+    "gpu-h200-sft": ("gpu.sh → bench_sft.py --gpu (H200)", "3B-shaped LoRA step: MFU ≥ 35 %"),
+    "gpu-h200-sft-packed": ("bench_sft.py --gpu --variants 4p 4pl --profile (H200)",
+                            "3B-shaped LoRA step, packed rows: MFU ≥ 35 %"),
+    "gpu-h200-sam2_reward": ("gpu.sh → bench_sam2_reward.py (H200)",
+                             "SAM2.1-large consistency reward: ≥ 10× at 1 keyframe, ≥ 8× at 6"),
+    "gpu-h200-evaluate": ("gpu.sh → bench_metrics.py --gpu (H200)", "≤ 5 s per 100-frame video"),
+    "gpu-h200-pretrain-throughput": ("gpu_pretrain.py probe --sam2-only (H200)",
+                                     "issue 47: what pre-training the tiny SAM2 costs on a GPU, to size the run"),
     "segment": ("bench_segment.py", "`vrsflow segment`: seconds per frame (decode, generate, propagate) at 480p and "
                 "1080p; peak RSS of a 10 s and a 60 s 1080p clip within 20 %"),
     "gpu-segment": ("gpu.sh → bench_segment.py --gpu", "`vrsflow segment` on a GPU: seconds per frame, peak RSS; "
@@ -291,6 +299,16 @@ NOT_MEASURED = {
 
 def measured(name: str, figures: dict) -> str:
     """The headline of one results file, every number taken from it."""
+    if name.startswith("gpu-h200-"):  # another card's run of the same GPU bench: the same headline
+        name = "gpu-" + name.removeprefix("gpu-h200-")
+    if name == "gpu-pretrain-throughput":
+        sam2 = figures.get("pretrain_sam2", {})
+        if "steps_per_s_per_seed" not in sam2:
+            return f"pretrain_sam2: {sam2.get('error', 'not probed')}"
+        estimate = sam2["estimate"]
+        return (f"pretrain_sam2 on {sam2['device']}: {sam2['steps_per_s_per_seed']} steps/s per seed "
+                f"({sam2['seeds']} seeds side by side, {sam2['steps']} steps each, {sam2['wall_s']} s with start-up "
+                f"and checks); params.yaml's {estimate['steps']} steps ≈ {estimate['train_s_per_seed']} s per seed")
     if name == "metrics":
         s = figures["seconds"]
         return (f"J+F+R {_x(figures['speedup_jfr'])} ({s['published_jfr']} s → {s['ours_jfr']} s), F alone "
@@ -334,9 +352,10 @@ def measured(name: str, figures: dict) -> str:
                 f"{figures['frames_shown']} shown, {figures['new_tokens']} new tokens: {figures['total_s']:.2f} s per "
                 f"video (VLM {figures['vlm_s']:.2f} s, SAM2 {figures['sam2_s']:.2f} s); goal {figures['goal_s']} s "
                 f"{_met(figures['total_s'] <= figures['goal_s'])}")
-    if name == "gpu-sft":
+    if name.startswith("gpu-sft"):
         rows = "; ".join(
-            f"batch {r['batch']}{' + checkpointing' if r['gradient_checkpointing'] else ''}: "
+            f"batch {r['batch']}{' + checkpointing' if r.get('gradient_checkpointing') else ''}"
+            f"{' packed' if r.get('packed') else ''}{' + Liger' if r.get('liger') else ''}: "
             + (r["error"] if "error" in r else f"{r['s_per_step']} s per step, {r['tokens_per_s']} tokens/s, MFU "
                f"{100 * r['mfu']:.1f} %, {r['peak_memory_gib']} GiB") for r in figures["variants"])
         best = figures.get("best")

@@ -83,7 +83,7 @@ def test_gpu_sh_runs_each_figure_with_its_variants() -> None:
         "bench/results/gpu-sft.json", "bench/results/gpu-sam2_reward.json", "bench/results/gpu-sam2_reward-vos.json",
         "bench/results/gpu-evaluate.json", "bench/results/gpu-sft-flex.json", "bench/results/gpu-sam2_reward-fp32.json",
         "bench/results/gpu-segment.json"]
-    assert "--variants 2 4 4p 4pl --lengths 400 150 600 300" in out[0]
+    assert "--variants 2 4 4p 4pl --lengths 400 150 600 300 --profile" in out[0]
     assert "--vos-optimized" in out[2] and "--attention flex_attention" in out[4]
     assert "--precision fp32" in out[5]
     bad = subprocess.run(["bash", "bench/gpu.sh", "--only", "sam3"], cwd=ROOT, capture_output=True, text=True)
@@ -100,10 +100,37 @@ def test_gpu_sh_smoke_runs_every_bench_at_tiny_size(tmp_path: Path) -> None:
     import json
 
     sft = json.loads((ROOT / "bench" / "out" / "gpu-sft.json").read_text())["figures"]
-    assert [v["variant"] for v in sft["variants"]] == ["1", "2", "2p", "2c"]
+    assert [v["variant"] for v in sft["variants"]] == ["1", "2", "2p", "2c", "2pl"]
+    assert sft["variants"][-1]["error"].startswith("Liger unavailable: needs a CUDA device")
+    assert sft["profile"]["variant"] == "2c"
     packed = next(v for v in sft["variants"] if v["packed"])
     assert packed["padding_share"] == 0.0 and sft["variants"][1]["padding_share"] > 0.0
     assert sft["micro_batch_choice"]["gradient_checkpointing"] is False
+
+
+def test_sft_bench_records_why_liger_cannot_run_and_profiles_the_last_variant_measured(tmp_path: Path) -> None:
+    """The CPU stands in for a machine where Liger cannot run (no CUDA; on the H200, liger-kernel 0.8.5 did not
+    import its Qwen2.5-VL kernels with transformers 5.24 and ended the whole bench): a row says why, the run goes
+    on, and the profile takes the last variant that ran."""
+    import json
+
+    out = tmp_path / "gpu-sft.json"
+    run = subprocess.run([sys.executable, "bench/bench_sft.py", "--smoke", "--steps", "1", "--variants", "2p", "2pl",
+                          "--lengths", "40", "20", "--profile", "--out", str(out)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    figures = json.loads(out.read_text())["figures"]
+    measured, liger = figures["variants"]
+    assert measured["variant"] == "2p" and measured["packed"] and measured["padding_share"] == 0.0
+    assert liger["variant"] == "2pl" and liger["error"].startswith("Liger unavailable: needs a CUDA device")
+    assert figures["best"] is None  # no MFU without a device peak (the CPU smoke)
+    profile = figures["profile"]
+    assert profile["variant"] == "2p" and 0 < profile["device_busy_s"] and profile["step_wall_s"] > 0
+    top = profile["top_by_self_time"]
+    assert len(top) == 25 and all(row["self_s"] > 0 and row["calls"] >= 1 for row in top)
+    assert [row["self_s"] for row in top] == sorted((row["self_s"] for row in top), reverse=True)
+    assert 0.5 < sum(row["share"] for row in top) <= 1.0 + 1e-6  # the top 25 hold most of the step, never more
+    assert any(row["name"] == "aten::mm" for row in top)  # the model's matrix products are among them
 
 
 def _gpu_pretrain(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
