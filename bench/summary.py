@@ -164,6 +164,9 @@ KNOWN = {
     "gpu-stages": ("bench_gpu_stages.py --repo DIR", "issue 27: the default run's tiny_models → sft → grpo on a GPU, "
                    "timed per stage"),
     "gpu-evaluate": ("gpu.sh → bench_metrics.py --gpu", "≤ 5 s per 100-frame video (published 31–36 s, L20)"),
+    "sam2-clips-per-step-cpu": ("sam2_clips_per_step.py --clips 1 4",
+                                "issue 47: seconds per training clip of the tiny SAM2 with clips batched per step "
+                                "(the GPU's sizing; on the CPU, one clip per step is the baseline)"),
     "gpu-h200-sft": ("gpu.sh → bench_sft.py --gpu (H200)", "3B-shaped LoRA step: MFU ≥ 35 %"),
     "gpu-h200-sft-packed": ("bench_sft.py --gpu --variants 4p 4pl --profile (H200)",
                             "3B-shaped LoRA step, packed rows: MFU ≥ 35 %"),
@@ -301,6 +304,11 @@ def measured(name: str, figures: dict) -> str:
     """The headline of one results file, every number taken from it."""
     if name.startswith("gpu-h200-"):  # another card's run of the same GPU bench: the same headline
         name = "gpu-" + name.removeprefix("gpu-h200-")
+    if name.startswith("sam2-clips-per-step"):
+        return f"{figures['device']}: " + "; ".join(
+            f"{r['clips_per_step']} clip{'s' if r['clips_per_step'] > 1 else ''} per step: {r['s_per_clip']} s per "
+            f"clip ({r['s_per_step']} s per step, {r['objects_per_step']} objects), {_x(r['clips_per_s_vs_one'])} "
+            "one clip's rate" for r in figures["rows"])
     if name == "gpu-pretrain-throughput":
         sam2 = figures.get("pretrain_sam2", {})
         if "steps_per_s_per_seed" not in sam2:

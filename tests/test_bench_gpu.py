@@ -133,6 +133,23 @@ def test_sft_bench_records_why_liger_cannot_run_and_profiles_the_last_variant_me
     assert any(row["name"] == "aten::mm" for row in top)  # the model's matrix products are among them
 
 
+@pytest.mark.slow  # the SAM2 recipe's steps on the CPU (about 1 min)
+def test_sam2_clips_per_step_bench_times_the_stages_step_against_one_clip(tmp_path: Path) -> None:
+    import json
+
+    out = tmp_path / "clips.json"
+    run = subprocess.run([sys.executable, "bench/sam2_clips_per_step.py", "--clips", "1", "2", "--steps", "1",
+                          "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-2000:]
+    figures = json.loads(out.read_text())["figures"]
+    one, two = figures["rows"]
+    assert (one["clips_per_step"], two["clips_per_step"], one["clips_per_s_vs_one"]) == (1, 2, 1.0)
+    assert two["s_per_clip"] == pytest.approx(two["s_per_step"] / 2, abs=1e-3) and two["objects_per_step"] >= 2
+    bad = subprocess.run([sys.executable, "bench/sam2_clips_per_step.py", "--clips", "4"], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "the first value is the baseline, 1" in bad.stderr
+
+
 def _gpu_pretrain(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
     import os
 

@@ -412,7 +412,11 @@ class PretrainSam2Params:
     # resumable training state, kept across runs and removed when a run ends: fixed at serve time, since the stage
     # deletes it and it is no DVC output that DVC would guard
     checkpoint_dir: Server[str] = "models/checkpoints/pretrain_sam2"
-    steps: Exp[PosInt] = 600  # optimizer steps, one generated clip each (its visible objects as one batch)
+    steps: Exp[PosInt] = 600  # optimizer steps, clips_per_step generated clips each
+    # clips per optimizer step, the visible objects of all of them one SAM2 batch. One clip's step is a chain of
+    # small kernels that leaves a GPU waiting on launches (1.5 steps/s per seed on an H200, 0.4 on one CPU core), so
+    # a GPU takes several clips for about the time of one; > 1 draws full-length clips only (they share a frame count)
+    clips_per_step: Exp[Annotated[int, Ge(1), Le(64)]] = 1
     clip_frames: Exp[Annotated[int, Ge(2)]] = 4  # frames per training clip: the prompted frame, then tracked ones
     # share of clips whose targets are prompted with one click inside each (SAM2's training mixes clicks and boxes:
     # a click takes SAM2's three-candidate path, whose output tokens a box prompt falls back to when its own mask

@@ -162,8 +162,8 @@ def train_seed(params: PretrainSam2Params, seed: int) -> dict:
     start, curve = load_state(state_path, state_key, model, optimizer, scheduler, CURVE_KEYS)
     started = time.perf_counter()
     for step in track(range(start, params.steps), total=params.steps - start, desc=f"pretrain_sam2 seed {seed}"):
-        clip = training_clip(seed, step, params.clip_frames, scale)
-        terms = clip_loss(model, clip, prompt_kind(seed, step, params.point_prompt_share), params.box_noise,
+        clips = step_clips(params, seed, step, scale)
+        terms = clip_loss(model, clips, prompt_kind(seed, step, params.point_prompt_share), params.box_noise,
                           params.correction_clicks)
         optimizer.zero_grad(set_to_none=True)
         terms["loss"].backward()
@@ -194,6 +194,13 @@ def train_seed(params: PretrainSam2Params, seed: int) -> dict:
     write_json(done, {"fingerprint": state_key, "figures": figures})
     state_path.unlink(missing_ok=True)
     return figures
+
+
+def step_clips(params: PretrainSam2Params, seed: int, step: int, scale: SynthScale) -> list[Clip]:
+    """The clips of optimizer step `step`: training clips step·k … step·k + k − 1 (k = clips_per_step), so every
+    clip of the stream is shown once and one clip per step is the stream it always was."""
+    k = params.clips_per_step
+    return [training_clip(seed, step * k + i, params.clip_frames, scale, k > 1) for i in range(k)]
 
 
 def _save_bf16(model, path: Path) -> None:
@@ -260,33 +267,42 @@ def correction_click(model, points: dict[str, torch.Tensor], first_masks: torch.
     return points
 
 
-def clip_loss(model, clip: Clip, prompt_kind: str = "box", box_noise: float = 0.0,
+def clip_loss(model, clip: Clip | list[Clip], prompt_kind: str = "box", box_noise: float = 0.0,
               corrections: int = 0) -> dict[str, torch.Tensor]:
-    """SAM2's loss over one clip: the targets are prompted on frame 0 (`clip_prompt`: a click each, which SAM2
-    answers with three candidate masks, or a box each, answered with one) and corrected there with `corrections`
-    clicks one after another (`correction_click`); every later frame is tracked from the memory bank.
+    """SAM2's loss over one clip, or over clips of one frame count whose targets form one batch (each object
+    reads its own clip's frames, as SAM2's multi-object tracking reads one video's): the targets are prompted on
+    frame 0 (`clip_prompt`: a click each, which SAM2 answers with three candidate masks, or a box each, answered
+    with one) and corrected there with `corrections` clicks one after another (`correction_click`); every later
+    frame is tracked from the memory bank.
 
     Frames go through SAM2's input transform at its image size; the targets' masks are resized to it (nearest).
-    Returns each loss term summed over a frame's passes, averaged over the frames ("loss" = the total).
+    Returns each loss term summed over a frame's passes, averaged over the frames ("loss" = the total); the mask
+    terms average over the present targets of all the clips, the object term over all their targets.
     """
     from stages.segment import frames_tensor
 
+    clips = [clip] if isinstance(clip, Clip) else list(clip)
+    n_frames = clips[0].frames.shape[0]
+    if any(c.frames.shape[0] != n_frames for c in clips):
+        raise ValueError(f"clip_loss: clips batched together need one frame count, got "
+                         f"{[c.frames.shape[0] for c in clips]}")
     size = int(model.image_size)
     device = next(model.parameters()).device
-    images = frames_tensor(list(clip.frames), size).to(device)
-    targets = torch.nn.functional.interpolate(torch.from_numpy(clip.masks).float(), size=(size, size),
-                                              mode="nearest").to(device)
-    n = clip.n_targets
-    height, width = clip.frames.shape[1:3]
-    boxes = torch.from_numpy(clip.boxes) * torch.tensor([size / width, size / height] * 2)
+    images = torch.cat([frames_tensor(list(c.frames), size) for c in clips]).to(device)  # clip-major: c·T + t
+    targets = torch.cat([torch.nn.functional.interpolate(torch.from_numpy(c.masks).float(), size=(size, size),
+                                                         mode="nearest") for c in clips], dim=1).to(device)
+    n = sum(c.n_targets for c in clips)
+    boxes = torch.cat([torch.from_numpy(c.boxes) * torch.tensor([size / c.frames.shape[2], size / c.frames.shape[1]]
+                                                                 * 2) for c in clips])
     prompt = clip_prompt(targets[0], boxes.to(device), prompt_kind, box_noise)
     backbone = model.forward_image(images)
+    # each target's clip, as an index into the clip-major frames (one clip: SAM2's own expand of its frame)
+    owner = torch.tensor([i for i, c in enumerate(clips) for _ in range(c.n_targets)], device=device) * n_frames
     memory: dict = {"cond_frame_outputs": {}, "non_cond_frame_outputs": {}}
     sums: dict[str, torch.Tensor] = {}
-    n_frames = images.shape[0]
     for t in range(n_frames):
-        frame = {key: [level[t:t + 1].expand(n, -1, -1, -1) for level in backbone[key]]
-                 for key in ("backbone_fpn", "vision_pos_enc")}
+        frame = {key: [level[t:t + 1].expand(n, -1, -1, -1) if len(clips) == 1 else level[owner + t]
+                       for level in backbone[key]] for key in ("backbone_fpn", "vision_pos_enc")}
         _, feats, pos, sizes = model._prepare_backbone_features(frame)
         points = prompt if t == 0 else None
         out, sam_outputs, high_res_features, pix_feat = model._track_step(

@@ -56,16 +56,18 @@ def mask_box(mask: np.ndarray) -> list[int]:
     return [int(xs.min()), int(ys.min()), int(xs.max()) + 1, int(ys.max()) + 1]
 
 
-def training_clip(seed: int, step: int, n_frames: int, scale: SynthScale) -> Clip:
-    """The clip of optimizer step `step`: its own seed, derive_seed(seed, "pretrain_sam2", "train", step, attempt)
-    (a clip depends on its step only, so a resumed run sees the clips an uninterrupted one sees)."""
+def training_clip(seed: int, step: int, n_frames: int, scale: SynthScale, full_length: bool = False) -> Clip:
+    """Training clip number `step` (with one clip per optimizer step, the step's): its own seed,
+    derive_seed(seed, "pretrain_sam2", "train", step, attempt) (a clip depends on its number only, so a resumed run
+    sees the clips an uninterrupted one sees). A clip that meets a video's end is shorter than `n_frames` (at least
+    2), unless `full_length`, which draws again until it is not (clips batched together share their frame count)."""
     for attempt in range(1000):
         rng = np.random.default_rng(derive_seed(seed, "pretrain_sam2", "train", step, attempt))
         video = simulate_video(rng, scale)
         start = int(rng.integers(0, video.n_frames))
         step_t = -1 if rng.integers(0, 2) else 1
         times = [t for t in range(start, start + step_t * n_frames, step_t) if 0 <= t < video.n_frames]
-        if len(times) < 2:
+        if len(times) < (n_frames if full_length else 2):
             continue
         frames, masks = render(video, times)
         targets = [o for o in range(masks.shape[1]) if masks[0, o].any()]

@@ -167,10 +167,10 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _run(base: Path, root: Path, steps: int = 4, seeds: tuple[int, ...] = (0,),
-         parallel: int = 1) -> tuple[PretrainSam2Params, dict]:
+         parallel: int = 1, clips_per_step: int = 1) -> tuple[PretrainSam2Params, dict]:
     params = PretrainSam2Params(base=str(base), out_dir=str(root / "out"), checkpoint_dir=str(root / "state"),
                                 steps=steps, warmup_steps=2, check_videos=1, save_every_steps=2, seeds=seeds,
-                                parallel=parallel)
+                                parallel=parallel, clips_per_step=clips_per_step)
     sam2 = Sam2Params(checkpoint=str(root / "out" / "model.pt"), config=str(root / "out" / "config.yaml"))
     report = stage.pretrain_sam2(params, sam2, root / "out", root / "metrics")
     return params, report.metrics
@@ -234,6 +234,65 @@ def test_correction_clicks_rerun_the_prompted_frame_with_a_grown_prompt(base: Pa
     assert torch.isfinite(box["loss"])
 
 
+def test_several_clips_per_step_are_the_stream_in_turn_and_all_full_length() -> None:
+    one = PretrainSam2Params(clip_frames=4)
+    assert [c.frames.tobytes() for c in stage.step_clips(one, 5, 3, SCALE)] == [
+        training_clip(5, 3, 4, SCALE).frames.tobytes()]  # one clip per step: the stream it always was
+    three = replace(one, clips_per_step=3)
+    shown = [stage.step_clips(three, 5, step, SCALE) for step in range(3)]
+    for step, clips in enumerate(shown):
+        assert len(clips) == 3 and all(c.frames.shape[0] == 4 for c in clips)  # batched clips share a frame count
+        for i, clip in enumerate(clips):
+            assert clip.frames.tobytes() == training_clip(5, 3 * step + i, 4, SCALE, True).frames.tobytes()
+    assert len({c.frames.tobytes() for clips in shown for c in clips}) == 9  # no clip shown twice
+    # a clip that meets its video's end is drawn again when full length is asked (the attempt stream moves on)
+    short = next(i for i in range(200) if training_clip(5, i, 12, SCALE).frames.shape[0] < 12)
+    assert training_clip(5, short, 12, SCALE, True).frames.shape[0] == 12
+
+
+def test_clips_batched_in_one_step_are_tracked_as_each_clip_alone(base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each target of a batch reads its own clip's frames and memory: the masks SAM2 gives the targets of clip c in
+    the batch are the masks it gives them when clip c is tracked alone (to float tolerance), on every frame. (Box
+    prompts without jitter: clicks are drawn from the torch RNG per target, so a batch draws other clicks.)"""
+    seen = []
+
+    def recording(multimasks, ious, object_logits, target):  # noqa: ANN001, ANN202 - frame_loss's signature
+        seen.append((multimasks.detach().clone(), target.clone()))
+        return frame_loss(multimasks, ious, object_logits, target)
+
+    monkeypatch.setattr(stage, "frame_loss", recording)
+    model = load_video_predictor(str(base / "model.pt"), str(base / "config.yaml"), "cpu")
+    model.eval()  # the same function either way; no dropout draws between the two runs
+    clips = stage.step_clips(PretrainSam2Params(clip_frames=3, clips_per_step=3), 2, 0, SCALE)
+    assert len({c.n_targets for c in clips}) > 1 or sum(c.n_targets for c in clips) > 3  # objects of unequal clips
+    with torch.no_grad():
+        torch.manual_seed(0)
+        batched = stage.clip_loss(model, clips, "box", 0.0)
+        together, seen[:] = list(seen), []
+        alone = []
+        for clip in clips:
+            torch.manual_seed(0)
+            stage.clip_loss(model, clip, "box", 0.0)
+            alone.append(list(seen))
+            seen.clear()
+    assert torch.isfinite(batched["loss"]) and len(together) == 3
+    start = 0
+    for clip, frames in zip(clips, alone, strict=True):
+        rows = slice(start, start + clip.n_targets)
+        for t, ((masks, target), (masks_alone, target_alone)) in enumerate(zip(together, frames, strict=True)):
+            assert torch.equal(target[rows], target_alone), t
+            torch.testing.assert_close(masks[rows], masks_alone, atol=1e-4, rtol=1e-4)
+        start += clip.n_targets
+    with torch.no_grad():  # clicked and corrected, the batch's three candidates per target
+        seen.clear()
+        clicked = stage.clip_loss(model, clips, "click", 0.1, corrections=2)
+    n = sum(c.n_targets for c in clips)
+    assert torch.isfinite(clicked["loss"])
+    assert [m.shape[:2] for m, _ in seen] == [(n, 3), (n, 1), (n, 1), (n, 3), (n, 3)]
+    with pytest.raises(ValueError, match="one frame count"):
+        stage.clip_loss(model, [training_clip(2, 0, 3, SCALE, True), training_clip(2, 1, 2, SCALE, True)])
+
+
 def test_a_short_run_writes_a_checkpoint_sam2s_builder_loads(base: Path, tmp_path: Path) -> None:
     params, metrics = _run(base, tmp_path)
     out = Path(params.out_dir)
@@ -261,22 +320,23 @@ def test_a_short_run_writes_a_checkpoint_sam2s_builder_loads(base: Path, tmp_pat
     assert (out / "lineage.json").is_file() and not Path(params.checkpoint_dir).exists()
 
 
-def test_a_killed_run_resumes_to_the_bytes_of_an_uninterrupted_one(base: Path, tmp_path: Path,
+@pytest.mark.parametrize("clips_per_step", [1, 2])
+def test_a_killed_run_resumes_to_the_bytes_of_an_uninterrupted_one(base: Path, tmp_path: Path, clips_per_step: int,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    whole, _ = _run(base, tmp_path / "whole")
+    whole, _ = _run(base, tmp_path / "whole", clips_per_step=clips_per_step)
     real = stage.training_clip
 
-    def killed_at_step_3(seed: int, step: int, *args):  # noqa: ANN002, ANN202 - training_clip's signature
-        if step == 3:
+    def killed_at_step_3(seed: int, clip: int, *args):  # noqa: ANN002, ANN202 - training_clip's signature
+        if clip == 3 * clips_per_step:  # step 3's first clip
             raise KeyboardInterrupt
-        return real(seed, step, *args)
+        return real(seed, clip, *args)
 
     monkeypatch.setattr(stage, "training_clip", killed_at_step_3)
     with pytest.raises(KeyboardInterrupt):
-        _run(base, tmp_path / "killed")
+        _run(base, tmp_path / "killed", clips_per_step=clips_per_step)
     assert (tmp_path / "killed" / "state" / "seed-0" / stage.STATE).is_file()  # saved at step 2
     monkeypatch.setattr(stage, "training_clip", real)
-    resumed, metrics = _run(base, tmp_path / "killed")
+    resumed, metrics = _run(base, tmp_path / "killed", clips_per_step=clips_per_step)
     assert metrics["resumed_from_step"] == 2
     assert (Path(resumed.out_dir) / "model.pt").read_bytes() == (Path(whole.out_dir) / "model.pt").read_bytes()
     curve = "metrics/" + stage.CURVE
