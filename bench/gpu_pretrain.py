@@ -156,7 +156,7 @@ PROBES = {
 VLM_PROBE_SETS = {"gpu": ["pretrain.check_samples=8"],
                   "smoke": ["pretrain.seeds=[0]", "pretrain.batch_size=2",
                             "pretrain.check_samples=2", "pretrain.max_new_tokens=8"]}
-SAM2_PROBE_SETS = {"gpu": ["pretrain_sam2.steps=30", "pretrain_sam2.warmup_steps=2", "pretrain_sam2.check_videos=1"],
+SAM2_PROBE_SETS = {"gpu": ["pretrain_sam2.steps=10", "pretrain_sam2.warmup_steps=2", "pretrain_sam2.check_videos=1"],
                    "smoke": ["pretrain_sam2.steps=2", "pretrain_sam2.warmup_steps=1", "pretrain_sam2.check_videos=1",
                              "pretrain_sam2.clip_frames=2", "pretrain_sam2.seeds=[0]"]}
 
@@ -220,7 +220,10 @@ def probe_sam2(mode: str, params, left, extra_sets: tuple[str, ...] = ()) -> dic
         seeds = json.loads((Path(tmp) / "models" / "pretrain_sam2" / "seeds.json").read_text())["seeds"]
     rate = min(s["steps_per_s"] for s in seeds.values())
     steps = params.pretrain_sam2.steps
-    return {"seeds": len(seeds), "steps": next(iter(seeds.values()))["steps"], "wall_s": wall,
+    probe_steps = next(iter(seeds.values()))["steps"]
+    return {"seeds": len(seeds), "steps": probe_steps, "wall_s": wall,
+            # the run's cost besides its steps (processes' start-up, the two one-clip checks, saving)
+            "fixed_s": round(max(0.0, wall - probe_steps / rate), 1) if rate else None,
             "steps_per_s_per_seed": rate, "device": next(iter(seeds.values()))["device"],
             "estimate": {"train_s_per_seed": round(steps / rate, 1) if rate else None, "steps": steps,
                          "seeds_in_parallel": len(params.pretrain_sam2.seeds)}}
@@ -284,16 +287,19 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 
 # Seconds of a pretrain_sam2 run that are not its training steps (processes' start-up, the base's and each trained
-# seed's held-out tracking check, saving): an allowance, since the probe times only its steps.
+# seed's held-out tracking check, saving): at least this, else twice what the probe spent besides its steps (its
+# checks track one clip, the run's check_videos: on the H200 that was about 60 s of an 82 s probe)
 SAM2_FIXED_S = 50.0
 
 
-def fit_sam2_steps(steps_per_s: float, seconds: float, params) -> int:
-    """The largest multiple of save_every_steps whose training fits `seconds` (less SAM2_FIXED_S) at `steps_per_s`
-    per seed (the seeds run side by side, as the probe measured them), at least one save interval."""
+def fit_sam2_steps(steps_per_s: float, seconds: float, params, probe_fixed_s: float | None = None) -> int:
+    """The largest multiple of save_every_steps whose training fits `seconds`, less the run's other costs
+    (SAM2_FIXED_S, or twice the probe's `probe_fixed_s` where larger), at `steps_per_s` per seed (the seeds side
+    by side, as the probe measured them); at least one save interval."""
     block = params.pretrain_sam2
     every = block.save_every_steps
-    fits = int(steps_per_s * max(0.0, seconds - SAM2_FIXED_S) * 0.9)  # 10 % margin: the probe is short
+    fixed = max(SAM2_FIXED_S, 2 * (probe_fixed_s or 0.0))
+    fits = int(steps_per_s * max(0.0, seconds - fixed) * 0.9)  # 10 % margin: the probe is short
     return max(every, fits // every * every)
 
 
@@ -305,10 +311,11 @@ def cmd_fit(args: argparse.Namespace) -> int:
         print(f"gpu_pretrain: fit: {args.throughput} has no pretrain_sam2 steps_per_s_per_seed "
               f"({probe.get('error', 'not probed')})", file=sys.stderr)
         return 1
-    steps = fit_sam2_steps(float(rate), args.seconds, params)
+    steps = fit_sam2_steps(float(rate), args.seconds, params, probe.get("fixed_s"))
     if args.at_most:
         steps = min(steps, args.at_most)
-    print(f"gpu_pretrain: fit: {rate} steps/s per seed, {args.seconds:.0f} s -> pretrain_sam2.steps={steps}",
+    print(f"gpu_pretrain: fit: {rate} steps/s per seed, {probe.get('fixed_s')} s besides steps in the probe, "
+          f"{args.seconds:.0f} s -> pretrain_sam2.steps={steps}",
           file=sys.stderr)
     print(steps)
     return 0

@@ -112,6 +112,9 @@ else
   DEST="${OUT:-}"
   RESULTS=bench/results
   BUDGET="${BUDGET:-510}"; PROBE_S=90; MARGIN_S=30; KILL_S=20; MIN_STAGE_S=60
+  # --fit's probe is one stage run of 10 steps with its seeds side by side: on the H200 a three-seed run of 30 steps
+  # did not end within 77 s (start-up and checks took about 60 s of a two-seed run's 82 s)
+  [[ $FIT -eq 1 ]] && PROBE_S=150
   PROBE_ARGS=()
   FIT_ARGS=()
   SETS=()
@@ -159,8 +162,8 @@ left() { echo $(( BUDGET - ($(date +%s) - START) - MARGIN_S - KILL_S )); }
 failed=(); cut=(); trained=(); probed=()
 if [[ -n "${SELECTED[probe]:-}" ]]; then
   echo "gpu_pretrain.sh: [probe] $PROBE_CMD"
-  # shellcheck disable=SC2086  # the command line is split into words on purpose
   rm -f "$THROUGHPUT"  # this call's figures only
+  # shellcheck disable=SC2086  # the command line is split into words on purpose
   if timeout --signal=TERM --kill-after="$KILL_S" "$PROBE_S" $PROBE_CMD; then
     echo "gpu_pretrain.sh: [probe] done at $(( $(date +%s) - START )) s"
   else
@@ -178,9 +181,8 @@ for name in pretrain_sam2 pretrain; do
   fi
   command=$(stage_cmd "$name")
   if [[ $FIT -eq 1 && $name == pretrain_sam2 ]]; then
-    # shellcheck disable=SC2086
-    if ! steps=$($PYTHON bench/gpu_pretrain.py fit --throughput "$THROUGHPUT" --seconds "$seconds" ${FIT_ARGS[*]} \
-                    ${SETS[*]}); then
+    if ! steps=$("$PYTHON" bench/gpu_pretrain.py fit --throughput "$THROUGHPUT" --seconds "$seconds" \
+                    "${FIT_ARGS[@]}" "${SETS[@]}"); then
       echo "gpu_pretrain.sh: [$name] not started: --fit found no throughput to size it" >&2
       failed+=("$name"); continue
     fi

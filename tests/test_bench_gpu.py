@@ -206,7 +206,7 @@ def test_a_stage_is_up_to_date_only_when_its_lineage_records_these_params(
 
 
 def test_pack_brings_back_finished_seeds_first_then_states_in_parts_within_the_calls_limits(
-        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     import os
     import tarfile
 
@@ -224,6 +224,7 @@ def test_pack_brings_back_finished_seeds_first_then_states_in_parts_within_the_c
     for path, data in content.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
+    monkeypatch.chdir(ROOT)  # pack changes into --root: the test's own cwd is restored after it
     assert gpu_pretrain.main(["pack", "--root", str(root), "--dest", str(dest)]) == 0
     files = sorted(p.name for p in dest.iterdir())
     assert files == ["checkpoints.tar.00", "checkpoints.tar.01", "checkpoints.tar.02", "gpu-pretrain.log"]
@@ -251,11 +252,13 @@ def test_fit_sizes_sam2_steps_to_the_deadline_in_whole_save_intervals(tmp_path: 
     assert gpu_pretrain.fit_sam2_steps(10.0, 250.0, params) == 1800
     assert gpu_pretrain.fit_sam2_steps(3.3, 250.0, params) == 550  # 594 rounded down to a save interval
     assert gpu_pretrain.fit_sam2_steps(10.0, 40.0, params) == 50  # no time: one interval, never zero steps
+    # the probe spent 60 s besides its steps: twice that is kept for the run's start-up and checks
+    assert gpu_pretrain.fit_sam2_steps(10.0, 250.0, params, probe_fixed_s=60.0) == 1150  # (250 - 120) * 0.9 * 10
     for rate, seconds in ((0.4, 600.0), (7.7, 333.0), (25.0, 1000.0)):
         steps = gpu_pretrain.fit_sam2_steps(rate, seconds, params)
         assert steps % 50 == 0 and (steps == 50 or steps / rate <= seconds - gpu_pretrain.SAM2_FIXED_S)
     throughput = tmp_path / "t.json"
-    throughput.write_text(json.dumps({"figures": {"pretrain_sam2": {"steps_per_s_per_seed": 10.0}}}))
+    throughput.write_text(json.dumps({"figures": {"pretrain_sam2": {"steps_per_s_per_seed": 10.0, "fixed_s": 10.0}}}))
     run = subprocess.run([sys.executable, "bench/gpu_pretrain.py", "fit", "--throughput", str(throughput),
                           "--seconds", "250"], cwd=ROOT, capture_output=True, text=True)
     assert (run.returncode, run.stdout) == (0, "1800\n")

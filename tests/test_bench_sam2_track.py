@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from bench.sam2_track_by_distance import landings, lands
@@ -55,7 +57,8 @@ def test_the_kept_candidate_is_the_mask_sam2_gave() -> None:
     from stages.segment import load_video_predictor
 
     torch.set_num_threads(1)
-    predictor = load_video_predictor("models/pretrain_sam2/model.pt", "models/pretrain_sam2/config.yaml", "cpu")
+    committed = Path(__file__).resolve().parents[1] / "models" / "pretrain_sam2"  # whatever the worker's cwd
+    predictor = load_video_predictor(str(committed / "model.pt"), str(committed / "config.yaml"), "cpu")
     videos = check_videos(0, 2, SynthScale())
     all_rows = tracked_ious(predictor, videos)
     out = candidate_ious(all_rows)
