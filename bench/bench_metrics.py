@@ -205,10 +205,59 @@ def bench_video(frames: int, n_frames: int, new_tokens: int, tiny: bool, repeats
         end = time.perf_counter()
         runs.append({"vlm_s": middle - start, "sam2_s": end - middle, "total_s": end - start})
     best = min(runs, key=lambda r: r["total_s"])
+    phases = video_phases(vlm, processor, predictor, video, size, n_frames, new_tokens, best)
     return {"shapes": "tiny" if tiny else "qwen2.5-vl-3b + sam2.1-large", "video_frames": frames,
+            "phases_s": phases, "phases_from": "one more run after the timed ones: the answer with 1 new token "
+            "(prefill: processor, vision tower, the prompt's forward), decode = the best run's VLM time less it; "
+            "forward hooks on SAM2's image encoder (each call synchronised), propagate = the best run's SAM2 time "
+            "less the encoder's",
             "frames_shown": n_frames, "new_tokens": new_tokens, "frame_size": f"{width}x{height}",
             "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu", **best,
             "published_s": {"veason_r1_3b_L20": 36.0, "rcot_seg_L20": 31.0}, "goal_s": 5.0}
+
+
+def video_phases(vlm, processor, predictor, video: list, size: int, n_frames: int, new_tokens: int,
+                 best: dict) -> dict:
+    """The best run's time split into VLM prefill and decode and SAM2 image encoding and the rest of its
+    propagation, from one more run: a 1-token answer (its time is the prefill), and the SAM2 pass with timing
+    hooks on the image encoder (torch's module hooks; each call synchronised, so this run is not itself timed)."""
+    import torch
+    from PIL import Image
+
+    from stages.evaluate import predict_masks
+    from stages.evaluate.infer import Query, answer_queries, uniform_frames
+
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    height, width = video[0].shape[:2]
+    shown_idx = uniform_frames(len(video), n_frames)
+    sync()
+    start = time.perf_counter()
+    shown = [Image.fromarray(video[t]).resize((size, size)) for t in shown_idx]
+    answer_queries(vlm, processor, [Query("q", "the object that moves fastest", shown_idx, shown)], 1, 1)
+    sync()
+    prefill = time.perf_counter() - start
+    encoder_s, started = [0.0], [0.0]
+
+    def before(*_):  # noqa: ANN002, ANN202 - torch's hook signature
+        sync()
+        started[0] = time.perf_counter()
+
+    def after(*_):  # noqa: ANN002, ANN202
+        sync()
+        encoder_s[0] += time.perf_counter() - started[0]
+
+    hooks = [predictor.image_encoder.register_forward_pre_hook(before),
+             predictor.image_encoder.register_forward_hook(after)]
+    try:
+        box = [[width * 0.2, height * 0.2, width * 0.5, height * 0.6], [width * 0.6, height * 0.3, width * 0.9,
+                                                                         height * 0.8]]
+        predict_masks(predictor, video, [(shown_idx[len(shown_idx) // 2], box)])
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return {"vlm_prefill": round(prefill, 4), "vlm_decode": round(max(0.0, best["vlm_s"] - prefill), 4),
+            "new_tokens": new_tokens, "sam2_encode": round(encoder_s[0], 4),
+            "sam2_propagate": round(max(0.0, best["sam2_s"] - encoder_s[0]), 4)}
 
 
 def main() -> None:

@@ -358,8 +358,10 @@ def measured(name: str, figures: dict) -> str:
     if name == "gpu-evaluate":
         return (f"{figures['shapes']}, {figures['video_frames']} frames at {figures['frame_size']}, "
                 f"{figures['frames_shown']} shown, {figures['new_tokens']} new tokens: {figures['total_s']:.2f} s per "
-                f"video (VLM {figures['vlm_s']:.2f} s, SAM2 {figures['sam2_s']:.2f} s); goal {figures['goal_s']} s "
-                f"{_met(figures['total_s'] <= figures['goal_s'])}")
+                f"video (VLM {figures['vlm_s']:.2f} s, SAM2 {figures['sam2_s']:.2f} s" + (
+                    "; prefill {vlm_prefill:.2f} s, decode {vlm_decode:.2f} s, SAM2 encode {sam2_encode:.2f} s, "
+                    "propagate {sam2_propagate:.2f} s".format(**figures["phases_s"]) if "phases_s" in figures else "")
+                + f"); goal {figures['goal_s']} s {_met(figures['total_s'] <= figures['goal_s'])}")
     if name.startswith("gpu-sft"):
         rows = "; ".join(
             f"batch {r['batch']}{' + checkpointing' if r.get('gradient_checkpointing') else ''}"

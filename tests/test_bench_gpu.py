@@ -106,6 +106,10 @@ def test_gpu_sh_smoke_runs_every_bench_at_tiny_size(tmp_path: Path) -> None:
     packed = next(v for v in sft["variants"] if v["packed"])
     assert packed["padding_share"] == 0.0 and sft["variants"][1]["padding_share"] > 0.0
     assert sft["micro_batch_choice"]["gradient_checkpointing"] is False
+    evaluate = json.loads((ROOT / "bench" / "out" / "gpu-evaluate.json").read_text())["figures"]
+    phases = evaluate["phases_s"]  # the split of one video's time
+    assert phases["vlm_prefill"] + phases["vlm_decode"] >= evaluate["vlm_s"] - 1e-3
+    assert phases["sam2_encode"] > 0 and phases["sam2_encode"] + phases["sam2_propagate"] >= evaluate["sam2_s"] - 1e-3
 
 
 def test_sft_bench_records_why_liger_cannot_run_and_profiles_the_last_variant_measured(tmp_path: Path) -> None:
