@@ -110,6 +110,7 @@ def test_gpu_sh_smoke_runs_every_bench_at_tiny_size(tmp_path: Path) -> None:
     phases = evaluate["phases_s"]  # the split of one video's time
     assert phases["vlm_prefill"] + phases["vlm_decode"] >= evaluate["vlm_s"] - 1e-3
     assert phases["sam2_encode"] > 0 and phases["sam2_encode"] + phases["sam2_propagate"] >= evaluate["sam2_s"] - 1e-3
+    assert evaluate["static_cache"]["same_text_as_dynamic"] is True and evaluate["static_cache"]["vlm_s"] > 0
 
 
 def test_sft_bench_records_why_liger_cannot_run_and_profiles_the_last_variant_measured(tmp_path: Path) -> None:

@@ -509,6 +509,11 @@ class EvaluateParams:
     frame_size: Exp[NonNegInt] = 0  # square side of the frames shown, pixels; 0 = keyframes.train_size (paper: 560)
     batch_size: Exp[PosInt] = 32  # prompts per generate() call (one video's, in near-equal batches)
     max_new_tokens: Exp[PosInt] = 256  # (paper: 1024)
+    # the KV cache the answer is decoded with: dynamic (transformers' default), static (which transformers compiles
+    # on CUDA: torch.compile of the decode step, where a dynamic cache runs each step's kernels one by one; on the
+    # CPU it only preallocates) or auto (static with CUDA). A batch whose shared prefix was already run keeps that
+    # prefix's cache. Dynamic until the GPU bench (bench_metrics.py --gpu: both) shows static pays, compile included
+    kv_cache: Exp[Literal["dynamic", "static", "auto"]] = "dynamic"
     # rcot: RCoT-Seg agentic selection; htfs: VideoSeg-R1 sampler
     mode: Exp[Literal["veason", "rcot", "htfs"]] = "veason"
     max_rounds: Exp[PosInt] = 5  # RCoT-Seg λ: keyframe selections before the last one is kept

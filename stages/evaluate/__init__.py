@@ -43,7 +43,7 @@ from stages.core.progress import track
 from stages.core.report import StageReport
 from stages.core.rle import to_coco
 from stages.core.runner import RunnerParams
-from stages.evaluate.infer import JUDGE_VERSION, Query, Reply, answer_queries, uniform_frames
+from stages.evaluate.infer import JUDGE_VERSION, Query, Reply, answer_queries, uniform_frames, use_static_cache
 from stages.evaluate.report import write_report
 from stages.evaluate.scorer import GroundTruth, load_ground_truth, score_predictions
 from stages.teacher.prompts import QUESTION_VERSION
@@ -183,6 +183,7 @@ def model_policy(params: EvaluateParams, model_path: str | Path, dtype: str) -> 
         raise FileNotFoundError(f"evaluate.model_path {model_path} is not a folder (train with sft/grpo, or point it "
                                 f"at a local Qwen2.5-VL checkpoint)")
     vlm, processor = load_vlm(str(model_path), dtype)
+    use_static_cache(vlm, params.kv_cache)
     from stages.tasks.inference import HtfsParams
 
     htfs = HtfsParams(k=params.htfs_k, delta=params.htfs_delta, m=params.htfs_m)

@@ -110,8 +110,31 @@ def generate(model, processor, chats: Sequence[list[dict]], images: Sequence[lis
     else:
         inputs = processor(text=texts, images=[list(i) for i in images], padding=True, return_tensors="pt")
         inputs = {k: v.to(model.device) for k, v in inputs.items()}
-    out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
+    # a cache the shared prefix already filled is handed over, and the model's own cache setting (a static cache,
+    # `use_static_cache`) yields to it: transformers refuses both at once
+    handed_over = {"cache_implementation": None} if "past_key_values" in inputs else {}
+    out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, **handed_over)
     return processor.batch_decode(out[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+
+
+def use_static_cache(model, setting: str, key: str = "evaluate.kv_cache") -> bool:
+    """Decode with a static KV cache when `setting` is "static", or "auto" with CUDA ("dynamic": transformers'
+    default, left as it is). On CUDA transformers then compiles the decode step with torch.compile (its own
+    auto-compile of a compileable cache), where a dynamic cache runs a step's kernels one by one. Set through the
+    model's generation config, so every `generate` of the model uses it, except one handed a cache already filled
+    (`generate`). On the CPU a static cache only preallocates, so auto leaves it dynamic. Returns whether it is on.
+
+    Raises:
+        ValueError: an unknown setting (one line naming `key`).
+    """
+    import torch
+
+    if setting not in ("dynamic", "static", "auto"):
+        raise ValueError(f"{key}: expected one of ['dynamic', 'static', 'auto'], got {setting!r}")
+    on = setting == "static" or (setting == "auto" and torch.cuda.is_available())
+    if on:
+        model.generation_config.cache_implementation = "static"
+    return on
 
 
 def _same_images(images: Sequence[Sequence[Image.Image]]) -> bool:
