@@ -189,28 +189,29 @@ def bench_video(frames: int, n_frames: int, new_tokens: int, tiny: bool, repeats
     rng = np.random.default_rng(0)
     video = [rng.integers(0, 255, (height, width, 3), dtype=np.uint8) for _ in range(frames)]
     runs = []
+    shown_idx = uniform_frames(frames, n_frames)
+    prompts = [(shown_idx[len(shown_idx) // 2], [[width * 0.2, height * 0.2, width * 0.5, height * 0.6],
+                                                  [width * 0.6, height * 0.3, width * 0.9, height * 0.8]])]
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     for _ in range(repeats):
-        sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
         start = time.perf_counter()
-        shown_idx = uniform_frames(frames, n_frames)
-        shown = [Image.fromarray(video[t]).resize((size, size)) for t in shown_idx]
-        answer_queries(vlm, processor, [Query("q", "the object that moves fastest", shown_idx, shown)],
-                       new_tokens, 1)
+        query = [Query("q", "the object that moves fastest", shown_idx,
+                       [Image.fromarray(video[t]).resize((size, size)) for t in shown_idx])]  # resizing is timed
+        answer_queries(vlm, processor, query, new_tokens, 1)
         sync()
         middle = time.perf_counter()
-        box = [[width * 0.2, height * 0.2, width * 0.5, height * 0.6], [width * 0.6, height * 0.3, width * 0.9,
-                                                                         height * 0.8]]
-        predict_masks(predictor, video, [(shown_idx[len(shown_idx) // 2], box)])
+        predict_masks(predictor, video, prompts)
         sync()
         end = time.perf_counter()
         runs.append({"vlm_s": middle - start, "sam2_s": end - middle, "total_s": end - start})
     best = min(runs, key=lambda r: r["total_s"])
-    phases = video_phases(vlm, processor, predictor, video, size, n_frames, new_tokens, best)
-    static = static_cache_answer(vlm, processor, video, size, n_frames, new_tokens, repeats)
+    phases = video_phases(vlm, processor, predictor, video, query, prompts, new_tokens, best)
+    static = static_cache_answer(vlm, processor, query, new_tokens, repeats)
     return {"shapes": "tiny" if tiny else "qwen2.5-vl-3b + sam2.1-large", "video_frames": frames,
             "static_cache": static, "phases_s": phases,
             "phases_from": "one more run after the timed ones: the answer with 1 new token "
-            "(prefill: processor, vision tower, the prompt's forward), decode = the best run's VLM time less it; "
+            "(prefill: processor, vision tower, the prompt's forward), decode = the best run's VLM time less it "
+            "(with the shown frames' resizing, which the extra run reuses); "
             "forward hooks on SAM2's image encoder (each call synchronised), propagate = the best run's SAM2 time "
             "less the encoder's",
             "frames_shown": n_frames, "new_tokens": new_tokens, "frame_size": f"{width}x{height}",
@@ -218,20 +219,15 @@ def bench_video(frames: int, n_frames: int, new_tokens: int, tiny: bool, repeats
             "published_s": {"veason_r1_3b_L20": 36.0, "rcot_seg_L20": 31.0}, "goal_s": 5.0}
 
 
-def static_cache_answer(vlm, processor, video: list, size: int, n_frames: int, new_tokens: int,
-                        repeats: int) -> dict:
+def static_cache_answer(vlm, processor, query: list, new_tokens: int, repeats: int) -> dict:
     """The answer's seconds with `evaluate.kv_cache: static` (the timed runs use the stage's default, a dynamic
     cache): its first call (on CUDA, transformers compiles the decode step there) and the best of `repeats` after
-    it, with the same greedy text as the dynamic cache's (asserted)."""
+    it, and whether every answer is the dynamic cache's greedy text."""
     import torch
-    from PIL import Image
 
-    from stages.evaluate.infer import Query, answer_queries, uniform_frames, use_static_cache
+    from stages.evaluate.infer import answer_queries, use_static_cache
 
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
-    shown_idx = uniform_frames(len(video), n_frames)
-    shown = [Image.fromarray(video[t]).resize((size, size)) for t in shown_idx]
-    query = [Query("q", "the object that moves fastest", shown_idx, shown)]
     dynamic = answer_queries(vlm, processor, query, new_tokens, 1)[0].response
     use_static_cache(vlm, "static")
     seconds, texts = [], []
@@ -248,24 +244,20 @@ def static_cache_answer(vlm, processor, video: list, size: int, n_frames: int, n
             "same_text_as_dynamic": all(text == dynamic for text in texts)}
 
 
-def video_phases(vlm, processor, predictor, video: list, size: int, n_frames: int, new_tokens: int,
+def video_phases(vlm, processor, predictor, video: list, query: list, prompts: list, new_tokens: int,
                  best: dict) -> dict:
     """The best run's time split into VLM prefill and decode and SAM2 image encoding and the rest of its
     propagation, from one more run: a 1-token answer (its time is the prefill), and the SAM2 pass with timing
     hooks on the image encoder (torch's module hooks; each call synchronised, so this run is not itself timed)."""
     import torch
-    from PIL import Image
 
     from stages.evaluate import predict_masks
-    from stages.evaluate.infer import Query, answer_queries, uniform_frames
+    from stages.evaluate.infer import answer_queries
 
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
-    height, width = video[0].shape[:2]
-    shown_idx = uniform_frames(len(video), n_frames)
     sync()
     start = time.perf_counter()
-    shown = [Image.fromarray(video[t]).resize((size, size)) for t in shown_idx]
-    answer_queries(vlm, processor, [Query("q", "the object that moves fastest", shown_idx, shown)], 1, 1)
+    answer_queries(vlm, processor, query, 1, 1)
     sync()
     prefill = time.perf_counter() - start
     encoder_s, started = [0.0], [0.0]
@@ -281,9 +273,7 @@ def video_phases(vlm, processor, predictor, video: list, size: int, n_frames: in
     hooks = [predictor.image_encoder.register_forward_pre_hook(before),
              predictor.image_encoder.register_forward_hook(after)]
     try:
-        box = [[width * 0.2, height * 0.2, width * 0.5, height * 0.6], [width * 0.6, height * 0.3, width * 0.9,
-                                                                         height * 0.8]]
-        predict_masks(predictor, video, [(shown_idx[len(shown_idx) // 2], box)])
+        predict_masks(predictor, video, prompts)
     finally:
         for hook in hooks:
             hook.remove()

@@ -102,8 +102,8 @@ def lora_model(model, params: SftParams, gradient_checkpointing: bool):
     return model
 
 
-def time_steps(model, batches: list[dict], device: str, autocast: bool) -> tuple[float, int]:
-    """Seconds and tokens for forward + backward + optimizer step over `batches` (after one warm-up step)."""
+def train_step(model, device: str, autocast: bool):
+    """One forward + backward + AdamW step of `model`'s trainable parameters, as a function of the batch."""
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=1e-4)
 
@@ -113,6 +113,13 @@ def time_steps(model, batches: list[dict], device: str, autocast: bool) -> tuple
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def time_steps(model, batches: list[dict], device: str, autocast: bool) -> tuple[float, int]:
+    """Seconds and tokens for forward + backward + optimizer step over `batches` (after one warm-up step)."""
+    step = train_step(model, device, autocast)
 
     step(batches[0])
     if device == "cuda":
@@ -133,15 +140,12 @@ def profile_step(model, batch: dict, device: str, top: int = 25) -> dict:
     total, and the step's wall time."""
     from torch.profiler import ProfilerActivity, profile
 
-    time_steps(model, [batch], device, autocast=False)  # warm-up (and the optimizer's state) outside the trace
+    step = train_step(model, device, autocast=False)
+    step(batch)  # warm-up (and the optimizer's state) outside the trace
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=1e-4)
     started = time.perf_counter()
     with profile(activities=activities) as prof:
-        model(**batch).loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        step(batch)
         if device == "cuda":
             torch.cuda.synchronize()
     wall = time.perf_counter() - started
@@ -557,7 +561,7 @@ def bench_gpu(steps: int, variants: list[str], peak_tflops: float | None, smoke:
             progress(gpu_figures(rows))
     figures = gpu_figures(rows)
     measured = [row for row in rows if "error" not in row]
-    if profile and measured:  # the last variant measured: its batch is `batch` until a later variant made one
+    if profile and measured:  # the last variant that ran, on a batch made again (a later row may have made another)
         last = measured[-1]
         members = [lengths[i % len(lengths)] for i in range(last["batch"])]
         batch = make_batch([samples[n] for n in members], last["packed"], rope_index)

@@ -30,7 +30,7 @@
 # output is committed. A stage after it (pretrain) gets what is left.
 #
 # Bounded: the whole command ends within --budget seconds (default 510: one 9-minute device call, timeout_s 560).
-# The probe takes at most 90 s; each stage then runs under `timeout --signal=TERM` until 50 s before the budget
+# The probe takes at most 90 s (150 s with --fit); each stage then runs under `timeout --signal=TERM` until 50 s before the budget
 # ends. A stage cut off keeps its per-seed state in its checkpoint_dir (models/checkpoints/pretrain*/seed-<k>:
 # finished seeds and the training state saved every save_every_steps); run the command again to resume there.
 #
