@@ -256,13 +256,14 @@ def _finish(params: SftParams, model_params: ModelParams, processor, out_dir: Pa
     after_sources = source_losses(merged, processor, by_source)
     _write_curve(metrics_dir / "sft_curve.tsv", curve)
     runtime = float(train_metrics.get("train_runtime", 0.0))
-    tokens = sum(int(item["attention_mask"].sum()) for item in dataset.cache.values())
+    # every training sample's tokens: with several processes the main one encoded (and cached) only the samples
+    # its sampler gave it, so the others are encoded here (cached ones are read back)
+    tokens = sum(int(dataset[i]["attention_mask"].sum()) for i in range(len(train)))
     metrics = {"format_rate_before": round(before, 4), "format_rate_after": round(after, 4), "steps": steps,
                "final_loss": curve[-1]["loss"] if curve else float("nan"), "train_samples": len(train),
                "held_out_samples": len(held_out), "processes": processes,
                "samples_per_s": round(float(train_metrics.get("train_samples_per_second", 0.0)), 3),
-               "tokens_per_s": round(tokens * params.epochs / runtime, 1)
-               if runtime > 0 and len(dataset.cache) == len(train) else 0.0}
+               "tokens_per_s": round(tokens * params.epochs / runtime, 1) if runtime > 0 else 0.0}
     trained = {name: sum(1 for s in train if s.meta.get("source", "root") == name) for name in by_source}
     for name in by_source:
         metrics.update({f"source.{name}.samples": trained[name], f"source.{name}.loss_samples": len(by_source[name]),
