@@ -81,6 +81,12 @@ KNOWN = {
                       "issue 47: the default run per training seed, in every seed — the ceiling ≥ 40 J&F; J&F after "
                       "SFT and after GRPO each ≥ 2× the empty answer's and ≥ 40 % of the ceiling; GRPO ≥ SFT − 1; "
                       "answers parsed ≥ 95 %; run ≤ 600 s"),
+    "learning-runs-8videos": ("bench_learning_runs.py --seeds 0 1 2 (at f764d70: 8 training videos, SFT 8 epochs, "
+                              "GRPO 48 rounds)",
+                              "issue 47 (as learning-runs): the default run before its SFT data grew"),
+    "sft-data": ("bench_sft_data.py --variant NAME KEY=VALUE …",
+                 "issue 47: answers parsed ≥ 95 % after SFT — the SFT data and passes that keep the pre-trained "
+                 "base's answer format, scored on the eval pool"),
     "learning-rope": ("bench_learning.py --seeds 0 --set pretrain.epochs=12 --out bench/results/learning-rope.json",
                       "issue 24: the pretrain stage with its grounding M-RoPE (theta 3, [2, 15, 15]), in the "
                       "evaluation's 6-frame format, 3× the default epochs: does the base localise on held-out synth "
@@ -405,8 +411,13 @@ def measured(name: str, figures: dict) -> str:
                    if "target_speedup" in figures else ""))
     if name in ("learning", "learning-rope"):
         return _learning(figures)
-    if name == "learning-runs":
+    if name in ("learning-runs", "learning-runs-8videos"):
         return _learning_runs(figures)
+    if name == "sft-data":
+        return "; ".join(f"{k} ({', '.join(f'{o}={w}' for o, w in v['overrides'].items())}): "
+                         f"{v['sft']['train_samples']} samples, {v['sft']['steps']} steps, final loss "
+                         f"{v['sft']['final_loss']}, J&F {v['eval']['JF_overall']:.2f}, answers parsed "
+                         f"{100 * (1 - v['eval']['parse_failure_rate']):.0f} %" for k, v in figures["variants"].items())
     if name.startswith(("sam2_pretrain", "sam2_lr")):
         return _sam2_pretrain(figures)
     if name == "tokenizer":
