@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -35,9 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.bench_learning_runs import answer_statuses, score_model  # noqa: E402
 from bench.results_io import write_result  # noqa: E402
-from tests.pipeline_repo import env_with_venv, make_repo  # noqa: E402
-
-DATA_BLOCKS = ("synth", "ingest", "sample", "keyframes", "cot", "filter", "difficulty", "shard")  # before sft
+from tests.pipeline_repo import env_with_venv, make_repo, override_params  # noqa: E402
 
 
 def parse_variant(items: list[str]) -> tuple[str, dict[str, object]]:
@@ -52,16 +49,29 @@ def parse_variant(items: list[str]) -> tuple[str, dict[str, object]]:
     return name, overrides
 
 
+def data_overrides(overrides: dict[str, object]) -> dict[str, object]:
+    """The overrides a variant's data copy is made with: all but SFT's own block (variants that differ only in
+    `sft.*` share one copy; any other key may change the shards, so it gets a copy of its own)."""
+    return {k: v for k, v in overrides.items() if k.split(".")[0] != "sft"}
+
+
+def bench_env() -> dict[str, str]:
+    """The project's venv, offline, and a Prefect of the copy's own (no server the caller set)."""
+    env = env_with_venv()
+    env.pop("PREFECT_API_URL", None)
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+               PREFECT_SERVER_ANALYTICS_ENABLED="false", DO_NOT_TRACK="1")
+    return env
+
+
 def data_repo(work: Path, overrides: dict[str, object], cache: dict[str, Path]) -> Path:
     """A project copy with the data overrides applied and `vrsflow repro -- shard` run; one per data setting."""
-    data = {k: v for k, v in overrides.items() if k.split(".")[0] in DATA_BLOCKS}
+    data = data_overrides(overrides)
     key = json.dumps(data, sort_keys=True)
     if key not in cache:
         repo = make_repo(ROOT, work / f"data{len(cache)}" / "repo", params_overrides=data)
-        env = env_with_venv()
-        env.pop("PREFECT_API_URL", None)
-        env.update(PREFECT_HOME=str(repo.parent / "prefect-home"), PREFECT_SERVER_ANALYTICS_ENABLED="false",
-                   DO_NOT_TRACK="1")
+        env = bench_env()
+        env["PREFECT_HOME"] = str(repo.parent / "prefect-home")
         subprocess.run([sys.executable, "-m", "flows.prefect_api", "init-db"], cwd=ROOT, env=env, check=True,
                        stdout=subprocess.DEVNULL)
         proc = subprocess.run([sys.executable, "-m", "flows.cli", "repro", "--", "shard"], cwd=repo, env=env,
@@ -75,20 +85,13 @@ def data_repo(work: Path, overrides: dict[str, object], cache: dict[str, Path]) 
 def run_variant(name: str, overrides: dict[str, object], work: Path, repos: dict[str, Path]) -> dict:
     """Train SFT with the variant's overrides in its data copy (own out_dir), then score it on the eval pool."""
     repo = data_repo(work, overrides, repos)
-    params = yaml.safe_load((repo / "params.yaml").read_text())
-    for dotted, value in overrides.items():
-        node = params
-        *parents, last = dotted.split(".")
-        for part in parents:
-            node = node[part]
-        node[last] = value
+    params = override_params(yaml.safe_load((repo / "params.yaml").read_text()), overrides)
     params["sft"]["out_dir"] = f"models/variants/{name}"
     params["sft"]["checkpoint_dir"] = f"models/checkpoints/variants-{name}"
     params_file = repo / f"params-{name}.yaml"
     params_file.write_text(yaml.safe_dump(params, sort_keys=False))
     started = time.perf_counter()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.run([sys.executable, "-m", "stages.sft", "--params", str(params_file)], cwd=repo, env=env,
+    proc = subprocess.run([sys.executable, "-m", "stages.sft", "--params", str(params_file)], cwd=repo, env=bench_env(),
                           capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"{name}: SFT failed:\n{(proc.stdout + proc.stderr)[-3000:]}")

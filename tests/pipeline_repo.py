@@ -45,6 +45,17 @@ def profile_overrides(project_root: Path, name: str) -> dict[str, object]:
     return dict(yaml.safe_load((project_root / "profiles" / f"{name}.yaml").read_text()) or {})
 
 
+def override_params(params: dict, overrides: dict[str, object]) -> dict:
+    """`params` (a params.yaml read as a dict) with each dotted key of `overrides` set, e.g. "sft.epochs": 3."""
+    for dotted, value in overrides.items():
+        node = params
+        *parents, last = dotted.split(".")
+        for key in parents:
+            node = node[key]
+        node[last] = value
+    return params
+
+
 def make_repo(project_root: Path, dest: Path, params_overrides: dict[str, object] | None = None,
               profile: str | None = None) -> Path:
     """Copy the project's pipeline files into `dest`, `git init` + `dvc init`, commit; return `dest`.
@@ -66,13 +77,7 @@ def make_repo(project_root: Path, dest: Path, params_overrides: dict[str, object
     if params_overrides:
         import yaml
 
-        params = yaml.safe_load((dest / "params.yaml").read_text())
-        for dotted, value in params_overrides.items():
-            node = params
-            *parents, last = dotted.split(".")
-            for key in parents:
-                node = node[key]
-            node[last] = value
+        params = override_params(yaml.safe_load((dest / "params.yaml").read_text()), params_overrides)
         (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     if not (dest / ".gitignore").exists():
         (dest / ".gitignore").write_text("/data/\n/models/\n__pycache__/\n")

@@ -2,7 +2,7 @@
 
 import pytest
 
-from bench.bench_sft_data import DATA_BLOCKS, parse_variant
+from bench.bench_sft_data import data_overrides, parse_variant
 
 
 def test_a_variant_is_its_name_and_typed_overrides() -> None:
@@ -18,6 +18,10 @@ def test_a_pair_without_equals_names_the_variant_and_the_pair() -> None:
         parse_variant(["v1", "sft.epochs"])
 
 
-def test_only_the_stages_before_sft_make_a_new_data_copy() -> None:
-    # a data copy is shared by variants that differ only in SFT's block; synth..shard change the shards
-    assert "sft" not in DATA_BLOCKS and {"synth", "cot", "shard"} <= set(DATA_BLOCKS)
+def test_variants_differing_only_in_sft_share_a_data_copy() -> None:
+    # the data copy is keyed by every override outside SFT's block: those may change the shards it trains on
+    assert data_overrides({"sft.epochs": 3, "sft.seed": 1, "synth.default.n_videos_train": 48,
+                           "cot.traces_per_sample": 2}) == {"synth.default.n_videos_train": 48,
+                                                           "cot.traces_per_sample": 2}
+    assert data_overrides({"sft.epochs": 16}) == {}
+    assert data_overrides({"sft_extra.x": 1}) == {"sft_extra.x": 1}  # a block whose name only starts with sft
