@@ -142,7 +142,8 @@ def main() -> None:
                                     "exp_id": k, "text": e["exp"]} for k, e in exps]))
         ids = [r["expression_id"] for _, rows in videos for r in rows]
         policy = timed_model_with_oracle_answers(model_policy(params, tmp / "qwen", "auto"), gt, size)
-        predictor = load_video_predictor(str(checkpoint), str(config))  # as evaluate's `segmenter` loads it
+        # as evaluate's `segmenter` loads it
+        predictor = load_video_predictor(str(checkpoint), str(config), share_frame_self_attention=True)
         clock = Clock()
         policy = clock.wrap("generate", policy)
         segments = {share: clock.wrap("sam2", lambda frames, prompts, share=share: predict_masks(

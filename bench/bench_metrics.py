@@ -185,7 +185,7 @@ def bench_video(frames: int, n_frames: int, new_tokens: int, tiny: bool, repeats
         _qwen_3b(tiny, Path(tmp) / "qwen")
         checkpoint, config = _sam2_large(tiny, Path(tmp))
         vlm, processor = load_vlm(Path(tmp) / "qwen", "float32" if tiny else "bfloat16")
-        predictor = load_video_predictor(checkpoint, config)
+        predictor = load_video_predictor(checkpoint, config, share_frame_self_attention=True)  # as evaluate's
     rng = np.random.default_rng(0)
     video = [rng.integers(0, 255, (height, width, 3), dtype=np.uint8) for _ in range(frames)]
     runs = []

@@ -14,19 +14,17 @@ An answered keyframe that was not among the frames shown is moved to the nearest
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
 import shutil
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import torch
 from PIL import Image
 from pycocotools import mask as mask_utils
 from scipy.optimize import linear_sum_assignment
@@ -246,7 +244,8 @@ def segmenter(params: EvaluateParams, sam2: Sam2Params) -> Segmenter:
         return box_masks
     from stages.segment import load_video_predictor
 
-    predictor = load_video_predictor(sam2.checkpoint, sam2.config)
+    # many objects per frame: memory attention's self-attention runs once per frame for all of them
+    predictor = load_video_predictor(sam2.checkpoint, sam2.config, share_frame_self_attention=True)
 
     def segment(frames, prompts, sink: MaskSink | None = None, spill_dir: Path | None = None):
         return predict_masks(predictor, frames, prompts, params.mask_threshold, sink=sink, spill_dir=spill_dir)
@@ -466,8 +465,7 @@ def predict_masks(predictor, frames: list[np.ndarray], prompts: list[tuple[int, 
         return [np.zeros((len(frames), height, width), dtype=bool) for _ in prompts]
     keys = sorted(objects)
     groups = _groups(objects, keys)
-    with _shared_self_attention(predictor):
-        tracked = dict(zip(keys, propagate_groups(predictor, frames, groups, threshold), strict=True))
+    tracked = dict(zip(keys, propagate_groups(predictor, frames, groups, threshold), strict=True))
     out = []
     for boxes in members:
         union = np.zeros((len(frames), height, width), dtype=bool)
@@ -510,37 +508,7 @@ def _stream_masks(predictor, frames, prompts, objects: dict[int, dict[tuple, int
             sink(i, t, masks[rows].any(axis=0))
 
     if keys:
-        with _shared_self_attention(predictor):
-            propagate_groups(predictor, frames, _groups(objects, keys), threshold, sink=group_sink,
-                             spill_dir=spill_dir)
-
-
-@contextlib.contextmanager
-def _shared_self_attention(predictor) -> Iterator[None]:
-    """SAM2's memory attention with its first self-attention run once per frame for all the objects tracked.
-
-    That block reads only the frame's own features (the objects' memories enter after it), so for a batch of
-    objects on one frame its input rows are copies of one another: it runs on one row, and the result is
-    repeated (equal to running it on every row; `tests/stages/test_evaluate_per_video.py`). Any other input
-    runs SAM2's own code.
-    """
-    if getattr(predictor, "memory_attention", None) is None:  # not a SAM2 predictor (a stand-in): nothing to share
-        yield
-        return
-    layer = predictor.memory_attention.layers[0]
-    original = layer._forward_sa
-
-    def forward_sa(tgt, query_pos):
-        if len(tgt) > 1 and torch.equal(tgt, tgt[:1].expand_as(tgt)) and (
-                query_pos is None or torch.equal(query_pos, query_pos[:1].expand_as(query_pos))):
-            return original(tgt[:1], None if query_pos is None else query_pos[:1]).expand_as(tgt).contiguous()
-        return original(tgt, query_pos)
-
-    layer._forward_sa = forward_sa
-    try:
-        yield
-    finally:
-        del layer._forward_sa  # back to the class's method
+        propagate_groups(predictor, frames, _groups(objects, keys), threshold, sink=group_sink, spill_dir=spill_dir)
 
 
 def write_prediction(folder: Path, names: list[str], masks: np.ndarray) -> None:

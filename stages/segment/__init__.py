@@ -42,7 +42,6 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from unittest import mock
 
 import numpy as np
 import torch
@@ -145,12 +144,15 @@ def pick_device(dtype: str = "auto") -> tuple[str, torch.dtype]:
 
 
 def load_video_predictor(checkpoint: str, config: str, device: str | None = None, dtype: str = "auto",
-                         vos_optimized: bool = False):
-    """A SAM2VideoPredictor from a checkpoint file ({"model": state_dict}) and a config.
+                         vos_optimized: bool = False, share_frame_self_attention: bool = False):
+    """A SAM2 video predictor from a checkpoint file ({"model": state_dict}) and a config, built by sam2's own
+    builder as vrsflow's subclass (`stages.segment.predictor`, named in the config it composes).
 
     Args:
         dtype: autocast of propagation: auto (bf16 on CUDA, fp32 on the CPU), bfloat16 (CUDA only) or float32.
         vos_optimized: SAM2.1's compiled predictor (`SAM2VideoPredictorVOS`); CUDA only (its first calls compile).
+        share_frame_self_attention: memory attention's layers run their self-attention once for a batch of objects
+            on one frame (`SharedFrameSelfAttentionLayer`; evaluation, which tracks many objects at once).
 
     Raises:
         FileNotFoundError: the checkpoint does not exist (names the path and how to make one).
@@ -172,11 +174,16 @@ def load_video_predictor(checkpoint: str, config: str, device: str | None = None
     if not Path(checkpoint).is_file():
         raise FileNotFoundError(f"SAM2 checkpoint {checkpoint} not found (build it with the tiny_models stage "
                                 f"or point sam2.checkpoint at a real sam2.1_hiera_*.pt)")
+    from stages.segment.predictor import SHARED_FRAME_LAYER, VIDEO_PREDICTOR, VIDEO_PREDICTOR_VOS
+
+    # sam2's builder names its own class first; these come after it, so the config instantiates ours
+    overrides = [*overrides, f"++model._target_={VIDEO_PREDICTOR_VOS if vos_optimized else VIDEO_PREDICTOR}",
+                 f"++model.autocast_dtype={'bfloat16' if cuda and dtype != 'float32' else 'null'}"]
+    if share_frame_self_attention:
+        overrides.append(f"++model.memory_attention.layer._target_={SHARED_FRAME_LAYER}")
     with _LOADER_LOCK if folder is not None else contextlib.nullcontext(), _hydra_search_path(folder):
-        predictor = build_sam2_video_predictor(name, ckpt_path=checkpoint, device=device,
-                                               hydra_overrides_extra=overrides, vos_optimized=vos_optimized)
-    predictor.vrsflow_autocast = torch.bfloat16 if cuda and dtype != "float32" else None
-    return predictor
+        return build_sam2_video_predictor(name, ckpt_path=checkpoint, device=device,
+                                          hydra_overrides_extra=overrides, vos_optimized=vos_optimized)
 
 
 def load_frames(folder: str | Path) -> list[np.ndarray]:
@@ -278,17 +285,11 @@ class SpilledFeatures(dict):
 
 
 def _state(predictor, images: torch.Tensor | FrameImages, height: int, width: int, warm_up: bool = True) -> dict:
-    """An inference state over in-memory frames (SAM2's init_state only reads files). `warm_up=False` skips
-    init_state's encoding of frame 0 (the shared path encodes every frame in one batch instead)."""
-    import sam2.sam2_video_predictor as svp
-
-    def loader(**_: object) -> tuple[torch.Tensor, int, int]:
-        return images, height, width
-
-    skip = mock.patch.object(predictor, "_get_image_feature", lambda *_, **__: None) if not warm_up \
-        else contextlib.nullcontext()
-    with _LOADER_LOCK, mock.patch.object(svp, "load_video_frames", loader), skip, _quiet():
-        return predictor.init_state(video_path="<in-memory>", offload_video_to_cpu=True)
+    """An inference state over in-memory frames (`VideoPredictor.init_state_from_frames`). `warm_up=False`
+    skips the encoding of frame 0 that SAM2's `init_state` does (the shared path encodes every frame in one
+    batch instead)."""
+    with _quiet():
+        return predictor.init_state_from_frames(images, height, width, warm_up=warm_up)
 
 
 @contextlib.contextmanager
@@ -300,7 +301,7 @@ def _quiet() -> Iterator[None]:
 
 def _autocast(predictor) -> contextlib.AbstractContextManager:
     """bf16 autocast on CUDA unless the predictor was loaded with dtype float32 (`load_video_predictor`)."""
-    dtype = getattr(predictor, "vrsflow_autocast", torch.bfloat16 if predictor.device.type == "cuda" else None)
+    dtype = predictor.autocast_dtype
     return torch.autocast("cuda", dtype=dtype) if dtype is not None else contextlib.nullcontext()
 
 

@@ -125,7 +125,7 @@ def test_identical_prompts_are_tracked_once_with_the_masks_of_each_prompt_alone(
     from stages.segment import load_video_predictor
 
     _, checkpoint, config = tiny_models
-    predictor = load_video_predictor(str(checkpoint), str(config), device="cpu")
+    predictor = load_video_predictor(str(checkpoint), str(config), device="cpu", share_frame_self_attention=True)
     rng = np.random.default_rng(3)
     frames = [np.asarray(Image.fromarray(rng.integers(0, 255, (6, 8, 3), dtype=np.uint8)).resize((64, 48)))
               for _ in range(5)]
@@ -139,20 +139,20 @@ def test_identical_prompts_are_tracked_once_with_the_masks_of_each_prompt_alone(
         return step(**kw)
 
     monkeypatch.setattr(predictor, "_run_single_frame_inference", counted)
-    layer = predictor.memory_attention.layers[0]
-    self_attention = []  # objects per run of the first memory-attention self-attention
-    sa = type(layer)._forward_sa
+    from sam2.modeling.memory_attention import MemoryAttentionLayer
+
+    self_attention = []  # objects per run of SAM2's own memory-attention self-attention
+    sa = MemoryAttentionLayer._forward_sa
 
     def counted_sa(self, tgt, query_pos):
         self_attention.append(len(tgt))
         return sa(self, tgt, query_pos)
 
-    monkeypatch.setattr(type(layer), "_forward_sa", counted_sa)
+    monkeypatch.setattr(MemoryAttentionLayer, "_forward_sa", counted_sa)
     together = predict_masks(predictor, frames, prompts)
     # distinct objects: a and b at frame 2, a at frame 0 → 2 objects × 5 steps + 1 object × 5 steps
     assert sorted(tracked) == [1] * 5 + [2] * 5
     assert self_attention == [1] * 8  # 2 × 4 tracked (non-prompted) frames, each once for all its objects
-    assert "_forward_sa" not in vars(layer)  # SAM2's own method again after predict_masks
     tracked.clear()
     unshared = predict_masks(predictor, frames, prompts, share_prompts=False)
     assert sorted(tracked) == [1] * 5 + [4] * 5  # every box of every prompt
@@ -164,20 +164,23 @@ def test_identical_prompts_are_tracked_once_with_the_masks_of_each_prompt_alone(
 
 
 def test_shared_self_attention_equals_sam2s_on_every_row(tiny_models) -> None:
-    from stages.evaluate import _shared_self_attention
+    from sam2.modeling.memory_attention import MemoryAttentionLayer
+
     from stages.segment import load_video_predictor
+    from stages.segment.predictor import SharedFrameSelfAttentionLayer
 
     _, checkpoint, config = tiny_models
-    predictor = load_video_predictor(str(checkpoint), str(config), device="cpu")
+    predictor = load_video_predictor(str(checkpoint), str(config), device="cpu", share_frame_self_attention=True)
     layer = predictor.memory_attention.layers[0]
+    assert all(type(each) is SharedFrameSelfAttentionLayer for each in predictor.memory_attention.layers)
     gen = torch.Generator().manual_seed(0)
     tgt = torch.randn(1, 64, layer.d_model, generator=gen).expand(5, -1, -1).contiguous()
     pos = torch.randn(1, 64, layer.d_model, generator=gen).expand(5, -1, -1).contiguous()
     other = tgt.clone()
     other[3] += 0.5  # rows that differ: SAM2's own code on the whole batch
     with torch.inference_mode():
-        expected, expected_other = type(layer)._forward_sa(layer, tgt, pos), type(layer)._forward_sa(layer, other, pos)
-        with _shared_self_attention(predictor):
-            shared, shared_other = layer._forward_sa(tgt, pos), layer._forward_sa(other, pos)
+        expected = MemoryAttentionLayer._forward_sa(layer, tgt, pos)
+        expected_other = MemoryAttentionLayer._forward_sa(layer, other, pos)
+        shared, shared_other = layer._forward_sa(tgt, pos), layer._forward_sa(other, pos)
     assert torch.equal(shared, expected) and torch.equal(shared_other, expected_other)
     assert not torch.equal(expected_other[3], expected_other[0])

@@ -78,7 +78,50 @@ def test_gpu_only_sam2_options_are_refused_on_the_cpu(tmp_path):
         load_video_predictor(str(checkpoint), str(config), device="cpu", dtype="bfloat16")
     with pytest.raises(ValueError, match="sam2 dtype: expected auto, float32 or bfloat16, got 'fp16'"):
         load_video_predictor(str(checkpoint), str(config), device="cpu", dtype="fp16")
-    assert load_video_predictor(str(checkpoint), str(config), device="cpu").vrsflow_autocast is None
+    assert load_video_predictor(str(checkpoint), str(config), device="cpu").autocast_dtype is None
+
+
+def test_sam2s_builder_makes_vrsflows_predictor_from_the_config(predictor) -> None:
+    from sam2.modeling.memory_attention import MemoryAttentionLayer
+    from sam2.sam2_video_predictor import SAM2VideoPredictor
+
+    from stages.segment.predictor import SharedFrameSelfAttentionLayer, VideoPredictor
+
+    assert type(predictor) is VideoPredictor and isinstance(predictor, SAM2VideoPredictor)
+    # SAM2's own layer unless asked for (evaluation asks: tests/stages/test_evaluate_per_video.py)
+    assert type(predictor.memory_attention.layers[0]) is MemoryAttentionLayer
+    assert not isinstance(predictor.memory_attention.layers[0], SharedFrameSelfAttentionLayer)
+
+
+def test_in_memory_state_is_the_state_sam2s_init_state_builds(predictor, tmp_path) -> None:
+    """The oracle is SAM2's own `init_state` on a JPEG folder of the same frames: same keys, same values, the same
+    warm-up features of frame 0 from the same images."""
+    from stages.segment import FrameImages, load_frames
+
+    for i, f in enumerate(frames()):
+        Image.fromarray(f).save(tmp_path / f"{i:05d}.jpg", quality=95)
+    video = load_frames(tmp_path)
+    theirs = predictor.init_state(video_path=str(tmp_path), offload_video_to_cpu=True)
+    ours = predictor.init_state_from_frames(FrameImages(video, predictor.image_size), *video[0].shape[:2])
+    assert list(ours) == list(theirs)
+    for key, value in theirs.items():
+        if key not in ("images", "cached_features"):
+            assert ours[key] == value, key
+    images = torch.stack([ours["images"][t] for t in range(len(video))])
+    assert images.shape == theirs["images"].shape and images.dtype == theirs["images"].dtype
+    # SAM2 resizes with PIL, `frames_tensor` with torch's antialiased bilinear: the same picture, not the same bits
+    assert (images - theirs["images"]).abs().mean() < 0.05
+    assert list(ours["cached_features"]) == list(theirs["cached_features"]) == [0]
+    theirs["images"] = images  # the same images in both states: then the same warm-up encoding
+    theirs["cached_features"] = {}
+    predictor._get_image_feature(theirs, frame_idx=0, batch_size=1)
+    (ours_image, ours_out), (their_image, their_out) = ours["cached_features"][0], theirs["cached_features"][0]
+    assert torch.equal(ours_image, their_image)
+    for a, b in zip(ours_out["backbone_fpn"], their_out["backbone_fpn"], strict=True):
+        assert torch.equal(a, b)
+    no_warm_up = predictor.init_state_from_frames(FrameImages(video, predictor.image_size), *video[0].shape[:2],
+                                                  warm_up=False)
+    assert no_warm_up["cached_features"] == {}
 
 
 def test_propagate_boxes_arrays_and_jpeg_folder(predictor, tmp_path):
