@@ -38,6 +38,7 @@ TRACKER = "latest_checkpointed_iteration.txt"  # verl's trainer writes the last 
 FINISHED = "finished.json"  # written by `finish` at the end of launch.sh
 CLUSTER_VENV = ".venv-cluster"  # scripts/setup_cluster.sh's default; launch.sh activates it when present
 FREEZE_VISION_LIB = "stages.grpo.verl_freeze_vision"  # verl external_lib: full fine-tuning, vision frozen
+FREEZE_VISION_VENDOR = "vrsflow-frozen-vision"  # its engine's vendor in verl's EngineRegistry (VERL_ENGINE_VENDOR)
 JOB = "job.json"  # the job's SAM2 service and GPU layout, read by check-resources / finish
 EARLIER_LOG = "verl_log.before_resume.jsonl"  # verl's file log of the runs a resume continued (launch.sh keeps it)
 
@@ -68,7 +69,10 @@ def verl_overrides(grpo: GrpoParams, reward: RewardParams, model_path: str, trai
                   f"actor_rollout_ref.model.lora_alpha={grpo.lora_alpha}",
                   f"actor_rollout_ref.model.target_modules={rule}"]
     elif not grpo.train_vision:
+        # verl's registry picks FREEZE_VISION_LIB's engine in every worker: the module registers it, the
+        # vendor selects it
         model += [f"actor_rollout_ref.model.external_lib={FREEZE_VISION_LIB}",
+                  f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_ENGINE_VENDOR={FREEZE_VISION_VENDOR}",
                   "actor_rollout_ref.actor.fsdp_config.use_orig_params=true"]
     service = (sam2_name or v.sam2_service) if "consistency" in reward.components else ""
     reward_kwargs = {"params_path": params_path, "sam2_service": service,

@@ -436,6 +436,10 @@ def test_verl_actor_attention_and_trainable_modules(world: dict):
     assert lora["trainable"] and all("lora_" in n for n in lora["trainable"]) and not vision(lora["trainable"])
     wrapped_vision = vision(built["lora_vision"]["lora"])
     assert wrapped_vision and {n.rsplit(".", 1)[-1] for n in wrapped_vision} <= targets
+    # verl's own engine, except for full fine-tuning with the vision tower frozen: the engine vrsflow registered
+    assert {name: built[name]["engine"] for name in ("lora", "lora_vision", "full", "full_vision")} == {
+        "lora": "FSDPEngineWithLMHead", "lora_vision": "FSDPEngineWithLMHead", "full": "FrozenVisionFSDPEngine",
+        "full_vision": "FSDPEngineWithLMHead"}
     full = built["full"]
     assert full["use_orig_params"] and not vision(full["trainable"]) and vision(full["parameters"])
     assert set(full["trainable"]) == set(full["parameters"]) - set(vision(full["parameters"]))

