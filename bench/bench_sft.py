@@ -55,6 +55,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.results_io import write_result  # noqa: E402
 from stages.core.params import KeyframesParams, SftParams, TinyModelsParams  # noqa: E402
+from stages.models.batches import PackCollator, PadCollator, assistant_labels  # noqa: E402
 from stages.models.kernels import liger_missing  # noqa: E402
 from stages.models.qwen_shapes import (  # noqa: E402
     IMAGE_TOKEN,
@@ -63,7 +64,7 @@ from stages.models.qwen_shapes import (  # noqa: E402
     VISION_START,
 )
 from stages.models.trainable import lora_targets  # noqa: E402
-from stages.sft.data import PackCollator, PadCollator, SftDataset, assistant_labels, index_shards, messages  # noqa: E402
+from stages.sft.data import SftDataset, index_shards, messages  # noqa: E402
 from stages.teacher.template_teacher import write_trace  # noqa: E402
 
 # dense bf16 peak (TFLOP/s, no sparsity) by device-name fragment: NVIDIA datasheets

@@ -480,7 +480,7 @@ class SftParams:
     modules_to_save: Exp[tuple[str, ...]] = ("lm_head", "embed_tokens")  # fully trained; () for real checkpoints
     gradient_checkpointing: Exp[bool] = False
     # padding-free packing: a micro-batch's samples end to end in one row, each with its own positions and no
-    # attention across samples (stages/sft/data.py PackCollator); false = right-padded rows
+    # attention across samples (stages/models/batches.py PackCollator); false = right-padded rows
     packing: Exp[bool] = False
     # Liger Triton kernels (fused linear cross-entropy, RMSNorm, SwiGLU, M-RoPE): auto = on where CUDA, Triton and
     # liger-kernel are present, off elsewhere (CPU); on = required (an error where they are missing)

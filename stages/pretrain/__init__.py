@@ -49,12 +49,12 @@ from stages.core.progress import track
 from stages.core.report import StageReport, curves_markdown, skipped_report, summary_line
 from stages.core.typed_config import to_dict
 from stages.models import load_vlm
+from stages.models.batches import PadCollator
 from stages.models.seed_runs import best_seed, describe_device, parallel_seeds, run_seeds
 from stages.models.train_state import fingerprint, load_state, warmup_cosine
 from stages.models.train_state import save_state as _save_state  # a module name: tests stop a run after it
 from stages.pretrain.scenes import GroundingSample
 from stages.pretrain.stream import StepBatches, chat, check_samples, encode
-from stages.sft.data import PadCollator
 
 log = logging.getLogger(__name__)
 

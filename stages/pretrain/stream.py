@@ -17,9 +17,9 @@ import torch
 
 from stages.core.io import derive_seed
 from stages.core.params import PretrainParams, PretrainPhase, SynthScale
+from stages.models.batches import PadCollator, assistant_labels
 from stages.pretrain.plain import plain_sample
 from stages.pretrain.scenes import GroundingSample, synth_sample
-from stages.sft.data import PadCollator, assistant_labels
 from stages.tasks import get_task, user_content
 
 CHECK_SEED = 0  # the held-out stream's base seed: one fixed set of samples whatever the training seeds

@@ -35,11 +35,10 @@ from stages.core.progress import ProgressReporter
 from stages.core.report import StageReport, curves_markdown, summary_line
 from stages.core.typed_config import to_dict
 from stages.models import load_vlm
+from stages.models.batches import PackCollator, PadCollator
 from stages.models.kernels import resolve_liger
 from stages.models.trainable import freeze_vision, last_complete_checkpoint, lora_targets, trainable_vision_parameters
 from stages.sft.data import (
-    PackCollator,
-    PadCollator,
     SftDataset,
     encode_example,
     encode_prompts,

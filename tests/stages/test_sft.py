@@ -18,9 +18,10 @@ from PIL import Image
 
 from stages.core.params import ModelParams, SftParams, TinyModelsParams
 from stages.models import build_tiny_models
+from stages.models.batches import assistant_labels
 from stages.models.tiny_qwen import CHAT_TEMPLATE
 from stages.sft import train_sft
-from stages.sft.data import SftDataset, assistant_labels, encode_example, index_shards, messages, read_shards
+from stages.sft.data import SftDataset, encode_example, index_shards, messages, read_shards
 from stages.tasks import get_task
 
 FRAME = 56  # 56 px frames → 4 vision tokens each: keeps the tests fast
