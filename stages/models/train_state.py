@@ -42,27 +42,29 @@ def fingerprint(settings: dict, files: Iterable[Path]) -> str:
 
 
 def save_state(path: Path, fingerprint: str, step: int, model, optimizer, scheduler, curve: list[dict],
-               columns: Sequence[str]) -> None:
-    """The state after `step` optimizer steps, written whole or not at all (a kill while saving keeps the last)."""
+               columns: Sequence[str], elapsed_s: float = 0.0) -> None:
+    """The state after `step` optimizer steps, written whole or not at all (a kill while saving keeps the last).
+    `elapsed_s`: training seconds up to it, over every sitting (a resumed run reports the whole time)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".partial")
     torch.save({"fingerprint": fingerprint, "step": step, "model": model.state_dict(),
                 "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                 "torch_rng": torch.get_rng_state(),
                 "cuda_rng": torch.cuda.get_rng_state() if torch.cuda.is_available() else None,
-                "curve": [[row[c] for c in columns] for row in curve]}, partial)
+                "curve": [[row[c] for c in columns] for row in curve], "elapsed_s": float(elapsed_s)}, partial)
     partial.replace(path)
 
 
 def load_state(path: Path, fingerprint: str, model, optimizer, scheduler,
-               columns: Sequence[str]) -> tuple[int, list[dict]]:
-    """(first step, curve so far): restored from `path` when its state belongs to `fingerprint`, else (0, [])."""
+               columns: Sequence[str]) -> tuple[int, list[dict], float]:
+    """(first step, curve so far, training seconds so far): restored from `path` when its state belongs to
+    `fingerprint`, else (0, [], 0.0)."""
     if not path.is_file():
-        return 0, []
+        return 0, [], 0.0
     state = torch.load(path, map_location="cpu", weights_only=True)
     if state.get("fingerprint") != fingerprint:
         log.info("%s belongs to other settings; starting from step 0", path)
-        return 0, []
+        return 0, [], 0.0
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
@@ -70,4 +72,5 @@ def load_state(path: Path, fingerprint: str, model, optimizer, scheduler,
     if torch.cuda.is_available() and state.get("cuda_rng") is not None:
         torch.cuda.set_rng_state(state["cuda_rng"])
     log.info("resuming at step %d from %s", state["step"], path)
-    return int(state["step"]), [dict(zip(columns, row, strict=True)) for row in state["curve"]]
+    curve = [dict(zip(columns, row, strict=True)) for row in state["curve"]]
+    return int(state["step"]), curve, float(state.get("elapsed_s", 0.0))

@@ -134,7 +134,7 @@ def train_seed(params: PretrainParams, seed: int, train_size: int) -> dict:
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: warmup_cosine(step, params.warmup_steps, params.steps))
     state_path = seed_dir / STATE
-    start, curve = load_state(state_path, state_key, model, optimizer, scheduler, CURVE_KEYS)
+    start, curve, earlier_s = load_state(state_path, state_key, model, optimizer, scheduler, CURVE_KEYS)
     loader = torch.utils.data.DataLoader(
         StepBatches(params, seed, train_size, processor), sampler=range(start, params.steps), batch_size=None,
         num_workers=params.loader_workers, prefetch_factor=4 if params.loader_workers else None,
@@ -150,8 +150,9 @@ def train_seed(params: PretrainParams, seed: int, train_size: int) -> dict:
         optimizer.zero_grad(set_to_none=True)
         curve.append({"step": step + 1, "loss": round(loss, 6), "lr": lr})
         if (step + 1) % params.save_every_steps == 0 and step + 1 < params.steps:
-            _save_state(state_path, state_key, step + 1, model, optimizer, scheduler, curve, CURVE_KEYS)
-    train_s = time.perf_counter() - started
+            _save_state(state_path, state_key, step + 1, model, optimizer, scheduler, curve, CURVE_KEYS,
+                        earlier_s + time.perf_counter() - started)
+    sitting_s = time.perf_counter() - started  # this sitting's; train_s adds the sittings before a resume
 
     _save_bf16(model, processor, seed_dir / MODEL)
     del model, optimizer
@@ -159,8 +160,9 @@ def train_seed(params: PretrainParams, seed: int, train_size: int) -> dict:
     saved, saved_processor = load_vlm(seed_dir / MODEL, "float32", device)
     check = check_samples(params, train_size)
     figures = {"seed": seed, "steps": params.steps, "resumed_from_step": start, "batch_size": params.batch_size,
-               "train_s": round(train_s, 1), "device": describe_device(device),
-               "samples_per_s": round((params.steps - start) * params.batch_size / train_s, 2) if train_s > 0 else 0.0,
+               "train_s": round(earlier_s + sitting_s, 1), "device": describe_device(device),
+               "samples_per_s": round((params.steps - start) * params.batch_size / sitting_s, 2) if sitting_s > 0
+               else 0.0,
                "final_loss": round(float(np.mean([c["loss"] for c in curve[-max(1, len(curve) // 10):]])), 4),
                **grounding_check(saved, saved_processor, check, params.max_new_tokens)}
     _write_curve(seed_dir / CURVE, curve)

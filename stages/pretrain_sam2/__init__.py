@@ -159,7 +159,7 @@ def train_seed(params: PretrainSam2Params, seed: int) -> dict:
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: warmup_cosine(step, params.warmup_steps, params.steps))
     state_path = seed_dir / STATE
-    start, curve = load_state(state_path, state_key, model, optimizer, scheduler, CURVE_KEYS)
+    start, curve, earlier_s = load_state(state_path, state_key, model, optimizer, scheduler, CURVE_KEYS)
     started = time.perf_counter()
     for step in track(range(start, params.steps), total=params.steps - start, desc=f"pretrain_sam2 seed {seed}"):
         clips = step_clips(params, seed, step, scale)
@@ -173,8 +173,9 @@ def train_seed(params: PretrainSam2Params, seed: int) -> dict:
         scheduler.step()
         curve.append({"step": step + 1, **{k: round(terms[k].item(), 6) for k in CURVE_COLUMNS}, "lr": lr})
         if (step + 1) % params.save_every_steps == 0 and step + 1 < params.steps:
-            _save_state(state_path, state_key, step + 1, model, optimizer, scheduler, curve, CURVE_KEYS)
-    train_s = time.perf_counter() - started
+            _save_state(state_path, state_key, step + 1, model, optimizer, scheduler, curve, CURVE_KEYS,
+                        earlier_s + time.perf_counter() - started)
+    sitting_s = time.perf_counter() - started  # this sitting's; train_s adds the sittings before a resume
 
     model.eval()
     _save_bf16(model, seed_dir / CHECKPOINT)
@@ -184,8 +185,8 @@ def train_seed(params: PretrainSam2Params, seed: int) -> dict:
     last = curve[-max(1, len(curve) // 10):]
     first = curve[:max(1, len(curve) // 10)]
     figures = {"seed": seed, "steps": params.steps, "resumed_from_step": start, "check_videos": len(check),
-               "check_objects": before["objects"], "train_s": round(train_s, 1),
-               "steps_per_s": round((params.steps - start) / train_s, 3) if train_s > 0 else 0.0,
+               "check_objects": before["objects"], "train_s": round(earlier_s + sitting_s, 1),
+               "steps_per_s": round((params.steps - start) / sitting_s, 3) if sitting_s > 0 else 0.0,
                "device": describe_device(device),
                "loss_first_tenth": round(float(np.mean([c["loss"] for c in first])), 4) if first else float("nan"),
                "final_loss": round(float(np.mean([c["loss"] for c in last])), 4) if last else float("nan"),

@@ -196,9 +196,13 @@ def test_a_resumed_seed_or_one_fed_by_loader_workers_ends_byte_identical(tiny_ba
     monkeypatch.setattr(stage, "_save_state", save_then_stop)
     with pytest.raises(Stop):
         train_seed(stopped, 0, SIZE)
+    earlier_s = torch.load(next((tmp_path / "stopped").rglob(stage.STATE)), weights_only=True)["elapsed_s"]
     monkeypatch.setattr(stage, "_save_state", save)
     resumed = train_seed(stopped, 0, SIZE)
     assert resumed["resumed_from_step"] == 2
+    # the training time counts the stopped sitting (its saved seconds) and the one that finished
+    sitting = 2 * stopped.batch_size / resumed["samples_per_s"]
+    assert earlier_s > 0 and resumed["train_s"] == pytest.approx(earlier_s + sitting, abs=0.1 + 0.02 * sitting)
     for name in ("model/model.safetensors", "pretrain_curve.tsv"):
         assert (tmp_path / "stopped/checkpoints/seed-0" / name).read_bytes() == \
             (tmp_path / "whole/checkpoints/seed-0" / name).read_bytes()

@@ -334,10 +334,14 @@ def test_a_killed_run_resumes_to_the_bytes_of_an_uninterrupted_one(base: Path, t
     monkeypatch.setattr(stage, "training_clip", killed_at_step_3)
     with pytest.raises(KeyboardInterrupt):
         _run(base, tmp_path / "killed", clips_per_step=clips_per_step)
-    assert (tmp_path / "killed" / "state" / "seed-0" / stage.STATE).is_file()  # saved at step 2
+    saved = torch.load(tmp_path / "killed" / "state" / "seed-0" / stage.STATE, weights_only=True)  # at step 2
+    assert saved["step"] == 2 and saved["elapsed_s"] > 0
     monkeypatch.setattr(stage, "training_clip", real)
     resumed, metrics = _run(base, tmp_path / "killed", clips_per_step=clips_per_step)
     assert metrics["resumed_from_step"] == 2
+    # the training time counts the sitting that was killed (the state's seconds) and the one that finished
+    sitting = 2 / metrics["steps_per_s"]  # this sitting trained steps 3 and 4
+    assert metrics["train_s"] == pytest.approx(saved["elapsed_s"] + sitting, abs=0.1 + 0.02 * sitting)
     assert (Path(resumed.out_dir) / "model.pt").read_bytes() == (Path(whole.out_dir) / "model.pt").read_bytes()
     curve = "metrics/" + stage.CURVE
     assert (tmp_path / "killed" / curve).read_text() == (tmp_path / "whole" / curve).read_text()
@@ -350,12 +354,13 @@ def test_a_state_saved_under_other_settings_is_not_resumed(base: Path, tmp_path:
     optimizer = torch.optim.AdamW(model.parameters())
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
     state = tmp_path / "state" / stage.STATE
-    save_state(state, stage._fingerprint(params, 0), 2, model, optimizer, scheduler, [], stage.CURVE_KEYS)
+    keys = stage.CURVE_KEYS
+    save_state(state, stage._fingerprint(params, 0), 2, model, optimizer, scheduler, [], keys)
     other = replace(params, learning_rate=0.5)
-    assert load_state(state, stage._fingerprint(other, 0), model, optimizer, scheduler, stage.CURVE_KEYS) == (0, [])
+    assert load_state(state, stage._fingerprint(other, 0), model, optimizer, scheduler, keys) == (0, [], 0.0)
     # another seed's state is not this one's
-    assert load_state(state, stage._fingerprint(params, 1), model, optimizer, scheduler, stage.CURVE_KEYS) == (0, [])
-    assert load_state(state, stage._fingerprint(params, 0), model, optimizer, scheduler, stage.CURVE_KEYS) == (2, [])
+    assert load_state(state, stage._fingerprint(params, 1), model, optimizer, scheduler, keys) == (0, [], 0.0)
+    assert load_state(state, stage._fingerprint(params, 0), model, optimizer, scheduler, keys) == (2, [], 0.0)
     # where it saves, what it checks and which other seeds run do not change what seed 0 trains
     same = replace(params, save_every_steps=7, check_videos=3, seeds=(0, 5), parallel=2, out_dir="elsewhere")
     assert stage._fingerprint(same, 0) == stage._fingerprint(params, 0)
