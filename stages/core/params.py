@@ -418,6 +418,15 @@ class PretrainSam2Params:
     # a GPU takes several clips for about the time of one; > 1 draws full-length clips only (they share a frame count)
     clips_per_step: Exp[Annotated[int, Ge(1), Le(64)]] = 1
     clip_frames: Exp[Annotated[int, Ge(2)]] = 4  # frames per training clip: the prompted frame, then tracked ones
+    # objects in a generated training scene (the held-out check and the evaluation keep the synth default, 2-4).
+    # With at most 4 objects, SAM2's three candidate masks on a tracked frame cover what is in view whatever the
+    # memory holds, and the loss (its best candidate) never asks which one is the target; SAM2 trains on videos
+    # with many objects, a few of them targets (its max_num_objects: 3)
+    min_objects: Exp[PosInt] = 2
+    max_objects: Exp[PosInt] = 4
+    # targets per training clip: 0 = every object visible on its first frame; N = at most N of them, drawn from
+    # the clip's own stream (the others stay in the frames as distractors)
+    max_targets: Exp[NonNegInt] = 0
     # share of clips whose targets are prompted with one click inside each (SAM2's training mixes clicks and boxes:
     # a click takes SAM2's three-candidate path, whose output tokens a box prompt falls back to when its own mask
     # is unstable); the other clips are prompted with boxes
@@ -437,6 +446,8 @@ class PretrainSam2Params:
 
     def _rules(self) -> Iterator[tuple[str, str]]:
         yield from _seed_rules(self.seeds)
+        if self.min_objects > self.max_objects:
+            yield "min_objects", f"must be ≤ max_objects ({self.max_objects}), got {self.min_objects}"
 
 
 @dataclass(frozen=True)

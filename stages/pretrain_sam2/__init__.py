@@ -23,6 +23,7 @@ where an uninterrupted run ends (each step's clip depends on the step only; the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import shutil
@@ -199,9 +200,11 @@ def train_seed(params: PretrainSam2Params, seed: int) -> dict:
 
 def step_clips(params: PretrainSam2Params, seed: int, step: int, scale: SynthScale) -> list[Clip]:
     """The clips of optimizer step `step`: training clips step·k … step·k + k − 1 (k = clips_per_step), so every
-    clip of the stream is shown once and one clip per step is the stream it always was."""
+    clip of the stream is shown once and one clip per step is the stream it always was. Their scenes have the
+    geometry of `scale` and `pretrain_sam2.min_objects`–`max_objects` objects, `max_targets` of them targets."""
     k = params.clips_per_step
-    return [training_clip(seed, step * k + i, params.clip_frames, scale, k > 1) for i in range(k)]
+    scene = dataclasses.replace(scale, min_objects=params.min_objects, max_objects=params.max_objects)
+    return [training_clip(seed, step * k + i, params.clip_frames, scene, k > 1, params.max_targets) for i in range(k)]
 
 
 def _save_bf16(model, path: Path) -> None:

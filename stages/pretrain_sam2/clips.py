@@ -56,11 +56,14 @@ def mask_box(mask: np.ndarray) -> list[int]:
     return [int(xs.min()), int(ys.min()), int(xs.max()) + 1, int(ys.max()) + 1]
 
 
-def training_clip(seed: int, step: int, n_frames: int, scale: SynthScale, full_length: bool = False) -> Clip:
+def training_clip(seed: int, step: int, n_frames: int, scale: SynthScale, full_length: bool = False,
+                  max_targets: int = 0) -> Clip:
     """Training clip number `step` (with one clip per optimizer step, the step's): its own seed,
     derive_seed(seed, "pretrain_sam2", "train", step, attempt) (a clip depends on its number only, so a resumed run
     sees the clips an uninterrupted one sees). A clip that meets a video's end is shorter than `n_frames` (at least
-    2), unless `full_length`, which draws again until it is not (clips batched together share their frame count)."""
+    2), unless `full_length`, which draws again until it is not (clips batched together share their frame count).
+    Its targets are the objects visible on its first frame; with `max_targets` > 0, at most that many of them,
+    drawn after everything else the clip draws (so a clip with no more visible objects is the clip it always was)."""
     for attempt in range(1000):
         rng = np.random.default_rng(derive_seed(seed, "pretrain_sam2", "train", step, attempt))
         video = simulate_video(rng, scale)
@@ -73,6 +76,8 @@ def training_clip(seed: int, step: int, n_frames: int, scale: SynthScale, full_l
         targets = [o for o in range(masks.shape[1]) if masks[0, o].any()]
         if not targets:
             continue
+        if 0 < max_targets < len(targets):
+            targets = sorted(int(o) for o in rng.choice(targets, size=max_targets, replace=False))
         boxes = np.array([mask_box(masks[0, o]) for o in targets], dtype=np.float32)
         return Clip(frames, masks[:, targets], boxes)
     raise ValueError(f"pretrain_sam2: no clip with a visible object in 1000 draws at step {step} (synth scale)")

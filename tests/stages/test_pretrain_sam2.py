@@ -250,6 +250,31 @@ def test_several_clips_per_step_are_the_stream_in_turn_and_all_full_length() -> 
     assert training_clip(5, short, 12, SCALE, True).frames.shape[0] == 12
 
 
+def test_distractor_scenes_train_a_few_targets_among_more_objects_and_the_default_stream_is_unchanged() -> None:
+    defaults = PretrainSam2Params(clip_frames=4)
+    # the defaults are the synth preset's scene and every visible object: the stream the committed model saw
+    assert (defaults.min_objects, defaults.max_objects, defaults.max_targets) == (SCALE.min_objects,
+                                                                                 SCALE.max_objects, 0)
+    for step in range(6):
+        clip, again = stage.step_clips(defaults, 5, step, SCALE)[0], training_clip(5, step, 4, SCALE)
+        assert clip.frames.tobytes() == again.frames.tobytes() and clip.masks.tobytes() == again.masks.tobytes()
+    crowded = replace(defaults, min_objects=6, max_objects=7, max_targets=2)
+    for step in range(6):
+        clip = stage.step_clips(crowded, 5, step, SCALE)[0]
+        everything = training_clip(5, step, 4, replace(SCALE, min_objects=6, max_objects=7))  # no target limit
+        assert clip.frames.tobytes() == everything.frames.tobytes()  # the same scene and frames
+        visible = list(range(everything.n_targets))  # every object visible on the first frame
+        assert 1 <= clip.n_targets == min(2, len(visible))
+        # the targets are some of the visible objects, each with its own masks over the clip and its box
+        chosen = [next(o for o in visible if np.array_equal(everything.masks[:, o], clip.masks[:, t]))
+                  for t in range(clip.n_targets)]
+        assert chosen == sorted(set(chosen))
+        assert np.array_equal(clip.boxes, everything.boxes[chosen])
+    # more objects in the scene than SAM2 gives candidates: distractors on the clips' first frames
+    firsts = [training_clip(5, step, 4, replace(SCALE, min_objects=6, max_objects=7)).n_targets for step in range(6)]
+    assert max(firsts) > 3
+
+
 def test_clips_batched_in_one_step_are_tracked_as_each_clip_alone(base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each target of a batch reads its own clip's frames and memory: the masks SAM2 gives the targets of clip c in
     the batch are the masks it gives them when clip c is tracked alone (to float tolerance), on every frame. (Box
