@@ -157,6 +157,8 @@ def _train_sft(params: SftParams, model_params: ModelParams, shards_dir: Path, o
         seed=params.seed, data_seed=params.seed, remove_unused_columns=False, dataloader_num_workers=0,
         activation_checkpointing=params.gradient_checkpointing, disable_tqdm=True, save_only_model=False,
         ddp_find_unused_parameters=False, use_liger_kernel=liger,
+        # transformers counts the tokens every process trains on (attention mask, or the packed row's length)
+        include_num_input_tokens_seen="non_padding",
     )
     state = args.distributed_state  # set up by TrainingArguments: one process, or the launched group
     main = state.is_main_process
@@ -186,7 +188,9 @@ def _train_sft(params: SftParams, model_params: ModelParams, shards_dir: Path, o
     resume = last_complete_checkpoint(Path(checkpoint_dir))
     if resume:
         log.info("sft: resuming from %s", resume)
+    earlier = _tokens_seen(resume)  # read now: the trainer removes that checkpoint once it saves a newer one
     output = trainer.train(resume_from_checkpoint=resume)
+    tokens = trainer.state.num_input_tokens_seen - earlier  # this sitting's, as train_runtime
 
     out_dir = Path(out_dir)
     if main:
@@ -199,13 +203,22 @@ def _train_sft(params: SftParams, model_params: ModelParams, shards_dir: Path, o
     result: dict = {}
     if main:
         result = _finish(params, model_params, processor, out_dir, held_out, prompts, before, curve, steps,
-                         train, dataset, output.metrics, Path(shards_dir), Path(metrics_dir), state.num_processes,
+                         train, tokens, output.metrics, Path(shards_dir), Path(metrics_dir), state.num_processes,
                          by_source, before_sources)
         shutil.rmtree(checkpoint_dir, ignore_errors=True)  # finished: nothing to resume
         # this process's micro-batches: padding as padded rows would hold it, and as fed (0 when packed)
         result.update(collator.count.stats(), liger=liger)
     state.wait_for_everyone()
     return StageReport("sft", metrics=result, markdown=_curves(Path(metrics_dir)) if main else "")
+
+
+def _tokens_seen(checkpoint: str | None) -> int:
+    """Tokens transformers had counted when `checkpoint` was saved (0 for a fresh start): a resumed sitting's own
+    tokens are the count at its end less these."""
+    if not checkpoint:
+        return 0
+    state = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
+    return int(state.get("num_input_tokens_seen") or 0)
 
 
 def _curves(metrics_dir: Path) -> str:
@@ -242,7 +255,7 @@ def _progress_callback():
 
 
 def _finish(params: SftParams, model_params: ModelParams, processor, out_dir: Path, held_out: list[dict],
-            prompts: list[dict], before: float, curve: list[dict], steps: int, train: list, dataset: SftDataset,
+            prompts: list[dict], before: float, curve: list[dict], steps: int, train: list, tokens: int,
             train_metrics: dict, shards_dir: Path, metrics_dir: Path, processes: int,
             by_source: dict[str, list], before_sources: dict[str, float]) -> dict:
     """Main process: merged weights, format rate after, curve, metrics (per training source too: training
@@ -255,14 +268,11 @@ def _finish(params: SftParams, model_params: ModelParams, processor, out_dir: Pa
     after_sources = source_losses(merged, processor, by_source)
     _write_curve(metrics_dir / "sft_curve.tsv", curve)
     runtime = float(train_metrics.get("train_runtime", 0.0))
-    # every training sample's tokens: with several processes the main one encoded (and cached) only the samples
-    # its sampler gave it, so the others are encoded here (cached ones are read back)
-    tokens = sum(int(dataset[i]["attention_mask"].sum()) for i in range(len(train)))
     metrics = {"format_rate_before": round(before, 4), "format_rate_after": round(after, 4), "steps": steps,
                "final_loss": curve[-1]["loss"] if curve else float("nan"), "train_samples": len(train),
                "held_out_samples": len(held_out), "processes": processes,
                "samples_per_s": round(float(train_metrics.get("train_samples_per_second", 0.0)), 3),
-               "tokens_per_s": round(tokens * params.epochs / runtime, 1) if runtime > 0 else 0.0}
+               "tokens_per_s": round(tokens / runtime, 1) if runtime > 0 else 0.0}
     trained = {name: sum(1 for s in train if s.meta.get("source", "root") == name) for name in by_source}
     for name in by_source:
         metrics.update({f"source.{name}.samples": trained[name], f"source.{name}.loss_samples": len(by_source[name]),

@@ -238,6 +238,11 @@ def test_resume_after_interruption_matches_an_uninterrupted_run(setup, reference
 
     resumed = _run(SMALL, setup, tmp_path)
     assert resumed.metrics["steps"] == 4
+    # tokens per second count this sitting's tokens only (steps 3 and 4), as the runtime and samples per second do:
+    # per sample, at most the longest sample (the first sitting's tokens counted again would double it)
+    lengths = [int(encoded["attention_mask"].sum()) for encoded in _encoded(setup)]
+    per_sample = resumed.metrics["tokens_per_s"] / resumed.metrics["samples_per_s"]
+    assert min(lengths) * 0.99 <= per_sample <= max(lengths) * 1.01 < 2 * min(lengths)
     a, b = _curve(reference / "metrics" / "sft_curve.tsv"), _curve(tmp_path / "metrics" / "sft_curve.tsv")
     assert [s for s, _, _ in b] == [1, 2, 3, 4]
     # the logged lr is the one each step used: cosine from the peak (no warm-up) over 4 steps
@@ -278,6 +283,10 @@ def test_packed_micro_batches_train_as_padded_ones(setup, tmp_path: Path) -> Non
     lengths = sorted(int(encoded["input_ids"].shape[1]) for encoded in _encoded(setup))
     assert lengths[0] < lengths[-1]  # samples of different lengths: padded rows hold padding
     (padded, padded_dir), (packed, packed_dir) = runs[False], runs[True]
+    # transformers' token count: the samples' own tokens, padded rows or packed (the oracle: their encodings)
+    for run in (padded, packed):
+        per_sample = run.metrics["tokens_per_s"] / run.metrics["samples_per_s"]
+        assert per_sample == pytest.approx(sum(lengths) / len(lengths), rel=0.01)
     assert packed.metrics["padding_share"] == 0.0 and packed.metrics["liger"] is False  # auto, on the CPU
     assert padded.metrics["padding_share"] == padded.metrics["padding_share_padded"] \
         == packed.metrics["padding_share_padded"] > 0.0
