@@ -174,16 +174,22 @@ def load_video_predictor(checkpoint: str, config: str, device: str | None = None
     if not Path(checkpoint).is_file():
         raise FileNotFoundError(f"SAM2 checkpoint {checkpoint} not found (build it with the tiny_models stage "
                                 f"or point sam2.checkpoint at a real sam2.1_hiera_*.pt)")
-    from stages.segment.predictor import SHARED_FRAME_LAYER, VIDEO_PREDICTOR, VIDEO_PREDICTOR_VOS
-
-    # sam2's builder names its own class first; these come after it, so the config instantiates ours
-    overrides = [*overrides, f"++model._target_={VIDEO_PREDICTOR_VOS if vos_optimized else VIDEO_PREDICTOR}",
-                 f"++model.autocast_dtype={'bfloat16' if cuda and dtype != 'float32' else 'null'}"]
-    if share_frame_self_attention:
-        overrides.append(f"++model.memory_attention.layer._target_={SHARED_FRAME_LAYER}")
+    overrides = [*overrides, *vrsflow_overrides(vos_optimized, cuda and dtype != "float32", share_frame_self_attention)]
     with _LOADER_LOCK if folder is not None else contextlib.nullcontext(), _hydra_search_path(folder):
         return build_sam2_video_predictor(name, ckpt_path=checkpoint, device=device,
                                           hydra_overrides_extra=overrides, vos_optimized=vos_optimized)
+
+
+def vrsflow_overrides(vos_optimized: bool, bf16_autocast: bool, share_frame_self_attention: bool) -> list[str]:
+    """The Hydra overrides that make sam2's builder instantiate vrsflow's classes (`stages.segment.predictor`).
+    sam2's builder puts its own `model._target_` first and these after it, so the config instantiates ours."""
+    from stages.segment.predictor import SHARED_FRAME_LAYER, VIDEO_PREDICTOR, VIDEO_PREDICTOR_VOS
+
+    overrides = [f"++model._target_={VIDEO_PREDICTOR_VOS if vos_optimized else VIDEO_PREDICTOR}",
+                 f"++model.autocast_dtype={'bfloat16' if bf16_autocast else 'null'}"]
+    if share_frame_self_attention:
+        overrides.append(f"++model.memory_attention.layer._target_={SHARED_FRAME_LAYER}")
+    return overrides
 
 
 def load_frames(folder: str | Path) -> list[np.ndarray]:

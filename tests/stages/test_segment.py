@@ -93,6 +93,26 @@ def test_sam2s_builder_makes_vrsflows_predictor_from_the_config(predictor) -> No
     assert not isinstance(predictor.memory_attention.layers[0], SharedFrameSelfAttentionLayer)
 
 
+def test_sam2s_builder_makes_the_compiled_predictor_with_vrsflows_additions(tmp_path) -> None:
+    """`vos_optimized` is refused on the CPU by load_video_predictor (its compiled kernels are CUDA's), so sam2's own
+    builder is called here with the same overrides: it instantiates vrsflow's subclass of SAM2VideoPredictorVOS (its
+    torch.compile wrappers are lazy: nothing compiles until a call)."""
+    from sam2.build_sam import build_sam2_video_predictor
+    from sam2.sam2_video_predictor import SAM2VideoPredictorVOS
+
+    from stages.models.tiny_sam2 import build_tiny_sam2
+    from stages.segment import resolve_config, vrsflow_overrides
+    from stages.segment.predictor import SharedFrameSelfAttentionLayer, VideoPredictorVOS
+
+    checkpoint, config = build_tiny_sam2(tmp_path, image_size=128, seed=0)
+    name, overrides = resolve_config(str(config))
+    predictor = build_sam2_video_predictor(name, ckpt_path=str(checkpoint), device="cpu", vos_optimized=True,
+                                           hydra_overrides_extra=[*overrides, *vrsflow_overrides(True, True, True)])
+    assert type(predictor) is VideoPredictorVOS and isinstance(predictor, SAM2VideoPredictorVOS)
+    assert predictor.autocast_dtype == torch.bfloat16 and callable(predictor.init_state_from_frames)
+    assert type(predictor.memory_attention.layers[0]) is SharedFrameSelfAttentionLayer
+
+
 def test_in_memory_state_is_the_state_sam2s_init_state_builds(predictor, tmp_path) -> None:
     """The oracle is SAM2's own `init_state` on a JPEG folder of the same frames: same keys, same values, the same
     warm-up features of frame 0 from the same images."""
