@@ -428,7 +428,7 @@ def propagate_groups(predictor, frames: Sequence[np.ndarray], groups: Sequence[B
     """Masks (n_boxes, T, H, W bool) for every group, its boxes tracked forward and backward from its keyframe.
 
     Args:
-        predictor: a SAM2VideoPredictor.
+        predictor: a SAM2 video predictor from `load_video_predictor` (frames from memory: `init_state_from_frames`).
         frames: T RGB uint8 frames (H, W, 3), all of one size.
         groups: box sets; groups with the same keyframe are tracked together as objects of one state.
         threshold: mask logit threshold (SAM2's own is 0).
@@ -513,7 +513,7 @@ def propagate_boxes(predictor, frames: Sequence[np.ndarray] | str | Path, key_id
     """Masks per frame, (T, n_boxes, H, W) bool, of boxes given at frame `key_idx`, tracked both ways.
 
     Args:
-        predictor: a SAM2VideoPredictor (`load_video_predictor`).
+        predictor: a SAM2 video predictor from `load_video_predictor`.
         frames: RGB uint8 arrays, or a folder of JPEG frames (read in file-name order).
         key_idx: position of the keyframe in `frames`.
         boxes: [x1, y1, x2, y2] in frame pixels; no boxes → (T, 0, H, W).
