@@ -130,6 +130,12 @@ KNOWN = {
                               "correction_clicks 7)",
                               "issue 47: SAM2's recipe on 8-frame training clips (SAM2's own length) instead of 4: "
                               "tracking J and the ceiling (target ≥ 40 J&F)"),
+    "sam2_pretrain-distractors": ("bench_sam2_pretrain.py --seeds 0 1 --jobs 2 --set pretrain_sam2.min_objects=6 --set "
+                                  "pretrain_sam2.max_objects=8 --set pretrain_sam2.max_targets=3 --repo DIR (the "
+                                  "committed recipe otherwise: 8-frame clips, 1,500 steps)",
+                                  "issue 47: training scenes of 6–8 objects, 3 of them targets (SAM2 trains a few "
+                                  "targets among many objects), so that three candidate masks cannot cover every "
+                                  "object: do tracked masks keep the target?"),
     "sam2_pretrain-memattn1": ("bench_sam2_pretrain.py --seeds 0 --set pretrain_sam2.steps=600 --repo DIR (SAM2's "
                                "recipe: clicks 0.5, box_noise 0.1, correction_clicks 7; the tiny memory attention, "
                                "1 layer)",
