@@ -46,7 +46,7 @@ def time_clips_per_step(clips_per_step: int, steps: int, device: str) -> dict:
             torch.cuda.synchronize()
         started = time.perf_counter()
         terms = stage.clip_loss(model, clips, stage.prompt_kind(0, step, params.point_prompt_share),
-                                params.box_noise, params.correction_clicks)
+                                params.box_noise, params.correction_clicks, params.iou_loss_weight)
         optimizer.zero_grad(set_to_none=True)
         terms["loss"].backward()
         optimizer.step()

@@ -435,6 +435,10 @@ class PretrainSam2Params:
     # clicks that correct the prompted frame one at a time, each where the last mask is wrong, the loss taken on
     # every pass (SAM2's training: 7); they teach the mask heads to follow a prompt rather than the likeliest object
     correction_clicks: Exp[Annotated[int, Ge(0), Le(16)]] = 7  # at most 16: each is another pass of the mask heads
+    # weight of the loss's IoU term (L1 of each candidate's predicted IoU; SAM2.1's: 1). On a tracked frame the mask
+    # terms train only the best of the three candidates, so the IoU head, which picks the one kept, is what is taught
+    # which candidate is the target
+    iou_loss_weight: Exp[NonNegFloat] = 1.0
     # AdamW peak LR, linear warm-up then cosine (at 1e-3 seed 1 of 3 did not learn: held-out J 0.008; at 3e-4 it did)
     learning_rate: Exp[PosFloat] = 3.0e-4
     warmup_steps: Exp[NonNegInt] = 50

@@ -44,7 +44,7 @@ from stages.models.seed_runs import best_seed, describe_device, parallel_seeds, 
 from stages.models.train_state import fingerprint, load_state, warmup_cosine
 from stages.models.train_state import save_state as _save_state
 from stages.pretrain_sam2.clips import Clip, check_videos, mask_box, training_clip
-from stages.pretrain_sam2.loss import frame_loss
+from stages.pretrain_sam2.loss import IOU, frame_loss
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +165,7 @@ def train_seed(params: PretrainSam2Params, seed: int) -> dict:
     for step in track(range(start, params.steps), total=params.steps - start, desc=f"pretrain_sam2 seed {seed}"):
         clips = step_clips(params, seed, step, scale)
         terms = clip_loss(model, clips, prompt_kind(seed, step, params.point_prompt_share), params.box_noise,
-                          params.correction_clicks)
+                          params.correction_clicks, params.iou_loss_weight)
         optimizer.zero_grad(set_to_none=True)
         terms["loss"].backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), params.grad_clip)
@@ -272,7 +272,7 @@ def correction_click(model, points: dict[str, torch.Tensor], first_masks: torch.
 
 
 def clip_loss(model, clip: Clip | list[Clip], prompt_kind: str = "box", box_noise: float = 0.0,
-              corrections: int = 0) -> dict[str, torch.Tensor]:
+              corrections: int = 0, iou_weight: float = IOU) -> dict[str, torch.Tensor]:
     """SAM2's loss over one clip, or over clips of one frame count whose targets form one batch (each object
     reads its own clip's frames, as SAM2's multi-object tracking reads one video's): the targets are prompted on
     frame 0 (`clip_prompt`: a click each, which SAM2 answers with three candidate masks, or a box each, answered
@@ -319,7 +319,7 @@ def clip_loss(model, clip: Clip | list[Clip], prompt_kind: str = "box", box_nois
         model._encode_memory_in_output(feats, sizes, points, True, high_res, object_logits, out)
         memory["cond_frame_outputs" if t == 0 else "non_cond_frame_outputs"][t] = out
         for _, multimasks, ious, *_, object_logits in passes:  # SAM2 sums the loss over a frame's passes
-            for key, value in frame_loss(multimasks, ious, object_logits, targets[t]).items():
+            for key, value in frame_loss(multimasks, ious, object_logits, targets[t], iou_weight).items():
                 sums[key] = sums.get(key, 0.0) + value
     out_terms = {key: value / n_frames for key, value in sums.items()}
     out_terms["loss"] = out_terms.pop("total")

@@ -41,8 +41,8 @@ def mask_iou(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 
 def frame_loss(multimask_logits: torch.Tensor, predicted_ious: torch.Tensor, object_logits: torch.Tensor,
-               target: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The loss of one frame.
+               target: torch.Tensor, iou_weight: float = IOU) -> dict[str, torch.Tensor]:
+    """The loss of one frame (`iou_weight`: the IoU term's weight in the total; SAM2.1's is 1).
 
     Args:
         multimask_logits: (B, M, H, W) SAM2's candidate mask logits at the input size.
@@ -65,5 +65,6 @@ def frame_loss(multimask_logits: torch.Tensor, predicted_ious: torch.Tensor, obj
         "iou": (F.l1_loss(predicted_ious, actual, reduction="none").mean(1) * present).sum() / n_present,
         "object": F.binary_cross_entropy_with_logits(object_logits.reshape(-1), present),
     }
-    terms["total"] = FOCAL * terms["focal"] + DICE * terms["dice"] + IOU * terms["iou"] + OBJECT * terms["object"]
+    terms["total"] = (FOCAL * terms["focal"] + DICE * terms["dice"] + iou_weight * terms["iou"]
+                      + OBJECT * terms["object"])
     return terms

@@ -68,7 +68,7 @@ def test_the_committed_sam2_is_bf16_and_small() -> None:
 
 # settings added after the committed SAM2 was trained, at the value that trains as it was trained without them
 ADDED_LATER = {"point_prompt_share": 0.0, "box_noise": 0.0, "correction_clicks": 0, "clips_per_step": 1,
-               "min_objects": 2, "max_objects": 4, "max_targets": 0}
+               "min_objects": 2, "max_objects": 4, "max_targets": 0, "iou_loss_weight": 1.0}
 
 
 def test_params_yaml_trains_what_the_committed_sam2_was_trained_with() -> None:

@@ -114,6 +114,10 @@ def test_the_loss_is_sam2s_weighted_sum_with_the_best_candidate() -> None:
     assert terms["iou"].item() == pytest.approx(iou_l1, rel=1e-5)
     assert terms["object"].item() == pytest.approx(obj, rel=1e-5)
     assert terms["total"].item() == pytest.approx(20 * focal + dice + iou_l1 + obj, rel=1e-5)
+    # a heavier IoU term (pretrain_sam2.iou_loss_weight) weighs only that term
+    heavier = frame_loss(logits, torch.tensor([[0.3, 0.9]]), torch.tensor([[2.0]]), target, iou_weight=4.0)
+    assert heavier["total"].item() == pytest.approx(20 * focal + dice + 4 * iou_l1 + obj, rel=1e-5)
+    assert all(heavier[k].item() == terms[k].item() for k in ("focal", "dice", "iou", "object"))
 
 
 def test_an_absent_object_is_taught_by_the_object_score_only() -> None:
