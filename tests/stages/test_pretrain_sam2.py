@@ -285,9 +285,9 @@ def test_clips_batched_in_one_step_are_tracked_as_each_clip_alone(base: Path, mo
     prompts without jitter: clicks are drawn from the torch RNG per target, so a batch draws other clicks.)"""
     seen = []
 
-    def recording(multimasks, ious, object_logits, target):  # noqa: ANN001, ANN202 - frame_loss's signature
+    def recording(multimasks, ious, object_logits, target, *rest):  # noqa: ANN001, ANN002, ANN202 - frame_loss's
         seen.append((multimasks.detach().clone(), target.clone()))
-        return frame_loss(multimasks, ious, object_logits, target)
+        return frame_loss(multimasks, ious, object_logits, target, *rest)
 
     monkeypatch.setattr(stage, "frame_loss", recording)
     model = load_video_predictor(str(base / "model.pt"), str(base / "config.yaml"), "cpu")
