@@ -136,6 +136,14 @@ KNOWN = {
                                   "issue 47: training scenes of 6–8 objects, 3 of them targets (SAM2 trains a few "
                                   "targets among many objects), so that three candidate masks cannot cover every "
                                   "object: do tracked masks keep the target?"),
+    "sam2_pretrain-iou5": ("bench_sam2_pretrain.py --seeds 0 --set pretrain_sam2.iou_loss_weight=5 --repo DIR (the "
+                           "committed recipe otherwise: 8-frame clips, 1,500 steps)",
+                           "issue 47: a heavier IoU term (SAM2.1's weight is 1): does the IoU head, which picks the "
+                           "candidate kept on a tracked frame, learn to keep the target? (against "
+                           "sam2_pretrain-frames8, seed 0 at weight 1)"),
+    "sam2_pretrain-iou20": ("bench_sam2_pretrain.py --seeds 0 --set pretrain_sam2.iou_loss_weight=20 --repo DIR (the "
+                            "committed recipe otherwise)",
+                            "issue 47: the same at weight 20, run beside iou5"),
     "sam2_pretrain-memattn1": ("bench_sam2_pretrain.py --seeds 0 --set pretrain_sam2.steps=600 --repo DIR (SAM2's "
                                "recipe: clicks 0.5, box_noise 0.1, correction_clicks 7; the tiny memory attention, "
                                "1 layer)",
