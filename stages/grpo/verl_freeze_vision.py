@@ -18,9 +18,9 @@ from __future__ import annotations
 from verl.workers.engine import EngineRegistry
 from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 
+from stages.grpo.verl_engine import FREEZE_VISION_VENDOR as VENDOR  # the name the job's runtime env selects
 from stages.models.trainable import freeze_vision
 
-VENDOR = "vrsflow-frozen-vision"
 DEVICES = ("cuda", "npu", "cpu")  # verl's FSDP devices, and this project's CPU platform (verl_cpu_platform)
 BACKENDS = ("fsdp", "fsdp2")
 
