@@ -383,3 +383,20 @@ def test_large_preset_is_larger() -> None:
     params = replace(SynthParams(), size="large")
     assert params.scale.height == 720 and params.scale.width == 1280
     assert params.scale.n_videos_train + params.scale.n_videos_valid >= 300
+
+
+def test_the_scene_object_bound_fits_the_simulators_distinct_objects() -> None:
+    """params refuse more objects per scene than SceneObjects allows; the simulator can draw that many distinct
+    (colour, kind) objects, so every accepted value renders."""
+    import typing
+
+    import numpy as np
+
+    from stages.core.params import SceneObjects, SynthScale
+    from stages.synth.scene import COLOURS, KINDS, simulate_video
+
+    bound = next(m.le for m in typing.get_args(SceneObjects)[1:] if hasattr(m, "le"))
+    assert bound <= len(COLOURS) * len(KINDS)
+    video = simulate_video(np.random.default_rng(0), SynthScale(min_objects=bound, max_objects=bound))
+    assert len(video.objects) == bound
+

@@ -53,6 +53,8 @@ def test_params_are_frozen(tmp_path: Path) -> None:
         ("synth:\n  default:\n    min_frames: 20\n", "synth.default.min_frames: must be ≤ max_frames (14), got 20"),
         ("difficulty:\n  easy_below: 7\n", "difficulty.easy_below: must be ≤ hard_from (6.5), got 7"),
         ("pretrain_sam2:\n  min_objects: 6\n", "pretrain_sam2.min_objects: must be ≤ max_objects (4), got 6"),
+        ("pretrain_sam2:\n  max_objects: 1000000\n", "pretrain_sam2.max_objects: must be ≤ 16, got 1000000"),
+        ("pretrain_sam2:\n  iou_loss_weight: 1e9\n", "pretrain_sam2.iou_loss_weight: must be ≤ 100, got 1e+09"),
         ("tiny_models:\n  num_heads: 3\n", "tiny_models.hidden_size: must be a multiple of num_heads (3), got 256"),
         ("reward:\n  components: [format, formt]\n", "reward.components: unknown component 'formt'"),
         ("synth:\n  default:\n    height: tall\n", "synth.default.height: expected an integer, got str 'tall'"),
