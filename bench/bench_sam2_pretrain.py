@@ -44,13 +44,17 @@ def read_params(raw: dict, overrides: list[str]):
 
 
 def pretrain_seed(raw: dict, overrides: list[str], seed: int, tmp: Path,
-                  architecture: tuple[str, ...] = ()) -> tuple[dict, Path]:
-    """One stage run from a freshly built tiny SAM2 (tiny_models seed = stage seed = `seed`); (figures, out dir).
+                  architecture: tuple[str, ...] = (), init: Path | None = None) -> tuple[dict, Path]:
+    """One stage run from a freshly built tiny SAM2 (tiny_models seed = stage seed = `seed`), or from the SAM2 folder
+    `init` (model.pt + config.yaml: a trained one, fine-tuned further); (figures, out dir).
     Takes params.yaml as read by the parent and the overrides, not the params (the params objects do not pickle into
     a worker process), so what the record says trained is what trained, whatever happens to params.yaml meanwhile."""
     params = read_params(raw, overrides)
     base = tmp / f"tiny-sam2-{seed}"
-    build_tiny_sam2(base, params.tiny_models.sam2_image_size, seed, architecture)
+    if init is None:
+        build_tiny_sam2(base, params.tiny_models.sam2_image_size, seed, architecture)
+    else:
+        shutil.copytree(init, base)
     out = tmp / f"pretrain-sam2-{seed}"
     block = dataclasses.replace(params.pretrain_sam2, seeds=(seed,), parallel=1, base=str(base), out_dir=str(out),
                                 checkpoint_dir=str(tmp / f"state-{seed}"))
@@ -64,6 +68,15 @@ def pretrain_seed(raw: dict, overrides: list[str], seed: int, tmp: Path,
              "loss_last_tenth": round(float(np.mean(losses[-tenth:])), 4)}, out)
 
 
+def _init_record(init: Path | None) -> dict | None:
+    """What `--init` started from: the folder and its checkpoint's sha256 (None: a fresh tiny SAM2 per seed)."""
+    if init is None:
+        return None
+    import hashlib
+
+    return {"folder": str(init), "sha256": hashlib.sha256((init / CHECKPOINT).read_bytes()).hexdigest()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2], help="stage seeds")
@@ -75,13 +88,18 @@ def main() -> None:
     parser.add_argument("--architecture", action="append", default=[],
                         help="a Hydra override of the tiny SAM2 trained, after tiny_models' own, e.g. "
                              "++model.memory_attention.num_layers=4")
+    parser.add_argument("--init", type=Path, help="start every seed from this SAM2 folder (model.pt + config.yaml, "
+                        "e.g. models/pretrain_sam2: fine-tune the committed one) instead of a fresh tiny one")
     args = parser.parse_args()
+    if args.init and args.architecture:
+        parser.error("--init takes the architecture of the folder it names; --architecture builds a fresh one")
     import torch
 
     torch.set_num_threads(1)
     raw = read_params_file(Path(__file__).resolve().parents[1] / "params.yaml")
     params = read_params(raw, args.set)
     figures: dict = {"pretrain_sam2": {}, "ceiling": {}, "overrides": args.set, "architecture": args.architecture,
+                     "init": _init_record(args.init),
                      "pretrain_sam2_params": dataclasses.asdict(params.pretrain_sam2)}
     with tempfile.TemporaryDirectory(prefix="bench-sam2-pretrain-") as tmp:
         tmp = Path(tmp)
@@ -89,7 +107,7 @@ def main() -> None:
         # seeds in parallel processes (--jobs): each trains on one torch thread, as the stage does
         spawn = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=max(1, args.jobs), mp_context=spawn) as pool:
-            runs = {seed: pool.submit(pretrain_seed, raw, args.set, seed, tmp, tuple(args.architecture))
+            runs = {seed: pool.submit(pretrain_seed, raw, args.set, seed, tmp, tuple(args.architecture), args.init)
                     for seed in args.seeds}
             for seed, run in runs.items():
                 figures["pretrain_sam2"][str(seed)], trained[seed] = run.result()
