@@ -38,6 +38,11 @@ from stages.models.tiny_sam2 import build_tiny_sam2  # noqa: E402
 from stages.pretrain_sam2 import CHECKPOINT, CONFIG, CURVE, pretrain_sam2  # noqa: E402
 
 
+BASELINE = "the tiny random SAM2 (tracking check _before figures)"
+BASELINE_INIT = "the SAM2 that --init names, before fine-tuning (tracking check _before figures)"
+BASELINE_CEILING = "the ceiling through the SAM2 the repo's params name"
+
+
 def read_params(raw: dict, overrides: list[str]):
     """The params of `raw` (params.yaml as read once, at the start) with `--set KEY=VALUE` overrides."""
     return apply_overrides(raw, dict(item.split("=", 1) for item in overrides))[0]
@@ -133,8 +138,7 @@ def main() -> None:
                               ("track_iou_before", "track_iou_after", "prompt_iou_before", "prompt_iou_after",
                                "wall_s")}
     name = args.out.stem if args.out else "sam2_pretrain"  # the record names the file it is in
-    write_result(name, figures, "the tiny random SAM2 (tracking check _before figures); the ceiling through the SAM2 "
-                 "the repo's params name", out=args.out)
+    write_result(name, figures, f"{BASELINE_INIT if args.init else BASELINE}; {BASELINE_CEILING}", out=args.out)
 
 
 if __name__ == "__main__":

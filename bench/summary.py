@@ -144,6 +144,18 @@ KNOWN = {
     "sam2_pretrain-iou20": ("bench_sam2_pretrain.py --seeds 0 --set pretrain_sam2.iou_loss_weight=20 --repo DIR (the "
                             "committed recipe otherwise)",
                             "issue 47: the same at weight 20, run beside iou5"),
+    "sam2_finetune-more": ("bench_sam2_pretrain.py --seeds 10 --init models/pretrain_sam2 --set pretrain_sam2.steps=600 "
+                           "--set pretrain_sam2.learning_rate=0.0001 --repo DIR (the committed recipe and scenes "
+                           "otherwise)",
+                           "issue 47: 600 more steps from the committed SAM2 on new clips of the same scenes: is its "
+                           "tracking limited by steps? (run beside sam2_finetune-crowded)"),
+    "sam2_finetune-crowded": ("bench_sam2_pretrain.py --seeds 10 --init models/pretrain_sam2 --set "
+                              "pretrain_sam2.steps=600 --set pretrain_sam2.learning_rate=0.0001 --set "
+                              "pretrain_sam2.min_objects=4 --set pretrain_sam2.max_objects=6 --set "
+                              "pretrain_sam2.max_targets=3 --repo DIR",
+                              "issue 47: a curriculum — the committed SAM2, which segments, fine-tuned on scenes of "
+                              "4–6 objects, 3 of them targets: more objects than candidate masks, so tracked masks "
+                              "must keep the target"),
     "sam2_pretrain-memattn1": ("bench_sam2_pretrain.py --seeds 0 --set pretrain_sam2.steps=600 --repo DIR (SAM2's "
                                "recipe: clicks 0.5, box_noise 0.1, correction_clicks 7; the tiny memory attention, "
                                "1 layer)",
@@ -432,7 +444,7 @@ def measured(name: str, figures: dict) -> str:
                          f"{v['sft']['train_samples']} samples, {v['sft']['steps']} steps, final loss "
                          f"{v['sft']['final_loss']}, J&F {v['eval']['JF_overall']:.2f}, answers parsed "
                          f"{100 * (1 - v['eval']['parse_failure_rate']):.0f} %" for k, v in figures["variants"].items())
-    if name.startswith(("sam2_pretrain", "sam2_lr")):
+    if name.startswith(("sam2_pretrain", "sam2_lr", "sam2_finetune")):
         return _sam2_pretrain(figures)
     if name == "tokenizer":
         return "; ".join(f"{k}: held-out format rate after SFT {v['format_rate_after']} (before "
