@@ -37,7 +37,6 @@ from stages.core.params import Sam2Params, apply_overrides, load_params, read_pa
 from stages.models.tiny_sam2 import build_tiny_sam2  # noqa: E402
 from stages.pretrain_sam2 import CHECKPOINT, CONFIG, CURVE, pretrain_sam2  # noqa: E402
 
-
 BASELINE = "the tiny random SAM2 (tracking check _before figures)"
 BASELINE_INIT = "the SAM2 that --init names, before fine-tuning (tracking check _before figures)"
 BASELINE_CEILING = "the ceiling through the SAM2 the repo's params name"

@@ -9,7 +9,8 @@ What each setting asks (sam2's `SAM2Base` / `SAM2VideoPredictor` options):
   `sam2-track-by-distance.json`);
 - `non_overlap_masks=true`: the objects of one inference state may not share a pixel (the highest score wins);
 - `memory_temporal_stride_for_eval=2`: the memory reads every second earlier frame instead of the last ones;
-- `fill_hole_area=0`: SAM2's hole filling of the output masks off (8 pixels in its builder).
+- `fill_hole_area=0`: SAM2's hole filling of the output masks off (8 pixels in its builder; it needs sam2's CUDA
+  extension, and where that is missing — any CPU — SAM2 skips it with a warning, so on the CPU both are the same).
 
     python bench/sam2_inference_settings.py --repo DIR \
         --setting one_mask=++model.multimask_output_for_tracking=false …

@@ -144,9 +144,9 @@ KNOWN = {
     "sam2_pretrain-iou20": ("bench_sam2_pretrain.py --seeds 0 --set pretrain_sam2.iou_loss_weight=20 --repo DIR (the "
                             "committed recipe otherwise)",
                             "issue 47: the same at weight 20, run beside iou5"),
-    "sam2_finetune-more": ("bench_sam2_pretrain.py --seeds 10 --init models/pretrain_sam2 --set pretrain_sam2.steps=600 "
-                           "--set pretrain_sam2.learning_rate=0.0001 --repo DIR (the committed recipe and scenes "
-                           "otherwise)",
+    "sam2_finetune-more": ("bench_sam2_pretrain.py --seeds 10 --init models/pretrain_sam2 --set "
+                           "pretrain_sam2.steps=600 --set pretrain_sam2.learning_rate=0.0001 --repo DIR (the "
+                           "committed recipe and scenes otherwise)",
                            "issue 47: 600 more steps from the committed SAM2 on new clips of the same scenes: is its "
                            "tracking limited by steps? (run beside sam2_finetune-crowded)"),
     "sam2_finetune-crowded": ("bench_sam2_pretrain.py --seeds 10 --init models/pretrain_sam2 --set "
@@ -166,6 +166,9 @@ KNOWN = {
                                "tracked frames' masks?"),
     "sam2-prompt-check": ("sam2_prompt_check.py --model NAME=PATH …",
                           "issue 47: does the tiny SAM2 segment what its box points at, or another object?"),
+    "sam2-inference-settings": ("sam2_inference_settings.py --repo DIR (SAM2's own inference-only config settings)",
+                                "issue 47: can the evaluation's SAM2 settings, not its weights, close the ceiling "
+                                "gap (35.73 against ≥ 40)?"),
     "sam2-track-by-distance": ("sam2_track_by_distance.py --model NAME=PATH …",
                                "issue 47: does a tiny SAM2's tracking drift away from the object over the frames, "
                                "or lose it at once, on the first frame it tracks; where do its tracked masks land, "
@@ -485,6 +488,9 @@ def measured(name: str, figures: dict) -> str:
             f"{v['packed']['padding_share']:.1%}, "
             f"{v['padded']['samples_per_s']} → {v['packed']['samples_per_s']} samples/s ({v['samples_per_s_ratio']}×), "
             f"loss curves within {v['curve_max_rel_diff']:.1%} (relative)" for v in figures["settings"].values())
+    if name == "sam2-inference-settings":
+        return "ceiling J&F (ground-truth answers) through " + figures["sam2"]["checkpoint"] + ": " + ", ".join(
+            f"{k} {v['JF_overall']:.2f}" for k, v in figures["ceiling"].items())
     if name == "sam2-prompt-check":
         models = figures["models"]
         rows = [f"{k}: prompted-frame IoU {v['with_fallback']['prompted_iou']:.3f} (single mask only "
