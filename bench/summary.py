@@ -136,6 +136,13 @@ KNOWN = {
                                   "issue 47: training scenes of 6–8 objects, 3 of them targets (SAM2 trains a few "
                                   "targets among many objects), so that three candidate masks cannot cover every "
                                   "object: do tracked masks keep the target?"),
+    "sam2_pretrain-trunk32": ("bench_sam2_pretrain.py --seeds 0 1 --jobs 2 --architecture "
+                              "++model.image_encoder.trunk.embed_dim=32 --architecture "
+                              "++model.image_encoder.trunk.num_heads=2 --architecture "
+                              "++model.image_encoder.neck.backbone_channel_list=[256,128,64,32] --repo DIR (the "
+                              "committed recipe otherwise)",
+                              "issue 47: an image encoder twice as wide (trunk 32 channels, 13.6 MiB in bf16): do "
+                              "richer features tell the objects apart on tracked frames?"),
     "sam2_pretrain-iou5": ("bench_sam2_pretrain.py --seeds 0 --set pretrain_sam2.iou_loss_weight=5 --repo DIR (the "
                            "committed recipe otherwise: 8-frame clips, 1,500 steps)",
                            "issue 47: a heavier IoU term (SAM2.1's weight is 1): does the IoU head, which picks the "
