@@ -56,7 +56,8 @@ def pretrain_seed(raw: dict, overrides: list[str], seed: int, tmp: Path,
     params = read_params(raw, overrides)
     base = tmp / f"tiny-sam2-{seed}"
     if init is None:
-        build_tiny_sam2(base, params.tiny_models.sam2_image_size, seed, architecture)
+        build_tiny_sam2(base, params.tiny_models.sam2_image_size, seed, architecture,
+                        params.tiny_models.sam2_encoder_width)
     else:
         shutil.copytree(init, base)
     out = tmp / f"pretrain-sam2-{seed}"

@@ -95,6 +95,19 @@ def base_sha(name: str, params) -> dict:
     return {"path": base.as_posix(), "sha256": sha256_tree(base, cache=False)}
 
 
+def tiny_models_built_as(tiny_models) -> bool | str:
+    """True when tiny_models' output is there and its lineage records these params (e.g. a `--set
+    tiny_models.sam2_encoder_width=32`); otherwise why it must be built."""
+    from stages.core.typed_config import to_dict
+
+    lineage = Path(tiny_models.out_dir) / "lineage.json"
+    if not lineage.is_file():
+        return "missing"
+    if json.loads(lineage.read_text()).get("params") != to_dict(tiny_models):
+        return "built with other params"
+    return True
+
+
 def cmd_stage(args: argparse.Namespace) -> int:
     import logging
 
@@ -104,10 +117,14 @@ def cmd_stage(args: argparse.Namespace) -> int:
     os.chdir(root)
     params = stage_params(dict(item.split("=", 1) for item in args.set))
     base = Path(params.pretrain.base if args.name == "pretrain" else params.pretrain_sam2.base)
-    if not base.exists():  # the tiny_models stage's output (DVC-managed, not in git): built by its own function
+    # the tiny_models stage's output (DVC-managed, not in git), missing or built with other params than these (e.g.
+    # `--set tiny_models.sam2_encoder_width=32`): built by its own function
+    built = tiny_models_built_as(params.tiny_models)
+    if not base.exists() or (base.resolve().is_relative_to(Path(params.tiny_models.out_dir).resolve())
+                             and built is not True):
         from stages.models import build_tiny_models
 
-        print(f"gpu_pretrain: {base} missing: building {params.tiny_models.out_dir} (tiny_models)", flush=True)
+        print(f"gpu_pretrain: {params.tiny_models.out_dir} {built}: building it (tiny_models)", flush=True)
         build_tiny_models(params.tiny_models, Path(params.tiny_models.out_dir))
     print(f"gpu_pretrain: {args.name} base {json.dumps(base_sha(args.name, params))}", flush=True)
     reason = up_to_date(args.name, params)

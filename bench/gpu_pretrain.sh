@@ -13,7 +13,8 @@
 # committed frozen stages record — through each stage's own function as its flow calls it, in this repository;
 # bench/gpu_pretrain.py). A stage whose out_dir holds seeds.json and a lineage.json with these params is up to date
 # and not run again (pretrain_sam2 once its CPU-trained output is committed). A missing models/tiny (tiny_models'
-# output) is built first by the tiny_models stage's own function.
+# output) is built first by the tiny_models stage's own function, and so is one its lineage says was built with
+# other tiny_models params (e.g. --set tiny_models.sam2_encoder_width=32: the wider SAM2, docs/architecture.md).
 # --set KEY=VALUE adds an override for both stages (not the probe), e.g. pretrain.loader_workers=4 if the probe
 # shows the scenes' rendering holds the GPU back: outside the seeds' fingerprint, so the weights do not change, but
 # the lineage records it, so params.yaml should then say the same before the outputs are committed.

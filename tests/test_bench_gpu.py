@@ -335,3 +335,18 @@ def test_gpu_pretrain_cut_off_packs_its_state_and_the_next_run_resumes_it() -> N
         assert "pretrain: resuming at step" in second.stdout + second.stderr, second.stderr[-3000:]
     finally:
         shutil.rmtree(ckpt, ignore_errors=True)
+
+
+def test_gpu_pretrain_rebuilds_tiny_models_built_with_other_params(tmp_path: Path) -> None:
+    # `--set tiny_models.sam2_encoder_width=32` must train the wider SAM2, not the one an earlier build left there
+    from dataclasses import replace
+
+    from bench.gpu_pretrain import tiny_models_built_as
+    from stages.core.params import TinyModelsParams
+    from stages.models import build_tiny_models
+
+    params = TinyModelsParams(vocab_size=512, sam2_image_size=64, out_dir=str(tmp_path / "tiny"))
+    assert tiny_models_built_as(params) == "missing"
+    build_tiny_models(params, tmp_path / "tiny")
+    assert tiny_models_built_as(params) is True
+    assert tiny_models_built_as(replace(params, sam2_encoder_width=32)) == "built with other params"

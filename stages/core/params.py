@@ -309,10 +309,15 @@ class TinyModelsParams:
     num_heads: Exp[PosInt] = 4
     max_image_side: Exp[PosInt] = 112  # processor's longest_edge in pixels (28-pixel multiples)
     sam2_image_size: Exp[PosInt] = 256  # SAM2 input resolution of the micro model
+    # the micro SAM2's image encoder width (stages.models.tiny_sam2.ENCODER_WIDTHS: 32 is the widest whose weights
+    # stay under 16 MiB in bf16)
+    sam2_encoder_width: Exp[Literal[16, 32]] = 16
 
     def _rules(self) -> Iterator[tuple[str, str]]:
         if self.hidden_size % self.num_heads:
             yield "hidden_size", f"must be a multiple of num_heads ({self.num_heads}), got {self.hidden_size}"
+        if not isinstance(self.sam2_encoder_width, int):  # 32.0 equals the Literal's 32, but is no channel count
+            yield "sam2_encoder_width", f"expected a whole number, 16 or 32, got {self.sam2_encoder_width!r}"
 
 
 # The colours a plain pre-training scene may ask for: the synth palette's names (stages.synth.scene.COLOURS, with the

@@ -20,7 +20,8 @@ def build_tiny_models(params: TinyModelsParams, out_dir: Path) -> StageReport:
     """Write models/tiny/qwen25vl (HF format) and models/tiny/sam2 (checkpoint + config)."""
     out_dir = Path(out_dir)
     n_qwen = build_tiny_qwen(params, out_dir / "qwen25vl")
-    checkpoint, _ = build_tiny_sam2(out_dir / "sam2", params.sam2_image_size, params.seed)
+    checkpoint, _ = build_tiny_sam2(out_dir / "sam2", params.sam2_image_size, params.seed,
+                                    encoder_width=params.sam2_encoder_width)
     n_sam2 = sum(v.numel() for v in torch.load(checkpoint, weights_only=True)["model"].values())
     counts = {"qwen25vl_parameters": n_qwen, "sam2_parameters": n_sam2}
     write_lineage(out_dir, "tiny_models", params, seed=params.seed, counts=counts, code_modules=["stages.models"])

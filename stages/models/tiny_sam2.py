@@ -26,13 +26,32 @@ MICRO_OVERRIDES = [
 ]
 
 
-def build_tiny_sam2(out_dir: Path, image_size: int, seed: int,
-                    extra_overrides: Sequence[str] = ()) -> tuple[Path, Path]:
-    """Write `model.pt` and `config.yaml` into out_dir; returns their paths. `extra_overrides` (Hydra `++key=value`,
-    applied after the micro ones) change the architecture, e.g. the memory attention's depth for an experiment."""
+# The image encoder's width: the Hiera trunk's channels in its first stage (doubled at each of the four stages, one
+# head per 16 channels). 16 is the micro default; 32 (7.1 M parameters, 13.6 MiB in bf16) is the widest under the
+# 16 MiB a committed weights file may take (48: 16.5 MiB).
+ENCODER_WIDTHS = (16, 32)
+
+
+def encoder_overrides(width: int) -> list[str]:
+    """The Hydra overrides of an image encoder `width` channels wide; none for the micro default (16), so that the
+    default's config file, and with it every lineage that names it, stays as it was."""
+    if width not in ENCODER_WIDTHS:
+        raise ValueError(f"tiny SAM2 encoder width: one of {list(ENCODER_WIDTHS)}, got {width}")
+    if width == ENCODER_WIDTHS[0]:
+        return []
+    return [f"++model.image_encoder.trunk.embed_dim={width}", f"++model.image_encoder.trunk.num_heads={width // 16}",
+            f"++model.image_encoder.neck.backbone_channel_list=[{8 * width},{4 * width},{2 * width},{width}]"]
+
+
+def build_tiny_sam2(out_dir: Path, image_size: int, seed: int, extra_overrides: Sequence[str] = (),
+                    encoder_width: int = ENCODER_WIDTHS[0]) -> tuple[Path, Path]:
+    """Write `model.pt` and `config.yaml` into out_dir; returns their paths. `encoder_width` is the image encoder's
+    (`ENCODER_WIDTHS`); `extra_overrides` (Hydra `++key=value`, applied after the micro ones) change the
+    architecture further, e.g. the memory attention's depth for an experiment."""
     from sam2.build_sam import build_sam2
 
-    overrides = [f"++model.image_size={image_size}", *MICRO_OVERRIDES, *extra_overrides]
+    overrides = [f"++model.image_size={image_size}", *MICRO_OVERRIDES, *encoder_overrides(encoder_width),
+                 *extra_overrides]
     torch.manual_seed(seed)
     model = build_sam2(BASE_CONFIG, ckpt_path=None, device="cpu", hydra_overrides_extra=overrides)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -121,3 +121,37 @@ def test_resume_skips_a_checkpoint_cut_short_by_a_kill(tmp_path) -> None:
     assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-10")  # numeric order: 10 after 9
     (tmp_path / "checkpoint-20" / "trainer_state.json").write_text('{"global_step": 20}')
     assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-20")
+
+
+def test_the_default_encoder_width_keeps_the_committed_sam2s_config(tmp_path: Path) -> None:
+    # the committed pre-trained SAM2 copied its config from a default tiny SAM2: a default build must still write it
+    # byte for byte, or every lineage that hashes the config would name another model
+    from stages.models.tiny_sam2 import build_tiny_sam2
+
+    _, config = build_tiny_sam2(tmp_path, 256, 0)
+    committed = Path(__file__).resolve().parents[2] / "models" / "pretrain_sam2" / "config.yaml"
+    assert config.read_bytes() == committed.read_bytes()
+
+
+def test_a_wider_encoder_builds_through_sam2_and_fits_a_committed_file(tmp_path: Path) -> None:
+    from sam2.build_sam import build_sam2_video_predictor
+
+    build_tiny_models(replace(PARAMS, sam2_encoder_width=32), tmp_path)  # at the default's input size, 256
+    config = yaml.safe_load((tmp_path / "sam2" / "config.yaml").read_text())
+    predictor = build_sam2_video_predictor(config["base"], str(tmp_path / "sam2" / "model.pt"), device="cpu",
+                                           hydra_overrides_extra=config["overrides"])
+    trunk = predictor.image_encoder.trunk
+    assert trunk.patch_embed.proj.out_channels == 32  # the first stage's channels, doubled at each later one
+    assert [block.dim_out for block in trunk.blocks][-1] == 256
+    assert trunk.blocks[0].attn.num_heads == 2
+    saved = sum(v.numel() for v in torch.load(tmp_path / "sam2" / "model.pt", weights_only=True)["model"].values())
+    assert saved == 7_138_818 and 2 * saved < 16 * 2**20  # in bf16, under the 16 MiB a committed file may take
+
+
+@pytest.mark.parametrize("width", [24, 48, 32.0])
+def test_an_encoder_width_other_than_16_or_32_is_refused_in_one_line(width) -> None:
+    from stages.core.typed_config import ParamsError, build
+
+    with pytest.raises(ParamsError, match="sam2_encoder_width") as err:
+        build(TinyModelsParams, {"sam2_encoder_width": width}, "tiny_models")
+    assert "\n" not in str(err.value)
