@@ -50,6 +50,9 @@ Fraction = Annotated[float, Ge(0), Le(1)]
 # more than 16 in a 160×120 frame is occlusion, not a scene (tests/stages/test_synth.py holds the bound to the
 # simulator's combinations); a larger value is refused when params are read, not deep in a stage
 SceneObjects = Annotated[int, Ge(1), Le(16)]
+# the tiny SAM2's image encoder widths (stages.models.tiny_sam2): 32 is the widest whose weights stay under the
+# 16 MiB a committed file may take in bf16 (48: 16.5 MiB)
+Sam2EncoderWidth = Literal[16, 32]
 JpegQuality = Annotated[int, Ge(1), Le(100)]
 NonPosFloat = Annotated[float, Le(0)]
 NonEmptyStr = Annotated[str, MinLen(1)]
@@ -311,13 +314,11 @@ class TinyModelsParams:
     sam2_image_size: Exp[PosInt] = 256  # SAM2 input resolution of the micro model
     # the micro SAM2's image encoder width (stages.models.tiny_sam2.ENCODER_WIDTHS: 32 is the widest whose weights
     # stay under 16 MiB in bf16)
-    sam2_encoder_width: Exp[Literal[16, 32]] = 16
+    sam2_encoder_width: Exp[Sam2EncoderWidth] = 16
 
     def _rules(self) -> Iterator[tuple[str, str]]:
         if self.hidden_size % self.num_heads:
             yield "hidden_size", f"must be a multiple of num_heads ({self.num_heads}), got {self.hidden_size}"
-        if not isinstance(self.sam2_encoder_width, int):  # 32.0 equals the Literal's 32, but is no channel count
-            yield "sam2_encoder_width", f"expected a whole number, 16 or 32, got {self.sam2_encoder_width!r}"
 
 
 # The colours a plain pre-training scene may ask for: the synth palette's names (stages.synth.scene.COLOURS, with the

@@ -338,7 +338,8 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
         raise ParamsError(errors[0] if len(errors) == 1 else f"{key}: no allowed type matches {_describe(value)}")
     if origin is Literal:
         allowed = get_args(tp)
-        if value not in allowed or isinstance(value, bool) != any(isinstance(a, bool) for a in allowed):
+        # equal and of the same type: True is not 1, and 32.0 is not 32
+        if not any(value == a and type(value) is type(a) for a in allowed):
             raise ParamsError(f"{key}: expected one of {list(allowed)}, got {_describe(value)}")
         return value
     if origin in (list, tuple, typing.Sequence):

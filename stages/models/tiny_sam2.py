@@ -4,11 +4,14 @@ overrides, so `stages.segment.load_video_predictor` loads it exactly like a real
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 import yaml
+
+from stages.core.params import Sam2EncoderWidth
 
 BASE_CONFIG = "configs/sam2.1/sam2.1_hiera_t.yaml"
 # d_model stays 256 (prompt encoder / mask decoder width); a global-attention block must not be the
@@ -27,9 +30,8 @@ MICRO_OVERRIDES = [
 
 
 # The image encoder's width: the Hiera trunk's channels in its first stage (doubled at each of the four stages, one
-# head per 16 channels). 16 is the micro default; 32 (7.1 M parameters, 13.6 MiB in bf16) is the widest under the
-# 16 MiB a committed weights file may take (48: 16.5 MiB).
-ENCODER_WIDTHS = (16, 32)
+# head per 16 channels); the widths params allow (16 the micro default; 32: 7.1 M parameters, 13.6 MiB in bf16).
+ENCODER_WIDTHS: tuple[int, ...] = typing.get_args(Sam2EncoderWidth)
 
 
 def encoder_overrides(width: int) -> list[str]:
