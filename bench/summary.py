@@ -176,6 +176,11 @@ KNOWN = {
     "sam2-inference-settings": ("sam2_inference_settings.py --repo DIR (SAM2's own inference-only config settings)",
                                 "issue 47: can the evaluation's SAM2 settings, not its weights, close the ceiling "
                                 "gap (35.73 against ≥ 40)?"),
+    "sam2-inference-settings-trunk32": ("sam2_inference_settings.py --repo DIR --setting one_mask=… (DIR's "
+                                        "models/pretrain_sam2: the stage's 32-wide SAM2 of the local branch "
+                                        "issue47-trunk32-sam2, by its sha256)",
+                                        "issue 47: the ceiling through the wider SAM2 that `vrsflow repro` trained "
+                                        "(tiny_models.sam2_encoder_width=32, kept seed 1), not yet adopted"),
     "sam2-track-by-distance": ("sam2_track_by_distance.py --model NAME=PATH …",
                                "issue 47: does a tiny SAM2's tracking drift away from the object over the frames, "
                                "or lose it at once, on the first frame it tracks; where do its tracked masks land, "
@@ -495,7 +500,7 @@ def measured(name: str, figures: dict) -> str:
             f"{v['packed']['padding_share']:.1%}, "
             f"{v['padded']['samples_per_s']} → {v['packed']['samples_per_s']} samples/s ({v['samples_per_s_ratio']}×), "
             f"loss curves within {v['curve_max_rel_diff']:.1%} (relative)" for v in figures["settings"].values())
-    if name == "sam2-inference-settings":
+    if name.startswith("sam2-inference-settings"):
         return "ceiling J&F (ground-truth answers) through " + figures["sam2"]["checkpoint"] + ": " + ", ".join(
             f"{k} {v['JF_overall']:.2f}" for k, v in figures["ceiling"].items())
     if name == "sam2-prompt-check":
