@@ -19,12 +19,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import multiprocessing
 import shutil
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_learning import ceiling  # noqa: E402
 from bench.results_io import write_result  # noqa: E402
+from stages.core.lifeline import process_pool  # noqa: E402
 from stages.core.params import Sam2Params, apply_overrides, load_params, read_params_file  # noqa: E402
 from stages.models.tiny_sam2 import build_tiny_sam2  # noqa: E402
 from stages.pretrain_sam2 import CHECKPOINT, CONFIG, CURVE, pretrain_sam2  # noqa: E402
@@ -110,8 +109,7 @@ def main() -> None:
         tmp = Path(tmp)
         trained = {}
         # seeds in parallel processes (--jobs): each trains on one torch thread, as the stage does
-        spawn = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=max(1, args.jobs), mp_context=spawn) as pool:
+        with process_pool(args.jobs) as pool:
             runs = {seed: pool.submit(pretrain_seed, raw, args.set, seed, tmp, tuple(args.architecture), args.init)
                     for seed in args.seeds}
             for seed, run in runs.items():

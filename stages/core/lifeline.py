@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import multiprocessing
 import os
 import runpy
 import select
@@ -39,6 +40,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 
 PARENT_ENV = "VRSFLOW_LIFELINE_PARENT"  # the pid a child started through this module must have as its parent
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -60,6 +62,15 @@ def die_with_parent(signum: int = signal.SIGKILL, parent: int = 0) -> bool:
     if os.getppid() != expected:  # the parent died before the signal was set: nobody would send it now
         os._exit(128 + int(signum))
     return True
+
+
+def process_pool(workers: int) -> ProcessPoolExecutor:
+    """A `ProcessPoolExecutor` of `workers` spawned processes that die with this one, however it ends: the pool's
+    own shutdown covers a normal exit and an exception, the kernel's parent-death signal a SIGTERM or SIGKILL
+    (without it the workers of a killed bench went on training beside the next run). Submit from the thread that
+    made the pool: the pool starts its workers there, and the signal fires when that thread ends."""
+    return ProcessPoolExecutor(max_workers=max(1, workers), mp_context=multiprocessing.get_context("spawn"),
+                               initializer=die_with_parent, initargs=(signal.SIGKILL, os.getpid()))
 
 
 def command(argv: Sequence[str]) -> list[str]:

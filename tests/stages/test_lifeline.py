@@ -182,3 +182,30 @@ def test_a_lifeline_child_of_the_reaped_program_runs(tmp_path: Path) -> None:
                            f"{sys.executable} -m stages.core.lifeline -- touch {out}"],
                           cwd=REPO, env=env_with_venv(), timeout=60)
     assert proc.returncode == 0 and out.is_file()
+
+
+def test_a_process_pools_workers_die_with_their_sigkilled_parent(tmp_path: Path) -> None:
+    """`lifeline.process_pool` (the benches' seeds in parallel): a worker busy with its task is re-parented when the
+    pool's process is SIGKILLed, so only the kernel's parent-death signal can end it."""
+    worker_pid = tmp_path / "worker.pid"
+    parent = textwrap.dedent(f"""
+        import os, time
+        from stages.core import lifeline
+        with lifeline.process_pool(1) as pool:
+            pid = pool.submit(os.getpid).result()
+            open({str(worker_pid)!r}, "w").write(str(pid))
+            pool.submit(time.sleep, 300).result()
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", parent], cwd=REPO, env={**env_with_venv(), "PYTHONPATH": str(REPO)})
+    worker = _wait_for(worker_pid, 60)
+    try:
+        assert _alive(worker) and f"PPid:\t{proc.pid}\n" in Path(f"/proc/{worker}/status").read_text()
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 5
+        while _alive(worker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(worker), "the pool's worker outlived its SIGKILLed parent"
+    finally:
+        if _alive(worker):
+            os.kill(worker, signal.SIGKILL)
