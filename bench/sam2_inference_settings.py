@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
+import json
 import sys
 import tempfile
 from pathlib import Path
@@ -50,6 +51,20 @@ def config_with(config: Path, overrides: list[str], folder: Path) -> Path:
     return path
 
 
+def training_record(folder: Path) -> dict | None:
+    """What made a `pretrain_sam2` output folder, as it records it: every seed's held-out figures (`seeds.json`) and
+    its lineage's device, steps, seeds and code version, so that a ceiling measured on a folder that is not committed
+    keeps the figures it was chosen by. None for a checkpoint from elsewhere (a released SAM2)."""
+    seeds, lineage = folder / "seeds.json", folder / "lineage.json"
+    if not seeds.is_file():
+        return None
+    record = {"seeds": json.loads(seeds.read_text())}
+    if lineage.is_file():
+        written = json.loads(lineage.read_text())
+        record["lineage"] = {"extra": written.get("extra"), "code_version": written.get("code_version")}
+    return record
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repo", type=Path, required=True,
@@ -71,7 +86,8 @@ def main() -> None:
             parser.error(f"--setting {item}: expected NAME=++model.KEY=VALUE")
         settings[name] = [override]
     figures: dict = {"sam2": {"checkpoint": params.sam2.checkpoint, "config": params.sam2.config,
-                              "sha256": hashlib.sha256(checkpoint.read_bytes()).hexdigest()},
+                              "sha256": hashlib.sha256(checkpoint.read_bytes()).hexdigest(),
+                              "training": training_record(checkpoint.parent)},
                      "ceiling": {}}
     with tempfile.TemporaryDirectory(prefix="sam2-inference-settings-") as tmp:
         for name, overrides in settings.items():

@@ -29,3 +29,15 @@ def test_a_setting_reaches_the_predictor_sam2_builds(tiny_sam2: Path, tmp_path: 
     assert one_mask.image_size == as_configured.image_size == 64
     assert all((a == b).all() for a, b in zip(one_mask.state_dict().values(), as_configured.state_dict().values(),
                                               strict=True))
+
+
+def test_the_record_keeps_what_trained_a_pretrain_sam2_folder(tmp_path: Path) -> None:
+    from bench.sam2_inference_settings import training_record
+
+    assert training_record(tmp_path) is None  # a checkpoint from elsewhere: nothing to keep
+    (tmp_path / "seeds.json").write_text('{"chosen_seed": 3, "seeds": {"3": {"track_iou_after": 0.4}}}')
+    (tmp_path / "lineage.json").write_text('{"extra": {"steps": 1500, "seeds": [2, 3]}, '
+                                           '"code_version": {"git": "abc"}, "params": {"pretrain_sam2": {}}}')
+    assert training_record(tmp_path) == {
+        "seeds": {"chosen_seed": 3, "seeds": {"3": {"track_iou_after": 0.4}}},
+        "lineage": {"extra": {"steps": 1500, "seeds": [2, 3]}, "code_version": {"git": "abc"}}}
