@@ -181,6 +181,12 @@ KNOWN = {
                                         "issue47-trunk32-sam2, by its sha256)",
                                         "issue 47: the ceiling through the wider SAM2 that `vrsflow repro` trained "
                                         "(tiny_models.sam2_encoder_width=32, kept seed 1), not yet adopted"),
+    "sam2-inference-settings-trunk32-seeds23": ("sam2_inference_settings.py --repo DIR --setting one_mask=… (DIR's "
+                                                "models/pretrain_sam2: the stage's 32-wide SAM2 of seeds 2 and 3, "
+                                                "kept seed 2, by its sha256; its seeds.json in the record)",
+                                                "issue 47: the ceiling through the wider SAM2 trained by the stage "
+                                                "over two more seeds (tiny_models.sam2_encoder_width=32), not "
+                                                "adopted"),
     "sam2-track-by-distance": ("sam2_track_by_distance.py --model NAME=PATH …",
                                "issue 47: does a tiny SAM2's tracking drift away from the object over the frames, "
                                "or lose it at once, on the first frame it tracks; where do its tracked masks land, "
