@@ -11,4 +11,7 @@ ruff check .
 # budget says where its time went. Tests run in VRSFLOW_TEST_WORKERS processes (default 2, one per core; 0 = in this
 # process), whole files per worker (--dist loadfile): a module's fixtures are built once, in one worker.
 workers=${VRSFLOW_TEST_WORKERS:-2}
+# one OpenMP thread per test process when the workers already fill the cores: torch's default of one thread per core
+# would put two workers' threads on each core (a test or a stage that sets its own thread count still does)
+if [ "$workers" -ge 2 ]; then export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}; fi
 python -m pytest -n "$workers" --dist loadfile -rs --durations=15 "$@"
