@@ -33,6 +33,20 @@ def _wait_for(path: Path, seconds: float = 30) -> int:
     return int(path.read_text())
 
 
+def _gone_after_parent_sigkill(proc: subprocess.Popen, child: int) -> bool:
+    """SIGKILL `proc`, then whether `child` is gone within 5 s (it is SIGKILLed here if not, so no test leaves it)."""
+    try:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 5
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return not _alive(child)
+    finally:
+        if _alive(child):
+            os.kill(child, signal.SIGKILL)
+
+
 def test_child_dies_within_seconds_of_its_sigkilled_parent(tmp_path: Path) -> None:
     """The parent starts a sleeping child through `lifeline.popen` (a thread of its own waits for it, as the
     stage's launcher call does) and is SIGKILLed; the child is re-parented, so only the kernel's parent-death
@@ -47,19 +61,10 @@ def test_child_dies_within_seconds_of_its_sigkilled_parent(tmp_path: Path) -> No
     """)
     proc = subprocess.Popen([sys.executable, "-c", parent], cwd=REPO, env={**env_with_venv(), "PYTHONPATH": str(REPO)})
     child = _wait_for(child_pid)
-    try:
-        assert _alive(child)
-        status = Path(f"/proc/{child}/status").read_text()
-        assert f"PPid:\t{proc.pid}\n" in status  # exec'd in place of the wrapper: the child is the program itself
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-        deadline = time.monotonic() + 5
-        while _alive(child) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not _alive(child), "the child outlived its SIGKILLed parent"
-    finally:
-        if _alive(child):
-            os.kill(child, signal.SIGKILL)
+    assert _alive(child)
+    status = Path(f"/proc/{child}/status").read_text()
+    assert f"PPid:\t{proc.pid}\n" in status  # exec'd in place of the wrapper: the child is the program itself
+    assert _gone_after_parent_sigkill(proc, child), "the child outlived its SIGKILLed parent"
 
 
 def test_a_child_whose_parent_is_already_gone_exits_at_once(tmp_path: Path) -> None:
@@ -198,14 +203,5 @@ def test_a_process_pools_workers_die_with_their_sigkilled_parent(tmp_path: Path)
     """)
     proc = subprocess.Popen([sys.executable, "-c", parent], cwd=REPO, env={**env_with_venv(), "PYTHONPATH": str(REPO)})
     worker = _wait_for(worker_pid, 60)
-    try:
-        assert _alive(worker) and f"PPid:\t{proc.pid}\n" in Path(f"/proc/{worker}/status").read_text()
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-        deadline = time.monotonic() + 5
-        while _alive(worker) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not _alive(worker), "the pool's worker outlived its SIGKILLed parent"
-    finally:
-        if _alive(worker):
-            os.kill(worker, signal.SIGKILL)
+    assert _alive(worker) and f"PPid:\t{proc.pid}\n" in Path(f"/proc/{worker}/status").read_text()
+    assert _gone_after_parent_sigkill(proc, worker), "the pool's worker outlived its SIGKILLed parent"
