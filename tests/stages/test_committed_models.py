@@ -66,31 +66,17 @@ def test_the_committed_sam2_is_bf16_and_small() -> None:
     assert lineage["extra"]["steps"] == load_params(ROOT / "params.yaml").pretrain_sam2.steps
 
 
-# issue 47: committing the pre-trained models may grow the repository by at most 40 MB in all — every version ever
-# committed counts, since a clone downloads the whole history
-MODEL_HISTORY_BYTES = 40_000_000
-
-
-def committed_model_bytes(root: Path) -> dict[str, int]:
-    """What the committed models cost the repository: {blob id: bytes git stores it in} for every distinct file ever
-    committed under models/ in HEAD's history (git's own on-disk size: zlib-compressed, or a delta in a pack)."""
-    listing = subprocess.run(["git", "rev-list", "--objects", "HEAD"], cwd=root, capture_output=True, text=True,
-                             check=True).stdout.splitlines()
-    ids = [line.split(" ", 1)[0] for line in listing if " " in line and line.split(" ", 1)[1].startswith("models/")]
-    sizes = subprocess.run(["git", "cat-file", "--batch-check=%(objecttype) %(objectname) %(objectsize:disk)"],
-                           cwd=root, input="".join(f"{i}\n" for i in ids), capture_output=True, text=True,
-                           check=True).stdout.split("\n")
-    return {name: int(size) for kind, name, size in (line.split() for line in sizes if line) if kind == "blob"}
-
-
 def test_the_committed_models_history_stays_within_the_repository_budget() -> None:
-    """Every SAM2 or base ever committed stays in a clone's history, so replacing a model spends the budget again.
-    (A shallow clone holds less history: there the sum is what it holds.)"""
+    """Issue 47: committing the pre-trained models grows the repository by at most 40 MB in all. Every SAM2 or base
+    ever committed stays in a clone's history, so replacing a model spends the budget again."""
+    from bench.model_budget import MODEL_HISTORY_BYTES, committed_model_bytes
+
     history = committed_model_bytes(ROOT)
     current = subprocess.run(["git", "ls-files", "-s", "models"], cwd=ROOT, capture_output=True, text=True,
                              check=True).stdout.split()
     assert any(blob in history for blob in current)  # the measure sees the models committed now
-    assert sum(history.values()) <= MODEL_HISTORY_BYTES, f"{sum(history.values()) / 1e6:.1f} MB of models in git"
+    used = sum(size for _, size in history.values())
+    assert used <= MODEL_HISTORY_BYTES, f"{used / 1e6:.1f} MB of models in git (bench/model_budget.py)"
 
 
 # settings added after the committed SAM2 was trained, at the value that trains as it was trained without them
