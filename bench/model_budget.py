@@ -50,14 +50,15 @@ def main() -> None:
     history = committed_model_bytes(ROOT)
     used = sum(size for _, size in history.values())
     figures: dict = {"budget_bytes": MODEL_HISTORY_BYTES, "used_bytes": used, "left_bytes": MODEL_HISTORY_BYTES - used,
-                     "files": {blob: {"path": path, "stored_bytes": size}
-                               for blob, (path, size) in sorted(history.items(), key=lambda kv: -kv[1][1])},
+                     "files": [{"blob": blob, "path": path, "stored_bytes": size}  # a list: largest first
+                               for blob, (path, size) in sorted(history.items(), key=lambda kv: -kv[1][1])],
                      "candidates": {}}
     for item in args.candidate:
         name, _, folder = item.partition("=")
         if not name or not Path(folder).is_dir():
             parser.error(f"--candidate {item}: expected NAME=DIR with DIR a folder")
-        figures["candidates"][name] = {"folder": folder, "stored_bytes": stored_bytes(Path(folder))}
+        cost = stored_bytes(Path(folder))
+        figures["candidates"][name] = {"stored_bytes": cost, "fits": used + cost <= MODEL_HISTORY_BYTES}
     name = args.out.stem if args.out else "model-budget"
     write_result(name, figures, "none: bytes git stores, against the 40 MB issue 47 allows", code=("models",),
                  out=args.out)
