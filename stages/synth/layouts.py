@@ -152,6 +152,24 @@ def _labels(entry: dict, masks: dict, objects: list[int], t: int) -> np.ndarray:
     return labels
 
 
+def _write_palette_masks(entry: dict, masks: dict, objects: list[int], frames: list[str], folder: Path) -> None:
+    """One palette PNG per frame (object k = label k), named as the copied frame: the Ref-YouTube-VOS and
+    Ref-DAVIS annotation layout."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for t, frame in enumerate(frames):
+        _save_palette(_labels(entry, masks, objects, t), folder / f"{frame}.png")
+
+
+def _write_youtube_vos_meta(out: Path, split: str, videos: dict, objects_meta: dict) -> None:
+    """`meta_expressions/<split>/meta_expressions.json` and `<split>/meta.json`, as Ref-YouTube-VOS lays them out
+    (Ref-DAVIS is distributed in the same layout)."""
+    (out / "meta_expressions" / split).mkdir(parents=True, exist_ok=True)
+    (out / split).mkdir(parents=True, exist_ok=True)
+    (out / "meta_expressions" / split / "meta_expressions.json").write_text(
+        json.dumps({"videos": videos}, indent=1, sort_keys=True))
+    (out / split / "meta.json").write_text(json.dumps({"videos": objects_meta}, indent=1, sort_keys=True))
+
+
 def _refytvos(root: Path, meta: dict, masks: dict, out: Path, split: str, with_masks: bool) -> None:
     videos: dict[str, dict] = {}
     objects_meta: dict[str, dict] = {}
@@ -166,15 +184,8 @@ def _refytvos(root: Path, meta: dict, masks: dict, out: Path, split: str, with_m
         objects_meta[name] = {"objects": {str(k): {"category": "object", "frames": frames}
                                           for k in range(1, len(objects) + 1)}}
         if with_masks:
-            folder = out / split / "Annotations" / name
-            folder.mkdir(parents=True, exist_ok=True)
-            for t, frame in enumerate(frames):
-                _save_palette(_labels(entry, masks, objects, t), folder / f"{frame}.png")
-    (out / "meta_expressions" / split).mkdir(parents=True, exist_ok=True)
-    (out / split).mkdir(parents=True, exist_ok=True)
-    (out / "meta_expressions" / split / "meta_expressions.json").write_text(
-        json.dumps({"videos": videos}, indent=1, sort_keys=True))
-    (out / split / "meta.json").write_text(json.dumps({"videos": objects_meta}, indent=1, sort_keys=True))
+            _write_palette_masks(entry, masks, objects, frames, out / split / "Annotations" / name)
+    _write_youtube_vos_meta(out, split, videos, objects_meta)
 
 
 def _refdavis(root: Path, meta: dict, masks: dict, out: Path, split: str, with_masks: bool) -> None:
@@ -194,12 +205,5 @@ def _refdavis(root: Path, meta: dict, masks: dict, out: Path, split: str, with_m
         videos[name] = {"expressions": expressions, "frames": frames}
         objects_meta[name] = {"objects": {str(k): {"category": "object"} for k in range(1, len(objects) + 1)}}
         if with_masks:
-            folder = out / split / "Annotations" / name
-            folder.mkdir(parents=True, exist_ok=True)
-            for t, frame in enumerate(frames):
-                _save_palette(_labels(entry, masks, objects, t), folder / f"{frame}.png")
-    (out / "meta_expressions" / split).mkdir(parents=True, exist_ok=True)
-    (out / split).mkdir(parents=True, exist_ok=True)
-    (out / "meta_expressions" / split / "meta_expressions.json").write_text(
-        json.dumps({"videos": videos}, indent=1, sort_keys=True))
-    (out / split / "meta.json").write_text(json.dumps({"videos": objects_meta}, indent=1, sort_keys=True))
+            _write_palette_masks(entry, masks, objects, frames, out / split / "Annotations" / name)
+    _write_youtube_vos_meta(out, split, videos, objects_meta)
