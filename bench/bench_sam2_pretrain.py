@@ -9,7 +9,10 @@ prompted frame) and the loss curve's first and last tenth. With `--repo DIR` (a 
 code on the eval pool with the ground-truth answer as the policy (bench_learning.py's `ceiling`) — once with the
 SAM2 the copy's params name (the committed pre-trained one) and once per trained seed. `--keep DIR` keeps each
 seed's trained folder; `--architecture ++KEY=VALUE` changes the tiny SAM2 trained (a Hydra override after
-tiny_models' own, recorded with the figures).
+tiny_models' own, recorded with the figures). With `--init DIR` (fine-tune a trained SAM2) an `--architecture`
+override is added to the copied folder's config instead: one that changes how the model runs
+(`++model.multimask_output_for_tracking=false`), since one that changes a weight's shape fails where SAM2's builder
+loads the checkpoint.
 
     python bench/bench_sam2_pretrain.py --seeds 0 1 2 --jobs 3 --repo /tmp/scratch-repo
 """
@@ -26,6 +29,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -59,6 +63,10 @@ def pretrain_seed(raw: dict, overrides: list[str], seed: int, tmp: Path,
                         params.tiny_models.sam2_encoder_width)
     else:
         shutil.copytree(init, base)
+        if architecture:  # after the folder's own overrides, as tiny_models puts its own after the base config's
+            config = yaml.safe_load((base / CONFIG).read_text())
+            config["overrides"] = [*config.get("overrides", []), *architecture]
+            (base / CONFIG).write_text(yaml.safe_dump(config, sort_keys=False))
     out = tmp / f"pretrain-sam2-{seed}"
     block = dataclasses.replace(params.pretrain_sam2, seeds=(seed,), parallel=1, base=str(base), out_dir=str(out),
                                 checkpoint_dir=str(tmp / f"state-{seed}"))
@@ -93,10 +101,9 @@ def main() -> None:
                         help="a Hydra override of the tiny SAM2 trained, after tiny_models' own, e.g. "
                              "++model.memory_attention.num_layers=4")
     parser.add_argument("--init", type=Path, help="start every seed from this SAM2 folder (model.pt + config.yaml, "
-                        "e.g. models/pretrain_sam2: fine-tune the committed one) instead of a fresh tiny one")
+                        "e.g. models/pretrain_sam2: fine-tune the committed one) instead of a fresh tiny one; "
+                        "--architecture then adds its overrides to that folder's config")
     args = parser.parse_args()
-    if args.init and args.architecture:
-        parser.error("--init takes the architecture of the folder it names; --architecture builds a fresh one")
     import torch
 
     torch.set_num_threads(1)
