@@ -157,12 +157,12 @@ KNOWN = {
                            "issue 47: 600 more steps from the committed SAM2 on new clips of the same scenes: is its "
                            "tracking limited by steps? (run beside sam2_finetune-crowded)"),
     "sam2_finetune-batch4": ("bench_sam2_pretrain.py --seeds 10 --init models/pretrain_sam2 --set "
-                             "pretrain_sam2.steps=600 --set pretrain_sam2.learning_rate=0.0001 --set "
+                             "pretrain_sam2.steps=400 --set pretrain_sam2.learning_rate=0.0001 --set "
                              "pretrain_sam2.clips_per_step=4 --repo DIR",
-                             "issue 47: sam2_finetune-more with four clips a step (four times the clips, a quarter "
-                             "of the gradient noise): is the plateau the noise of one clip a step?"),
+                             "issue 47: sam2_finetune-more with four clips a step (400 steps: 1,600 clips against "
+                             "600, a quarter of the gradient noise): is the plateau the noise of one clip a step?"),
     "sam2_finetune-batch4-onemask": ("bench_sam2_pretrain.py --seeds 10 --init models/pretrain_sam2 --architecture "
-                                     "++model.multimask_output_for_tracking=false --set pretrain_sam2.steps=600 --set "
+                                     "++model.multimask_output_for_tracking=false --set pretrain_sam2.steps=400 --set "
                                      "pretrain_sam2.learning_rate=0.0001 --set pretrain_sam2.clips_per_step=4 "
                                      "--repo DIR",
                                      "issue 47: sam2_finetune-batch4 with one mask on tracked frames, so the loss "
