@@ -81,6 +81,9 @@ KNOWN = {
                       "issue 47: the default run per training seed, in every seed — the ceiling ≥ 40 J&F; J&F after "
                       "SFT and after GRPO each ≥ 2× the empty answer's and ≥ 40 % of the ceiling; GRPO ≥ SFT − 1; "
                       "answers parsed ≥ 95 %; run ≤ 600 s"),
+    "learning-runs-onemask": ("bench_learning_runs.py --seeds 0 1 2 (a candidate checkout whose models/pretrain_sam2 "
+                              "is the one-mask fine-tuned SAM2 of sam2_finetune-batch4-onemask)",
+                              "issue 47 (as learning-runs): the default run with the SAM2 whose ceiling is 46.97"),
     "learning-runs-8videos": ("bench_learning_runs.py --seeds 0 1 2 (at f764d70: 8 training videos, SFT 8 epochs, "
                               "GRPO 48 rounds)",
                               "issue 47 (as learning-runs): the default run before its SFT data grew"),
@@ -473,7 +476,7 @@ def measured(name: str, figures: dict) -> str:
                    if "target_speedup" in figures else ""))
     if name in ("learning", "learning-rope"):
         return _learning(figures)
-    if name in ("learning-runs", "learning-runs-8videos"):
+    if name in ("learning-runs", "learning-runs-8videos", "learning-runs-onemask"):
         return _learning_runs(figures)
     if name == "sft-data":
         return "; ".join(f"{k} ({', '.join(f'{o}={w}' for o, w in v['overrides'].items())}): "
