@@ -10,10 +10,9 @@ ruff check .
 # (tests/skip_guard.py: no silent skips); --durations names the slowest tests, so that a run near its budget (12
 # minutes on 2 cores) says where its time went. Tests run in VRSFLOW_TEST_WORKERS processes (default 2, one per
 # core; 0 = in this process), whole files per worker (--dist loadfile): a module's fixtures are built once, in one
-# worker. The longest files are handed out first (tests/file_order.py, tests/file_seconds.json), so both workers
-# end together; --no-loadscope-reorder keeps that order (xdist's own puts the files with most tests first).
+# worker.
 workers=${VRSFLOW_TEST_WORKERS:-2}
 # one OpenMP thread per test process when the workers already fill the cores: torch's default of one thread per core
 # would put two workers' threads on each core (a test or a stage that sets its own thread count still does)
 if [ "$workers" -ge 2 ]; then export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}; fi
-python -m pytest -n "$workers" --dist loadfile --no-loadscope-reorder -rs --durations=15 "$@"
+python -m pytest -n "$workers" --dist loadfile -rs --durations=15 "$@"

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from hypothesis import Phase, settings
 
-from tests.file_order import longest_files_first, recorded_seconds, register_recorder
 from tests.skip_guard import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401 (no silent skips)
 
 # Before prefect or transformers are imported anywhere: no hub, no telemetry, an isolated home.
@@ -59,18 +58,12 @@ def project_root() -> Path:
     return PROJECT_ROOT
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    register_recorder(config)  # VRSFLOW_RECORD_FILE_SECONDS: tests/file_order.py
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The longest test files first (tests/file_order.py: two workers end together); under scripts/mutation.sh
-    instead the fastest tests first (the durations mutmut recorded, in the file that VRSFLOW_TEST_ORDER names), so
-    that a killed mutant stops at its cheapest failing test (mutmut runs pytest -x); a survivor runs them all
-    either way."""
+    """scripts/mutation.sh: the fastest tests first (the durations mutmut recorded, in the file that
+    VRSFLOW_TEST_ORDER names), so that a killed mutant stops at its cheapest failing test (mutmut runs pytest -x);
+    a survivor runs them all either way."""
     stats = os.environ.get("VRSFLOW_TEST_ORDER")
     if not stats or not Path(stats).is_file():
-        longest_files_first(items, recorded_seconds())
         return
     import json
 
