@@ -34,8 +34,11 @@ def _wait_for(path: Path, seconds: float = 30) -> int:
 
 
 def _gone_after_parent_sigkill(proc: subprocess.Popen, child: int) -> bool:
-    """SIGKILL `proc`, then whether `child` is gone within 5 s (it is SIGKILLed here if not, so no test leaves it)."""
+    """With `child` alive and `proc` its parent (asserted: exec'd in place of any wrapper, the child is the program
+    itself), SIGKILL `proc`, then whether `child` is gone within 5 s. Both are SIGKILLed here whatever happens, so no
+    test leaves either behind, a failed precondition included."""
     try:
+        assert _alive(child) and f"PPid:\t{proc.pid}\n" in Path(f"/proc/{child}/status").read_text()
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
         deadline = time.monotonic() + 5
@@ -43,6 +46,9 @@ def _gone_after_parent_sigkill(proc: subprocess.Popen, child: int) -> bool:
             time.sleep(0.05)
         return not _alive(child)
     finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
         if _alive(child):
             os.kill(child, signal.SIGKILL)
 
@@ -61,9 +67,6 @@ def test_child_dies_within_seconds_of_its_sigkilled_parent(tmp_path: Path) -> No
     """)
     proc = subprocess.Popen([sys.executable, "-c", parent], cwd=REPO, env={**env_with_venv(), "PYTHONPATH": str(REPO)})
     child = _wait_for(child_pid)
-    assert _alive(child)
-    status = Path(f"/proc/{child}/status").read_text()
-    assert f"PPid:\t{proc.pid}\n" in status  # exec'd in place of the wrapper: the child is the program itself
     assert _gone_after_parent_sigkill(proc, child), "the child outlived its SIGKILLed parent"
 
 
@@ -203,5 +206,4 @@ def test_a_process_pools_workers_die_with_their_sigkilled_parent(tmp_path: Path)
     """)
     proc = subprocess.Popen([sys.executable, "-c", parent], cwd=REPO, env={**env_with_venv(), "PYTHONPATH": str(REPO)})
     worker = _wait_for(worker_pid, 60)
-    assert _alive(worker) and f"PPid:\t{proc.pid}\n" in Path(f"/proc/{worker}/status").read_text()
     assert _gone_after_parent_sigkill(proc, worker), "the pool's worker outlived its SIGKILLed parent"
