@@ -40,6 +40,8 @@ def stage_folders(stage: str, params) -> list[str]:
         return [params.sft.out_dir, params.sft.checkpoint_dir]
     if stage == "pretrain_sam2":
         return [params.pretrain_sam2.out_dir, params.pretrain_sam2.checkpoint_dir]
+    if stage == "finetune_sam2":
+        return [params.finetune_sam2.out_dir, params.finetune_sam2.checkpoint_dir]
     if stage == "grpo":
         return [params.grpo.out_dir, params.grpo.checkpoint_dir] + (
             [params.grpo.verl.out_dir] if params.grpo.engine == "verl" else [])

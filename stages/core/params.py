@@ -465,6 +465,26 @@ class PretrainSam2Params:
 
 
 @dataclass(frozen=True)
+class FinetuneSam2Params(PretrainSam2Params):
+    """The pre-trained SAM2 trained further (`finetune_sam2`): pretrain_sam2's loop and recipe from its output, with
+    the decoder giving one mask on tracked frames. Three candidates on a tracked frame leave the memory unsure which
+    one is the target (the loss trains only the best; the IoU head picks the kept one, on another object on 55 % of
+    tracked frames); with one, the loss falls on the mask the memory is built from."""
+
+    seeds: Exp[Annotated[tuple[Seed, ...], MinLen(1)]] = (10,)
+    base: ExpPath[str] = "models/pretrain_sam2"  # the SAM2 it starts from (pretrain_sam2's committed output)
+    out_dir: ExpPath[str] = "models/finetune_sam2"  # model.pt + config.yaml; runs only when sam2.checkpoint is in it
+    checkpoint_dir: Server[str] = "models/checkpoints/finetune_sam2"
+    steps: Exp[PosInt] = 400
+    clips_per_step: Exp[Annotated[int, Ge(1), Le(64)]] = 4
+    clip_frames: Exp[Annotated[int, Ge(2)]] = 8
+    learning_rate: Exp[PosFloat] = 1.0e-4
+    # the model trained, checked and published answers a tracked frame with one mask
+    # (`++model.multimask_output_for_tracking=false` added to the base's config); false: as the base does (three)
+    one_mask_tracking: Exp[bool] = True
+
+
+@dataclass(frozen=True)
 class ModelParams:
     path: ExpPath[str] = "models/tiny/qwen25vl"  # local Qwen2.5-VL checkpoint folder (config, weights, processor)
     dtype: Exp[Literal["auto", "float32", "bfloat16"]] = "auto"  # auto: bf16 on GPU, fp32 on CPU
@@ -731,6 +751,7 @@ class Params:
     tiny_models: TinyModelsParams = field(default_factory=TinyModelsParams)
     pretrain: PretrainParams = field(default_factory=PretrainParams)
     pretrain_sam2: PretrainSam2Params = field(default_factory=PretrainSam2Params)
+    finetune_sam2: FinetuneSam2Params = field(default_factory=FinetuneSam2Params)
     model: ModelParams = field(default_factory=ModelParams)
     sam2: Sam2Params = field(default_factory=Sam2Params)
     shard: ShardParams = field(default_factory=ShardParams)

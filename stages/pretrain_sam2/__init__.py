@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import yaml
 
 from stages.core.io import atomic_write_text, derive_seed, write_json
 from stages.core.lineage import write_lineage
@@ -56,44 +57,76 @@ CHECK_SEED = 0  # the held-out videos' stream: the same for every training seed,
 # settings that do not change what a seed trains (where and how often it saves, what is checked, which seeds run)
 NOT_TRAINING = ("save_every_steps", "check_videos", "seeds", "parallel", "checkpoint_dir", "out_dir")
 BOX_NOISE_BOUND = 20.0  # the most a jittered box corner moves, in input pixels (SAM2's sample_box_points)
-CURVE = "pretrain_sam2_curve.tsv"
+
+
+def curve_file(stage: str) -> str:
+    """The loss curve a SAM2 training stage writes to metrics/ (and each seed to its folder)."""
+    return f"{stage}_curve.tsv"
+
+
+CURVE = curve_file("pretrain_sam2")
 CURVE_COLUMNS = ("loss", "focal", "dice", "iou", "object")
 CURVE_KEYS = ("step", *CURVE_COLUMNS, "lr")  # a curve row, as the saved state keeps it
 
 
-def skipped(params: PretrainSam2Params, sam2: Sam2Params) -> bool:
-    """True when `sam2.checkpoint` is not this stage's output (a real checkpoint, the random tiny SAM2)."""
-    return Path(sam2.checkpoint).resolve() != (Path(params.out_dir) / CHECKPOINT).resolve()
+def uses(out_dir: str | Path, sam2: Sam2Params) -> bool:
+    """True when `sam2.checkpoint` is the checkpoint in `out_dir`."""
+    return Path(sam2.checkpoint).resolve() == (Path(out_dir) / CHECKPOINT).resolve()
 
 
-def pretrain_sam2(params: PretrainSam2Params, sam2: Sam2Params, out_dir: Path, metrics_dir: Path) -> StageReport:
+def skipped(params: PretrainSam2Params, sam2: Sam2Params, finetune: PretrainSam2Params | None = None) -> bool:
+    """True when the SAM2 used is not this stage's output, directly (`sam2.checkpoint` in `out_dir`) or through
+    the `finetune_sam2` stage started from it (`sam2.checkpoint` in its out_dir, its base this out_dir): a real
+    checkpoint, the random tiny SAM2."""
+    if uses(params.out_dir, sam2):
+        return False
+    return not (finetune is not None and uses(finetune.out_dir, sam2)
+                and Path(finetune.base).resolve() == Path(params.out_dir).resolve())
+
+
+def check_base(stage: str, base: str | Path, made_by: str) -> None:
+    """Raise FileNotFoundError (one line) when the SAM2 folder `base` lacks model.pt or config.yaml."""
+    for name in (CHECKPOINT, CONFIG):
+        if not (Path(base) / name).is_file():
+            raise FileNotFoundError(f"{stage}.base {base}: no {name} ({made_by})")
+
+
+def pretrain_sam2(params: PretrainSam2Params, sam2: Sam2Params, out_dir: Path, metrics_dir: Path,
+                  finetune: PretrainSam2Params | None = None) -> StageReport:
     """Train the SAM2 in `pretrain_sam2.base` once per seed on generated clips; write the best seed's
     `out_dir/model.pt` (bf16) and `out_dir/config.yaml`, with every seed's figures in `out_dir/seeds.json`.
+    `finetune` (the finetune_sam2 block) only decides whether the stage runs (`skipped`).
 
     Raises:
         FileNotFoundError: `pretrain_sam2.base` lacks model.pt or config.yaml (one line, before anything is removed).
         SeedFailed: a seed's process failed (it has printed why); the finished seeds' results are kept for a rerun.
     """
     out_dir = Path(out_dir)
-    if skipped(params, sam2):
-        _write_curve(Path(metrics_dir) / CURVE, [])  # a declared output: header only
+    if skipped(params, sam2, finetune):
+        write_curve(Path(metrics_dir) / CURVE, [])  # a declared output: header only
         return skipped_report("pretrain_sam2", out_dir, f"sam2.checkpoint {sam2.checkpoint} is not "
-                              f"{Path(params.out_dir) / CHECKPOINT}: the SAM2 used is another checkpoint (a real one, "
-                              "or the random tiny SAM2)")
-    base = Path(params.base)
-    for name in (CHECKPOINT, CONFIG):
-        if not (base / name).is_file():
-            raise FileNotFoundError(f"pretrain_sam2.base {params.base}: no {name} (the tiny_models stage writes "
-                                    f"models/tiny/sam2)")
+                              f"{Path(params.out_dir) / CHECKPOINT} nor fine-tuned from it: the SAM2 used is another "
+                              "checkpoint (a real one, or the random tiny SAM2)")
+    check_base("pretrain_sam2", params.base, "the tiny_models stage writes models/tiny/sam2")
+    return train_and_publish("pretrain_sam2", params, out_dir, Path(metrics_dir),
+                             title="vrsflow tiny SAM2 pre-trained on synthetic clips (box prompt → tracked masks)",
+                             code_modules=["stages.pretrain_sam2"])
+
+
+def train_and_publish(stage: str, params: PretrainSam2Params, out_dir: Path, metrics_dir: Path, *, title: str,
+                      code_modules: list[str], architecture: tuple[str, ...] = ()) -> StageReport:
+    """Train every seed of `params` (a process each when `parallel` > 1: `python -m stages.<stage> --job JOB`),
+    then publish the kept one (`_publish`). `architecture`: Hydra overrides added to the base's config for the
+    model trained and published (its seed processes derive them from their params block the same way)."""
     started = time.perf_counter()
-    cuda = torch.cuda.is_available()
-    parallel = parallel_seeds(params.parallel, len(params.seeds), cuda)
-    if parallel > 1:  # a process per seed (`python -m stages.pretrain_sam2 --job JOB`), `parallel` at once
-        results = run_seeds("pretrain_sam2", "stages.pretrain_sam2",
-                            {seed: {"pretrain_sam2": to_dict(params), "seed": seed} for seed in params.seeds}, parallel)
+    parallel = parallel_seeds(params.parallel, len(params.seeds), torch.cuda.is_available())
+    if parallel > 1:
+        results = run_seeds(stage, f"stages.{stage}",
+                            {seed: {stage: to_dict(params), "seed": seed} for seed in params.seeds}, parallel)
     else:  # one after another in this process
-        results = {seed: train_seed(params, seed) for seed in params.seeds}
-    return _publish(params, results, out_dir, Path(metrics_dir), parallel, time.perf_counter() - started)
+        results = {seed: train_seed(params, seed, stage, architecture) for seed in params.seeds}
+    return _publish(stage, params, results, out_dir, metrics_dir, parallel, time.perf_counter() - started,
+                    title=title, code_modules=code_modules, architecture=architecture)
 
 
 def choose(results: dict[int, dict]) -> int:
@@ -101,17 +134,20 @@ def choose(results: dict[int, dict]) -> int:
     return best_seed(results, lambda figures: (figures["track_iou_after"], figures["prompt_iou_after"]))
 
 
-def _publish(params: PretrainSam2Params, results: dict[int, dict], out_dir: Path, metrics_dir: Path,
-             parallel: int, wall_s: float) -> StageReport:
-    """Write the chosen seed's checkpoint, the base's config, seeds.json, lineage and card; then drop the states."""
+def _publish(stage: str, params: PretrainSam2Params, results: dict[int, dict], out_dir: Path, metrics_dir: Path,
+             parallel: int, wall_s: float, *, title: str, code_modules: list[str],
+             architecture: tuple[str, ...] = ()) -> StageReport:
+    """Write the chosen seed's checkpoint and config (the base's, with the stage's overrides), seeds.json, lineage
+    and card; then drop the states."""
     chosen = choose(results)
     seed_dir = _seed_dir(params, chosen)
+    curve = curve_file(stage)
     shutil.rmtree(out_dir, ignore_errors=True)
     out_dir.mkdir(parents=True)
     shutil.copyfile(seed_dir / CHECKPOINT, out_dir / CHECKPOINT)
-    shutil.copyfile(Path(params.base) / CONFIG, out_dir / CONFIG)
+    shutil.copyfile(seed_dir / CONFIG, out_dir / CONFIG)
     metrics_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(seed_dir / CURVE, metrics_dir / CURVE)  # the kept seed's curve (seeds.json: every seed's ends)
+    shutil.copyfile(seed_dir / curve, metrics_dir / curve)  # the kept seed's curve (seeds.json: every seed's ends)
     figures = results[chosen]
     device = figures["device"]
     seeds = {"chosen_seed": chosen, "chosen_by": "held-out tracking J (track_iou_after), then prompt_iou_after",
@@ -120,33 +156,36 @@ def _publish(params: PretrainSam2Params, results: dict[int, dict], out_dir: Path
     result = {**{k: v for k, v in figures.items() if k != "device"}, "chosen_seed": chosen,
               "seeds": len(results), "parallel": parallel, "wall_s": round(wall_s, 1),
               **{f"track_iou_after_seed{seed}": results[seed]["track_iou_after"] for seed in sorted(results)}}
-    write_lineage(out_dir, "pretrain_sam2", {"pretrain_sam2": params}, seed=chosen,
+    write_lineage(out_dir, stage, {stage: params}, seed=chosen,
                   inputs={"base_sam2": Path(params.base)}, counts={"steps": params.steps, "seeds": len(results)},
-                  code_modules=["stages.pretrain_sam2", "stages.synth", "stages.segment", "stages.evaluate.metrics"],
+                  code_modules=[*code_modules, "stages.synth", "stages.segment", "stages.evaluate.metrics"],
                   extra={"device": device, "steps": params.steps, "seeds": list(params.seeds), "chosen_seed": chosen,
-                         "dtype": "bfloat16", "fingerprint": _fingerprint(params, chosen)})
-    write_model_card(out_dir, "vrsflow tiny SAM2 pre-trained on synthetic clips (box prompt → tracked masks)",
-                     metrics={"pretrain_sam2": result})
+                         "dtype": "bfloat16", "fingerprint": _fingerprint(params, chosen, architecture)})
+    write_model_card(out_dir, title, metrics={stage: result})
     shutil.rmtree(params.checkpoint_dir, ignore_errors=True)  # finished: a rerun is DVC's cache hit, not a resume
-    log.info(summary_line("pretrain_sam2", result))
-    return StageReport("pretrain_sam2", metrics=result, markdown=_curves(metrics_dir))
+    log.info(summary_line(stage, result))
+    return StageReport(stage, metrics=result, markdown=_curves(metrics_dir / curve, stage))
 
 
-def train_seed(params: PretrainSam2Params, seed: int) -> dict:
+def train_seed(params: PretrainSam2Params, seed: int, stage: str = "pretrain_sam2",
+               architecture: tuple[str, ...] = ()) -> dict:
     """Train one seed to `params.steps` (resuming its saved state); return its figures, from its bf16 checkpoint
-    read back through sam2's builder. A seed that finished earlier under the same settings is not trained again."""
+    read back through sam2's builder. A seed that finished earlier under the same settings is not trained again.
+    The model is the base's weights built from the base's config with the Hydra overrides `architecture` added
+    (`training_config`: the seed folder's config.yaml, published with the weights)."""
     from stages.segment import load_video_predictor, pick_device
 
     seed_dir = _seed_dir(params, seed)
-    state_key = _fingerprint(params, seed)
+    state_key = _fingerprint(params, seed, architecture)
+    training_config(Path(params.base) / CONFIG, architecture, seed_dir / CONFIG)
     done = seed_dir / RESULT
     if done.is_file() and (record := json.loads(done.read_text())).get("fingerprint") == state_key:
-        log.info("pretrain_sam2: seed %d finished earlier (%s)", seed, done)
+        log.info("%s: seed %d finished earlier (%s)", stage, seed, done)
         return record["figures"]
     device = pick_device()[0]
     if device == "cpu" and params.cpu_threads > 0:
         torch.set_num_threads(params.cpu_threads)
-    base_checkpoint, base_config = str(Path(params.base) / CHECKPOINT), str(Path(params.base) / CONFIG)
+    base_checkpoint, base_config = str(Path(params.base) / CHECKPOINT), str(seed_dir / CONFIG)
     scale = SynthScale()  # the synth default preset's clip geometry (frame size, objects, motion)
     check = check_videos(CHECK_SEED, params.check_videos, scale)
     before = tracking_check(load_video_predictor(base_checkpoint, base_config, device), check)
@@ -162,7 +201,7 @@ def train_seed(params: PretrainSam2Params, seed: int) -> dict:
     state_path = seed_dir / STATE
     start, curve, earlier_s = load_state(state_path, state_key, model, optimizer, scheduler, CURVE_KEYS)
     started = time.perf_counter()
-    for step in track(range(start, params.steps), total=params.steps - start, desc=f"pretrain_sam2 seed {seed}"):
+    for step in track(range(start, params.steps), total=params.steps - start, desc=f"{stage} seed {seed}"):
         clips = step_clips(params, seed, step, scale)
         terms = clip_loss(model, clips, prompt_kind(seed, step, params.point_prompt_share), params.box_noise,
                           params.correction_clicks, params.iou_loss_weight)
@@ -182,7 +221,7 @@ def train_seed(params: PretrainSam2Params, seed: int) -> dict:
     _save_bf16(model, seed_dir / CHECKPOINT)
     # the check reads the saved file back through sam2's own builder: what evaluation and GRPO will load
     after = tracking_check(load_video_predictor(str(seed_dir / CHECKPOINT), base_config, device), check)
-    _write_curve(seed_dir / CURVE, curve)
+    write_curve(seed_dir / curve_file(stage), curve)
     last = curve[-max(1, len(curve) // 10):]
     first = curve[:max(1, len(curve) // 10)]
     figures = {"seed": seed, "steps": params.steps, "resumed_from_step": start, "check_videos": len(check),
@@ -196,6 +235,20 @@ def train_seed(params: PretrainSam2Params, seed: int) -> dict:
     write_json(done, {"fingerprint": state_key, "figures": figures})
     state_path.unlink(missing_ok=True)
     return figures
+
+
+def training_config(base_config: Path, architecture: tuple[str, ...], path: Path) -> None:
+    """Write the config of the model trained to `path`: the base's file as it is, or, with Hydra overrides
+    `architecture`, the base's overrides followed by these (as tiny_models puts its own after the package config's).
+    An override may change how the model runs (`++model.multimask_output_for_tracking=false`), not a weight's shape:
+    the base's checkpoint must still load."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not architecture:
+        shutil.copyfile(base_config, path)
+        return
+    config = yaml.safe_load(Path(base_config).read_text())
+    config["overrides"] = [*config.get("overrides", []), *architecture]
+    atomic_write_text(path, yaml.safe_dump(config, sort_keys=False))
 
 
 def step_clips(params: PretrainSam2Params, seed: int, step: int, scale: SynthScale) -> list[Clip]:
@@ -348,21 +401,23 @@ def tracking_check(predictor, videos: list[tuple[np.ndarray, np.ndarray]]) -> di
             "prompt_iou": round(float(np.mean(prompts)), 4) if prompts else 0.0, "objects": len(tracks)}
 
 
-def _fingerprint(params: PretrainSam2Params, seed: int) -> str:
+def _fingerprint(params: PretrainSam2Params, seed: int, architecture: tuple[str, ...] = ()) -> str:
     """What a seed's saved state must match to be resumed: its seed, every training setting, and the base — its
-    weights and its config (the architecture: an override such as tracking with one mask changes the model trained
-    without changing a weight)."""
+    weights, its config and the overrides added to it (the architecture: an override such as tracking with one mask
+    changes the model trained without changing a weight)."""
     settings = {k: v for k, v in to_dict(params).items() if k not in NOT_TRAINING}
+    if architecture:  # absent without overrides: the fingerprint the committed pretrain_sam2 lineage records
+        settings["architecture"] = list(architecture)
     return fingerprint({"seed": seed, **settings}, [Path(params.base) / CHECKPOINT, Path(params.base) / CONFIG])
 
 
-def _curves(metrics_dir: Path) -> str:
-    return curves_markdown(metrics_dir / CURVE, "step", [
-        (["loss"], "SAM2 pre-training loss (20·focal + dice + IoU L1 + object BCE)", "loss"),
+def _curves(curve: Path, stage: str) -> str:
+    return curves_markdown(curve, "step", [
+        (["loss"], f"SAM2 {stage} loss (20·focal + dice + IoU L1 + object BCE)", "loss"),
         (["focal", "dice"], "Mask terms", "loss")])
 
 
-def _write_curve(path: Path, curve: list[dict]) -> None:
+def write_curve(path: Path, curve: list[dict]) -> None:
     lines = ["step\t" + "\t".join(CURVE_COLUMNS) + "\tlr"]
     lines += [f"{c['step']}\t" + "\t".join(f"{c[k]:.6f}" for k in CURVE_COLUMNS) + f"\t{c['lr']:.8g}" for c in curve]
     path.parent.mkdir(parents=True, exist_ok=True)
