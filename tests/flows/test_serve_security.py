@@ -83,6 +83,8 @@ def test_hostile_run_parameters_are_refused_before_dvc(
         ({"sft.checkpoint_dir": "data"}, f"sft.checkpoint_dir: {FIXED}"),
         ({"grpo.checkpoint_dir": "data/raw"}, f"grpo.checkpoint_dir: {FIXED}"),
         ({"pretrain_sam2.checkpoint_dir": "data"}, f"pretrain_sam2.checkpoint_dir: {FIXED}"),
+        ({"finetune_sam2.checkpoint_dir": "data"}, f"finetune_sam2.checkpoint_dir: {FIXED}"),
+        ({"finetune_sam2.parallel": "64"}, f"finetune_sam2.parallel: {FIXED}"),
         ({"pretrain.checkpoint_dir": "data"}, f"pretrain.checkpoint_dir: {FIXED}"),
         ({"pretrain.loader_workers": "64"}, f"pretrain.loader_workers: {FIXED}"),
         ({"data.root": "/etc"}, f"data.root: '/etc' is outside the project {OUTSIDE}"),

@@ -349,7 +349,9 @@ def test_a_short_run_writes_a_checkpoint_sam2s_builder_loads(base: Path, tmp_pat
     assert (out / "lineage.json").is_file() and not Path(params.checkpoint_dir).exists()
 
 
-@pytest.mark.parametrize("clips_per_step", [1, 2])
+# two clips a step: the batched path, whose clip stream (step · k + i) a resume must take up at the right clip; one
+# clip a step is the same loop and state (the finetune_sam2 and seed-process tests run it)
+@pytest.mark.parametrize("clips_per_step", [2])
 def test_a_killed_run_resumes_to_the_bytes_of_an_uninterrupted_one(base: Path, tmp_path: Path, clips_per_step: int,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     whole, _ = _run(base, tmp_path / "whole", clips_per_step=clips_per_step)
@@ -419,14 +421,14 @@ def test_a_finished_seed_is_not_trained_again(base: Path, tmp_path: Path, monkey
 
 
 def test_two_seeds_train_in_two_processes_and_the_better_one_is_published(base: Path, tmp_path: Path) -> None:
-    params, metrics = _run(base, tmp_path, steps=2, seeds=(0, 1), parallel=2)
+    params, metrics = _run(base, tmp_path, steps=1, seeds=(0, 1), parallel=2)
     seeds = json.loads((Path(params.out_dir) / "seeds.json").read_text())
     assert sorted(seeds["seeds"]) == ["0", "1"] and metrics["parallel"] == 2
     kept = stage.choose({int(k): v for k, v in seeds["seeds"].items()})
     assert metrics["chosen_seed"] == seeds["chosen_seed"] == kept
     assert metrics["track_iou_after"] == seeds["seeds"][str(kept)]["track_iou_after"]
     # the published weights are the kept seed's own run: seed `kept` alone, in this process, gives the same bytes
-    alone, _ = _run(base, tmp_path / "alone", steps=2, seeds=(kept,))
+    alone, _ = _run(base, tmp_path / "alone", steps=1, seeds=(kept,))
     assert (Path(alone.out_dir) / "model.pt").read_bytes() == (Path(params.out_dir) / "model.pt").read_bytes()
     assert not Path(params.checkpoint_dir).exists()
 
