@@ -14,7 +14,7 @@ from stages.finetune_sam2 import finetune_sam2
 
 @flow(name="dvc-finetune_sam2")
 def finetune_sam2_flow(params_path: str = "params.yaml") -> dict:
-    """Write models/finetune_sam2, metrics/finetune_sam2_curve.tsv and metrics/finetune_sam2.json."""
+    """Write models/pretrain_sam2_finetuned, metrics/finetune_sam2_curve.tsv and metrics/finetune_sam2.json."""
     params = load_params(params_path)
     report = run_stage("finetune_sam2", finetune_sam2, params.finetune_sam2, params.sam2,
                        Path(params.finetune_sam2.out_dir), Path("metrics"))

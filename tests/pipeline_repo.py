@@ -13,7 +13,7 @@ PROJECT_FILES = ["params.yaml", "dvc.yaml", ".dvcignore", ".gitignore", "pyproje
 PROJECT_DIRS = ["stages", "flows", "schemas", "prompts", "profiles", "configs"]
 # the frozen pre-training stages' outputs, committed to git (dvc.yaml: cache: false); a clone has them
 COMMITTED_OUTPUTS = ["models/pretrain_sam2", "metrics/pretrain_sam2.json", "metrics/pretrain_sam2_curve.tsv",
-                     "models/finetune_sam2", "metrics/finetune_sam2.json", "metrics/finetune_sam2_curve.tsv",
+                     "models/pretrain_sam2_finetuned", "metrics/finetune_sam2.json", "metrics/finetune_sam2_curve.tsv",
                      "models/pretrain", "metrics/pretrain.json", "metrics/pretrain_curve.tsv"]
 
 

@@ -473,7 +473,9 @@ class FinetuneSam2Params(PretrainSam2Params):
 
     seeds: Exp[Annotated[tuple[Seed, ...], MinLen(1)]] = (10,)
     base: ExpPath[str] = "models/pretrain_sam2"  # the SAM2 it starts from (pretrain_sam2's committed output)
-    out_dir: ExpPath[str] = "models/finetune_sam2"  # model.pt + config.yaml; runs only when sam2.checkpoint is in it
+    # model.pt + config.yaml; runs only when sam2.checkpoint is in it. Under models/pretrain*/: the frozen pre-trained
+    # weights are the only files over 5 MB git tracks
+    out_dir: ExpPath[str] = "models/pretrain_sam2_finetuned"
     checkpoint_dir: Server[str] = "models/checkpoints/finetune_sam2"
     steps: Exp[PosInt] = 400
     clips_per_step: Exp[Annotated[int, Ge(1), Le(64)]] = 4

@@ -26,7 +26,7 @@ from stages.segment import BoxGroup, load_video_predictor, propagate_groups
 
 ROOT = Path(__file__).resolve().parents[2]
 PRETRAINED_SAM2 = ROOT / "models" / "pretrain_sam2"
-SAM2_DIR = ROOT / "models" / "finetune_sam2"  # the SAM2 params.yaml uses: pretrain_sam2's, fine-tuned
+SAM2_DIR = ROOT / "models" / "pretrain_sam2_finetuned"  # the SAM2 params.yaml uses: pretrain_sam2's, fine-tuned
 SAM2_STAGES = {"pretrain_sam2": PRETRAINED_SAM2, "finetune_sam2": SAM2_DIR}
 MAX_FILE_BYTES = 16 * 2**20
 CHECKED_VIDEOS = 8  # the stage's held-out check: its first `pretrain_sam2.check_videos` videos (8)
@@ -55,6 +55,8 @@ def test_params_yaml_uses_the_committed_sam2_and_dvc_keeps_its_stages_frozen() -
     assert Path(params.finetune_sam2.base) == Path(params.pretrain_sam2.out_dir)  # fine-tuned from the pre-trained
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
     for name, folder in SAM2_STAGES.items():
+        # weights over 5 MB are tracked by git only as frozen pre-trained models, under models/pretrain*/
+        assert folder.parent == ROOT / "models" and folder.name.startswith("pretrain"), folder
         assert stages[name]["frozen"] is True
         assert {f"${{{name}.out_dir}}": {"cache": False}} in stages[name]["outs"]
         relative = folder.relative_to(ROOT).as_posix()

@@ -44,23 +44,27 @@ def test_another_sam2_checkpoint_skips_the_stage_and_leaves_its_base(tmp_path: P
 
 def test_pretrain_sam2_runs_for_its_own_output_and_for_the_sam2_fine_tuned_from_it() -> None:
     first = PretrainSam2Params(out_dir="models/pretrain_sam2")
-    finetune = FinetuneSam2Params(base="models/pretrain_sam2", out_dir="models/finetune_sam2")
+    finetune = FinetuneSam2Params(base="models/pretrain_sam2", out_dir="models/pretrain_sam2_finetuned")
     assert not pretrain.skipped(first, _sam2(Path("models/pretrain_sam2")), finetune)
-    assert not pretrain.skipped(first, _sam2(Path("models/finetune_sam2")), finetune)
+    assert not pretrain.skipped(first, _sam2(Path("models/pretrain_sam2_finetuned")), finetune)
     assert not pretrain.skipped(first, _sam2(Path("models/pretrain_sam2")))
-    assert pretrain.skipped(first, _sam2(Path("models/finetune_sam2")))  # no finetune block: another SAM2
+    assert pretrain.skipped(first, _sam2(Path("models/pretrain_sam2_finetuned")))  # no finetune block: another SAM2
     # fine-tuned from another SAM2, or a real checkpoint: pretrain_sam2's output is not used
-    assert pretrain.skipped(first, _sam2(Path("models/finetune_sam2")), replace(finetune, base="models/tiny/sam2"))
+    assert pretrain.skipped(first, _sam2(Path(finetune.out_dir)), replace(finetune, base="models/tiny/sam2"))
     assert pretrain.skipped(first, Sam2Params(checkpoint="/ckpt/sam2.1_hiera_large.pt"), finetune)
 
 
-def test_a_base_without_a_checkpoint_is_named_before_anything_is_removed(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("name", "run", "block"), [("pretrain_sam2", pretrain.pretrain_sam2, PretrainSam2Params),
+                                                    ("finetune_sam2", stage.finetune_sam2, FinetuneSam2Params)])
+def test_a_base_without_a_checkpoint_is_named_before_anything_is_removed(tmp_path: Path, name: str, run,  # noqa: ANN001
+                                                                          block: type) -> None:
+    """Both SAM2 training stages check their base before they touch their output folder."""
     out = tmp_path / "out"
     out.mkdir()
     (out / "model.pt").write_bytes(b"earlier weights")
-    params = FinetuneSam2Params(base=str(tmp_path / "nowhere"), out_dir=str(out))
-    with pytest.raises(FileNotFoundError, match=r"^finetune_sam2.base .*nowhere: no model.pt") as error:
-        stage.finetune_sam2(params, _sam2(out), out, tmp_path / "metrics")
+    params = block(base=str(tmp_path / "nowhere"), out_dir=str(out))
+    with pytest.raises(FileNotFoundError, match=rf"^{name}.base .*nowhere: no model.pt") as error:
+        run(params, _sam2(out), out, tmp_path / "metrics")
     assert "\n" not in str(error.value)
     assert (out / "model.pt").read_bytes() == b"earlier weights"
 

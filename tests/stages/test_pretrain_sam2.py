@@ -152,15 +152,7 @@ def test_another_sam2_checkpoint_skips_the_stage(tmp_path: Path) -> None:
     assert (tmp_path / "metrics" / stage.CURVE).read_text().splitlines() == ["step\tloss\tfocal\tdice\tiou\tobject\tlr"]
 
 
-def test_a_base_without_a_checkpoint_is_named_before_anything_is_removed(tmp_path: Path) -> None:
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / "model.pt").write_bytes(b"earlier weights")
-    params = PretrainSam2Params(base=str(tmp_path / "nowhere"), out_dir=str(out))
-    with pytest.raises(FileNotFoundError, match=r"^pretrain_sam2.base .*nowhere: no model.pt") as error:
-        stage.pretrain_sam2(params, Sam2Params(checkpoint=str(out / "model.pt")), out, tmp_path / "metrics")
-    assert "\n" not in str(error.value)
-    assert (out / "model.pt").read_bytes() == b"earlier weights"
+# a base without a checkpoint: tests/stages/test_finetune_sam2.py checks both SAM2 training stages
 
 
 @pytest.fixture(scope="module")
