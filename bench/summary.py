@@ -187,8 +187,8 @@ KNOWN = {
                                "tracked frames' masks?"),
     "sam2-prompt-check": ("sam2_prompt_check.py --model NAME=PATH …",
                           "issue 47: does the tiny SAM2 segment what its box points at, or another object?"),
-    "model-budget": ("model_budget.py --candidate NAME=DIR (DIR: the 32-wide SAM2 of "
-                     "sam2-inference-settings-trunk32-seeds23)",
+    "model-budget": ("model_budget.py (after the fine-tuned SAM2 was committed; --candidate NAME=DIR adds what a "
+                     "folder not yet committed would cost)",
                      "issue 47: the committed models grow the repository by at most 40 MB in all (every version "
                      "ever committed): how much is used, how much is left"),
     "sam2-inference-settings": ("sam2_inference_settings.py --repo DIR (SAM2's own inference-only config settings)",
@@ -525,10 +525,10 @@ def measured(name: str, figures: dict) -> str:
             f"{v['padded']['samples_per_s']} → {v['packed']['samples_per_s']} samples/s ({v['samples_per_s_ratio']}×), "
             f"loss curves within {v['curve_max_rel_diff']:.1%} (relative)" for v in figures["settings"].values())
     if name == "model-budget":
+        candidates = [f"{k} would take {v['stored_bytes'] / 1e6:.1f} MB" for k, v in figures["candidates"].items()]
         return (f"{figures['used_bytes'] / 1e6:.1f} MB of models in git's history, "
-                f"{figures['left_bytes'] / 1e6:.1f} MB of {figures['budget_bytes'] / 1e6:.0f} MB left; "
-                + ", ".join(f"{k} would take {v['stored_bytes'] / 1e6:.1f} MB"
-                            for k, v in figures["candidates"].items()))
+                f"{figures['left_bytes'] / 1e6:.1f} MB of {figures['budget_bytes'] / 1e6:.0f} MB left"
+                + (f"; {', '.join(candidates)}" if candidates else ""))
     if name.startswith("sam2-inference-settings"):
         return "ceiling J&F (ground-truth answers) through " + figures["sam2"]["checkpoint"] + ": " + ", ".join(
             f"{k} {v['JF_overall']:.2f}" for k, v in figures["ceiling"].items())
