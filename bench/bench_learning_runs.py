@@ -1,4 +1,5 @@
-"""What the default run gives a user, per training seed: base → SFT → GRPO J&F between the empty answer and the ceiling.
+"""What the default run gives a user, per training seed: base → SFT → GRPO J&F beside what a perfect, an empty and a
+constant answer score, and what a swapped query scores — and a planted bug that the figures must show.
 
 For each seed, a fresh throwaway git + DVC copy of the project (tests/pipeline_repo.py) with the training seeds set
 (`tiny_models.seed`, `sft.seed`, `grpo.seed` = the seed; the data and its seeds stay params.yaml's, so every run
@@ -7,18 +8,24 @@ as a user does (`vrsflow repro`, via bench_orchestration's `run_mode`, which tim
 copy:
 
 - the evaluate stage's own `evaluate` scores the base (`model.path`) and the SFT model on the eval pool, with the same
-  settings as the stage scored the GRPO model (`metrics/eval.json`), so the three rows are comparable;
-- the ceiling is the stage's own `ceiling_*` metrics (the ground-truth answers through the same segmenter), and
-  the empty answer its `empty_*` metrics (an answer without boxes: empty masks on every frame);
+  settings as the stage scored the GRPO model (`metrics/eval.json`), so the three rows are comparable — each with its
+  query-swap figure (`swap_JF_overall`: every expression answered with another expression's query of its video);
+- the ceiling, the empty answer and the constant answer (the SFT traces' training prior given to every query) are
+  the stage's own `ceiling_*`, `empty_*` and `constant_*` metrics;
 - the SFT format rate, GRPO's reward per quarter of its steps (total and per component, `metrics/grpo_curve.csv`)
   and the benchmark table (`metrics/benchmarks.json`) are read from the run's files.
 
-Runs one seed after another, so that each run's stage times are those of the 2-core machine alone. The targets
-are issue 47's, checked in every seed (`summarise`): the ceiling ≥ 40 J&F; J&F after SFT and after GRPO each ≥ 2×
-the empty answer's and ≥ 40 % of the ceiling; GRPO ≥ SFT − 1; answers parsed ≥ 95 % after SFT and after GRPO; the
-run ≤ 600 s.
+`--plant mirror-boxes` also trains, per seed, the same run with every SFT and GRPO target mirrored left-right
+(`bench/plants.py`: the keyframes stage's training tables changed and committed to DVC before the rest runs), and
+records its figures beside the correct run's: a pipeline whose model looks must score worse with the bug.
 
-    python bench/bench_learning_runs.py --seeds 0 1 2
+Runs one after another, so that each run's stage times are those of the 2-core machine alone. The targets are
+issue 61's (`seed_targets`, `summarise`): per seed, GRPO J&F ≥ constant + 0.4 × (ceiling − constant), the ceiling
+≥ 40, GRPO's keyframe box IoU ≥ 0.30, the query swap costs GRPO ≥ 5 J&F, answers parsed ≥ 95 % after SFT and after
+GRPO, the run ≤ 600 s; over the seeds, mean SFT ≥ mean base + 2, mean GRPO ≥ mean SFT + 1, GRPO's mean reward over
+its last quarter above its first; and with the plant, mean planted SFT ≥ 5 J&F below the correct runs'.
+
+    python bench/bench_learning_runs.py --seeds 0 1 2 --plant mirror-boxes
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -38,12 +46,23 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_orchestration import run_mode  # noqa: E402
+from bench.plants import PLANTS, plant_mirror_boxes  # noqa: E402
 from bench.results_io import write_result  # noqa: E402
 
-TARGETS = {"ceiling_jf_min": 40.0, "jf_min_times_empty": 2.0, "jf_min_share_of_ceiling": 0.4,
-           "grpo_min_minus_sft": -1.0, "parse_rate_min": 0.95, "default_run_max_s": 600.0}  # issue 47, every seed
+TARGETS = {  # issue 61
+    "ceiling_jf_min": 40.0,  # every seed
+    "grpo_min_share_above_constant": 0.4,  # GRPO ≥ constant + this × (ceiling − constant), every seed
+    "grpo_box_iou_min": 0.30,  # GRPO's keyframe box IoU, every seed
+    "swap_drop_min": 5.0,  # GRPO's J&F minus its J&F on swapped queries, every seed
+    "parse_rate_min": 0.95,  # after SFT and after GRPO, every seed
+    "default_run_max_s": 600.0,  # every seed
+    "sft_min_over_base": 2.0,  # mean over the seeds
+    "grpo_min_over_sft": 1.0,  # mean over the seeds
+    "planted_sft_min_below": 5.0,  # mean SFT of the correct runs minus that of the planted ones
+}
 KEYS = ("JF_overall", "J_overall", "F_overall", "JF_referring", "JF_reasoning", "parse_failure_rate",
-        "n_answer_no_boxes", "n_answer_degenerate_boxes", "keyframe_area_ratio", "keyframe_box_iou", "n_expressions")
+        "n_answer_no_boxes", "n_answer_degenerate_boxes", "keyframe_area_ratio", "keyframe_box_iou", "n_expressions",
+        "swap_JF_overall", "swap_own_JF_overall", "swap_n_expressions")
 
 
 def score_model(repo: Path, model_path: Path, out: Path) -> dict:
@@ -95,10 +114,27 @@ def quarters(curve: pd.DataFrame) -> dict:
             for col in curve.columns if col.startswith("reward")}
 
 
-def run_seed(seed: int, work: Path, profile: str | None = None) -> dict:
+def plant_before_training(plant: str):
+    """`run_mode`'s `prepare` for a planted run: the pipeline up to the keyframes stage, the plant applied to its
+    outputs, and the changed outputs committed to DVC (`dvc commit`), so the timed repro trains on them."""
+    def prepare(repo: Path, env: dict) -> None:
+        for command in ([sys.executable, "-m", "flows.cli", "repro", "--", "keyframes"],
+                        [sys.executable, "-m", "flows.cli", "check"]):
+            proc = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True)
+            if proc.returncode != 0:
+                tail = (proc.stdout + proc.stderr)[-4000:]
+                raise SystemExit(f"plant {plant}: {' '.join(command[2:])} failed:\n{tail}")
+        print(json.dumps({"plant": plant, "mirrored": plant_mirror_boxes(repo / "data" / "keyframes")}), flush=True)
+        subprocess.run([sys.executable, "-m", "dvc", "commit", "-f", "keyframes"], cwd=repo, env=env, check=True,
+                       capture_output=True)
+    return prepare
+
+
+def run_seed(seed: int, work: Path, profile: str | None = None, plant: str | None = None) -> dict:
     overrides = {"tiny_models.seed": seed, "sft.seed": seed, "grpo.seed": seed}
     started = time.perf_counter()
-    timed = run_mode("after", profile, work, overrides)  # vrsflow repro in a fresh copy, stage by stage
+    # vrsflow repro in a fresh copy, stage by stage
+    timed = run_mode("after", profile, work, overrides, prepare=plant_before_training(plant) if plant else None)
     repo = work / "after" / "repo"
     metrics = timed["pipeline_metrics"]  # sft, grpo, eval, benchmarks: read by run_mode
     from stages.core.params import load_params
@@ -111,11 +147,11 @@ def run_seed(seed: int, work: Path, profile: str | None = None) -> dict:
     answers = {"base": answer_statuses(work / "eval-base" / "answers.parquet"),
                "sft": answer_statuses(work / "eval-sft" / "answers.parquet"),
                "grpo": answer_statuses(repo / "data" / "evaluate" / "answers.parquet")}
-    ceiling, empty = ({k.removeprefix(prefix): round(float(v), 4) for k, v in metrics["eval"].items()
-                       if k.startswith(prefix)} for prefix in ("ceiling_", "empty_"))
-    return {"overrides": overrides, "segmenter": params.evaluate.segmenter,
+    ceiling, empty, constant = ({k.removeprefix(prefix): round(float(v), 4) for k, v in metrics["eval"].items()
+                                 if k.startswith(prefix)} for prefix in ("ceiling_", "empty_", "constant_"))
+    return {"overrides": overrides, "plant": plant, "segmenter": params.evaluate.segmenter,
             "reward_components": list(params.reward.components),
-            "eval": evals, "answers": answers, "ceiling": ceiling, "empty": empty,
+            "eval": evals, "answers": answers, "ceiling": ceiling, "empty": empty, "constant": constant,
             "sft_format_rate": {k: metrics["sft"][k] for k in ("format_rate_before", "format_rate_after")},
             "grpo_reward_by_quarter": quarters(pd.read_csv(repo / "metrics" / "grpo_curve.csv")),
             "benchmarks": metrics["benchmarks"],
@@ -125,35 +161,53 @@ def run_seed(seed: int, work: Path, profile: str | None = None) -> dict:
 
 
 def seed_targets(run: dict) -> dict[str, bool]:
-    """Issue 47's targets for one run (a `run_seed` record): each True when met."""
-    ev, ceiling, empty = run["eval"], run["ceiling"]["JF_overall"], run["empty"]["JF_overall"]
-    out = {"ceiling_jf": ceiling >= TARGETS["ceiling_jf_min"]}
-    for model in ("sft", "grpo"):
-        jf = ev[model]["JF_overall"]
-        out[f"{model}_jf_twice_empty"] = jf >= TARGETS["jf_min_times_empty"] * empty
-        out[f"{model}_jf_share_of_ceiling"] = jf >= TARGETS["jf_min_share_of_ceiling"] * ceiling
-    out["grpo_not_below_sft"] = ev["grpo"]["JF_overall"] >= ev["sft"]["JF_overall"] + TARGETS["grpo_min_minus_sft"]
-    for model in ("sft", "grpo"):
-        out[f"{model}_parse_rate"] = 1 - ev[model]["parse_failure_rate"] >= TARGETS["parse_rate_min"]
-    out["default_run_s"] = run["run_s"] <= TARGETS["default_run_max_s"]
-    return out
+    """Issue 61's per-seed targets for one run (a `run_seed` record): each True when met."""
+    ev, ceiling, constant = run["eval"], run["ceiling"]["JF_overall"], run["constant"]["JF_overall"]
+    grpo = ev["grpo"]
+    return {
+        "ceiling_jf": ceiling >= TARGETS["ceiling_jf_min"],
+        "grpo_above_constant": grpo["JF_overall"] >= constant + TARGETS["grpo_min_share_above_constant"] * (
+            ceiling - constant),
+        "grpo_box_iou": grpo["keyframe_box_iou"] >= TARGETS["grpo_box_iou_min"],
+        "grpo_swap_drop": grpo["JF_overall"] - grpo["swap_JF_overall"] >= TARGETS["swap_drop_min"],
+        **{f"{model}_parse_rate": 1 - ev[model]["parse_failure_rate"] >= TARGETS["parse_rate_min"]
+           for model in ("sft", "grpo")},
+        "default_run_s": run["run_s"] <= TARGETS["default_run_max_s"],
+    }
 
 
-def summarise(runs: dict) -> dict:
-    """Means and spreads over the seeds, and issue 47's targets per seed (`targets_by_seed`) and overall
-    (`targets_met`: a target is met when it is met in every seed)."""
+def mean_of(runs: dict, model: str, key: str = "JF_overall") -> float:
+    return round(float(np.mean([r["eval"][model][key] for r in runs.values()])), 2)
+
+
+def summarise(runs: dict, planted: dict | None = None) -> dict:
+    """Means and spreads over the seeds; issue 61's targets per seed (`targets_by_seed`), over the seeds
+    (`targets_over_seeds`) and overall (`targets_met`: a per-seed target is met when it is met in every seed)."""
     out: dict = {}
     for model in ("base", "sft", "grpo"):
         values = [r["eval"][model]["JF_overall"] for r in runs.values()]
         out[f"{model}_JF_mean"], out[f"{model}_JF_spread"] = round(float(np.mean(values)), 2), round(
             float(np.ptp(values)), 2)
+        out[f"{model}_swap_JF_mean"] = mean_of(runs, model, "swap_JF_overall")
+        out[f"{model}_box_iou_mean"] = mean_of(runs, model, "keyframe_box_iou")
     # the same data and segmenter in every run: one value of each expected
-    out["ceiling_JF"] = sorted({r["ceiling"]["JF_overall"] for r in runs.values()})
-    out["empty_JF"] = sorted({r["empty"]["JF_overall"] for r in runs.values()})
+    for row in ("ceiling", "empty", "constant"):
+        out[f"{row}_JF"] = sorted({r[row]["JF_overall"] for r in runs.values()})
     out["run_s_max"] = max(r["run_s"] for r in runs.values())
+    rewards = [r["grpo_reward_by_quarter"]["reward"] for r in runs.values()]
+    out["grpo_reward_first_quarter_mean"] = round(float(np.mean([q[0] for q in rewards])), 4)
+    out["grpo_reward_last_quarter_mean"] = round(float(np.mean([q[-1] for q in rewards])), 4)
     out["targets_by_seed"] = {seed: seed_targets(r) for seed, r in runs.items()}
+    over = {"sft_above_base": out["sft_JF_mean"] >= out["base_JF_mean"] + TARGETS["sft_min_over_base"],
+            "grpo_above_sft": out["grpo_JF_mean"] >= out["sft_JF_mean"] + TARGETS["grpo_min_over_sft"],
+            "grpo_reward_rises": out["grpo_reward_last_quarter_mean"] > out["grpo_reward_first_quarter_mean"]}
+    if planted:
+        out["planted_sft_JF_mean"] = mean_of(planted, "sft")
+        out["planted_grpo_JF_mean"] = mean_of(planted, "grpo")
+        over["planted_bug_shows"] = out["planted_sft_JF_mean"] <= out["sft_JF_mean"] - TARGETS["planted_sft_min_below"]
+    out["targets_over_seeds"] = over
     names = next(iter(out["targets_by_seed"].values()))
-    out["targets_met"] = {name: all(t[name] for t in out["targets_by_seed"].values()) for name in names}
+    out["targets_met"] = {**{name: all(t[name] for t in out["targets_by_seed"].values()) for name in names}, **over}
     return out
 
 
@@ -162,17 +216,25 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out", type=Path, help="results file; default bench/results/learning-runs.json")
     parser.add_argument("--profile", help="a params profile applied first (ci: a quick check of this script)")
+    parser.add_argument("--plant", choices=PLANTS, help="also train each seed with this bug planted (bench/plants.py)")
     args = parser.parse_args()
     runs: dict = {}
+    planted: dict = {}
     with tempfile.TemporaryDirectory(prefix="bench-learning-runs-") as tmp:
         for seed in args.seeds:
             runs[str(seed)] = run_seed(seed, Path(tmp) / f"seed{seed}", args.profile)
             print(json.dumps({seed: {k: v for k, v in runs[str(seed)].items() if k != "benchmarks"}}), flush=True)
-    figures = {"runs": runs, "summary": summarise(runs), "targets": TARGETS, "profile": args.profile or "default"}
+        for seed in args.seeds if args.plant else []:
+            planted[str(seed)] = run_seed(seed, Path(tmp) / f"planted{seed}", args.profile, args.plant)
+            print(json.dumps({f"planted {seed}": {k: v for k, v in planted[str(seed)].items() if k != "benchmarks"}}),
+                  flush=True)
+    figures = {"runs": runs, **({"planted": planted} if planted else {}), "summary": summarise(runs, planted),
+               "targets": TARGETS, "profile": args.profile or "default", "plant": args.plant}
     out = args.out or ROOT / "bench" / "results" / "learning-runs.json"
     write_result(out.stem, figures, "the base (row base): the model before SFT, same evaluation; the empty answer: "
                  "no boxes, empty masks (the evaluate stage's empty_*); the ceiling: the ground-truth answers through "
-                 "the same segmenter (the evaluate stage's ceiling_*)", out=out)
+                 "the same segmenter (the evaluate stage's ceiling_*); the constant answer: the SFT traces' training "
+                 "prior given to every query (the evaluate stage's constant_*)", out=out)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,9 +61,11 @@ def machine() -> dict:
             "python": platform.python_version(), "platform": platform.platform()}
 
 
-def run_mode(mode: str, profile: str | None, work: Path, overrides: dict[str, object] | None = None) -> dict:
+def run_mode(mode: str, profile: str | None, work: Path, overrides: dict[str, object] | None = None,
+             prepare: Callable[[Path, dict], None] | None = None) -> dict:
     """One fresh repo (`work/<mode>/repo`, params.yaml with `profile` then `overrides` applied), one whole repro in
-    `mode`; per-stage wall / work / orchestration seconds."""
+    `mode`; per-stage wall / work / orchestration seconds. `prepare(repo, env)` runs before the timed repro (e.g. a
+    planted bug: part of the pipeline run and changed first)."""
     repo = make_repo(ROOT, work / mode / "repo", params_overrides=overrides, profile=profile)
     timings = work / mode / "timings.jsonl"
     env = env_with_venv()
@@ -71,6 +74,8 @@ def run_mode(mode: str, profile: str | None, work: Path, overrides: dict[str, ob
                PREFECT_SERVER_ANALYTICS_ENABLED="false", DO_NOT_TRACK="1", VRSFLOW_PREFECT_LINGER_S="5")
     subprocess.run([sys.executable, "-m", "flows.prefect_api", "init-db"], cwd=ROOT, env=env, check=True,
                    stdout=subprocess.DEVNULL)  # what scripts/setup.sh does once
+    if prepare is not None:
+        prepare(repo, env)
     if mode == "before":  # Prefect's temporary server in every stage process, each stage a fresh process
         env["VRSFLOW_SHARED_PREFECT_API"] = "0"
         command = [sys.executable, "-m", "dvc", "repro"]

@@ -77,10 +77,11 @@ KNOWN = {
     "learning": ("bench_learning.py --seeds 0 1 2 --repo DIR",
                  "the default run learns to segment (issue 24): pre-trained base → after SFT parse ≥ 95 %, J&F ≥ 40 "
                  "and ≥ half the ceiling (ground-truth answers, same segmenter)"),
-    "learning-runs": ("bench_learning_runs.py --seeds 0 1 2",
-                      "issue 47: the default run per training seed, in every seed — the ceiling ≥ 40 J&F; J&F after "
-                      "SFT and after GRPO each ≥ 2× the empty answer's and ≥ 40 % of the ceiling; GRPO ≥ SFT − 1; "
-                      "answers parsed ≥ 95 %; run ≤ 600 s"),
+    "learning-runs": ("bench_learning_runs.py --seeds 0 1 2 --plant mirror-boxes",
+                      "issue 61: the default run per training seed beside the ceiling, the empty and the constant "
+                      "answer, with swapped queries and a planted bug — per seed GRPO ≥ constant + 0.4 × (ceiling − "
+                      "constant), ceiling ≥ 40, GRPO box IoU ≥ 0.30, swap drop ≥ 5, parsed ≥ 95 %, run ≤ 600 s; "
+                      "over the seeds SFT ≥ base + 2, GRPO ≥ SFT + 1, reward rising, planted SFT ≥ 5 below"),
     "learning-runs-onemask": ("bench_learning_runs.py --seeds 0 1 2 (a candidate checkout whose models/pretrain_sam2 "
                               "is the one-mask fine-tuned SAM2 of sam2_finetune-batch4-onemask)",
                               "issue 47 (as learning-runs): the default run with the SAM2 whose ceiling is 46.97"),
@@ -636,6 +637,34 @@ def _learning_runs(figures: dict) -> str:
     first = next(iter(runs.values()))
     head = (f"default run over training seeds {seeds} ({first['segmenter']} segmenter): J&F on the eval pool base "
             f"{per_seed('base')}, SFT {per_seed('sft')}, GRPO {per_seed('grpo')}; ")
+    if "grpo_box_iou_min" in targets:  # issue 61's targets: per seed, and over the seeds
+        def row(key: str, fmt: str = "{:.2f}") -> str:
+            return "/".join(fmt.format(r[key]["JF_overall"]) for r in runs.values())
+
+        def swap(model: str) -> str:
+            return "/".join(f"{r['eval'][model]['swap_JF_overall']:.2f}" for r in runs.values())
+
+        over = figures["summary"]["targets_over_seeds"]
+        return (head + f"empty answer {row('empty')}, constant answer (the SFT traces' prior) {row('constant')}, "
+                f"ceiling {row('ceiling')}; swapped queries SFT {swap('sft')}, GRPO {swap('grpo')}; GRPO box IoU "
+                + "/".join(f"{r['eval']['grpo']['keyframe_box_iou']:.3f}" for r in runs.values())
+                + f"; parse rate SFT {parse_rate('sft')}, GRPO {parse_rate('grpo')}; run "
+                + "/".join(f"{r['run_s']:.0f}" for r in runs.values()) + " s"
+                + (f"; planted bug ({figures['plant']}): SFT {figures['summary']['planted_sft_JF_mean']:.2f} against "
+                   f"{figures['summary']['sft_JF_mean']:.2f}" if figures.get("plant") else "")
+                + f"; targets in every seed: ceiling ≥ {targets['ceiling_jf_min']:g} " + _met(met["ceiling_jf"])
+                + f"; GRPO ≥ constant + {targets['grpo_min_share_above_constant']:g} × (ceiling − constant) "
+                + _met(met["grpo_above_constant"])
+                + f"; GRPO box IoU ≥ {targets['grpo_box_iou_min']:g} " + _met(met["grpo_box_iou"])
+                + f"; swap drop ≥ {targets['swap_drop_min']:g} " + _met(met["grpo_swap_drop"])
+                + f"; parse ≥ {100 * targets['parse_rate_min']:g} % "
+                + _met(met["sft_parse_rate"]) + ", " + _met(met["grpo_parse_rate"])
+                + f"; run ≤ {targets['default_run_max_s']:g} s " + _met(met["default_run_s"])
+                + f"; over the seeds: SFT ≥ base + {targets['sft_min_over_base']:g} " + _met(over["sft_above_base"])
+                + f", GRPO ≥ SFT + {targets['grpo_min_over_sft']:g} " + _met(over["grpo_above_sft"])
+                + ", reward rises " + _met(over["grpo_reward_rises"])
+                + (f", planted SFT ≥ {targets['planted_sft_min_below']:g} below " + _met(over["planted_bug_shows"])
+                   if "planted_bug_shows" in over else ""))
     if "ceiling_jf_min" in targets:  # issue 47's targets, each checked in every seed
         return (head + "empty answer (no boxes) " + "/".join(f"{r['empty']['JF_overall']:.2f}" for r in runs.values())
                 + ", ceiling (ground-truth answers) " + "/".join(f"{r['ceiling']['JF_overall']:.2f}"

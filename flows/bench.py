@@ -23,7 +23,8 @@ def bench_flow(params_path: str = "params.yaml") -> dict:
         raise ValueError("stage bench needs the benchmark: vrsflow stage bench --item NAME")
     params = load_params(params_path)
     report = run_stage(f"bench-{name}", run_benchmark, name, params.benchmarks, params.evaluate, params.model,
-                       params.sam2, params.keyframes.train_size, Path(params.data.root), Path("data/bench") / name)
+                       params.sam2, params.keyframes.train_size, Path(params.data.root), Path("data/bench") / name,
+                       traces=(Path("data/filter/accepted.parquet"), Path("data/keyframes/sft.parquet")))
     report.write_metrics(Path("metrics/bench") / f"{name}.json")
     return report.metrics
 

@@ -17,7 +17,8 @@ def evaluate_flow(params_path: str = "params.yaml") -> dict:
     params = load_params(params_path)
     report = run_stage("evaluate", evaluate, params.evaluate, params.model, params.sam2, params.keyframes.train_size,
                        Path(params.data.root), Path("data/keyframes/eval.parquet"), Path("data/evaluate"),
-                       Path("reports/eval.md"), params.runner, index_dir=Path(params.data.index_dir))
+                       Path("reports/eval.md"), params.runner, index_dir=Path(params.data.index_dir),
+                       traces=(Path("data/filter/accepted.parquet"), Path("data/keyframes/sft.parquet")))
     report.write_metrics(Path("metrics/eval.json"))
     return report.metrics
 

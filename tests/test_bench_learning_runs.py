@@ -1,4 +1,4 @@
-"""bench/bench_learning_runs.py's targets (issue 47) per seed and overall, and their row in bench/README.md's table."""
+"""bench/bench_learning_runs.py's targets (issue 61) per seed and overall, and their row in bench/README.md's table."""
 
 from __future__ import annotations
 
@@ -8,44 +8,47 @@ from bench import summary
 from bench.bench_learning_runs import TARGETS, summarise
 
 
-def run(sft: float, grpo: float, *, empty: float = 6.72, ceiling: float = 50.0, sft_parse: float = 0.0,
-        grpo_parse: float = 0.0, run_s: float = 500.0) -> dict:
-    """One seed's record as `run_seed` writes it (only the fields the targets read, and the base row)."""
-    def row(jf: float, failures: float) -> dict:
-        return {"JF_overall": jf, "parse_failure_rate": failures}
+def run(sft: float, grpo: float, *, base: float = 25.0, constant: float = 24.0, ceiling: float = 47.0,
+        box_iou: float = 0.35, swap: float = 20.0, sft_parse: float = 0.0, grpo_parse: float = 0.0,
+        run_s: float = 500.0, reward: tuple[float, float] = (1.0, 1.2)) -> dict:
+    """One seed's record as `run_seed` writes it (only the fields the targets read)."""
+    def row(jf: float, failures: float = 0.0) -> dict:
+        return {"JF_overall": jf, "parse_failure_rate": failures, "keyframe_box_iou": box_iou,
+                "swap_JF_overall": swap}
 
-    return {"eval": {"base": row(empty, 0.0), "sft": row(sft, sft_parse), "grpo": row(grpo, grpo_parse)},
-            "ceiling": {"JF_overall": ceiling}, "empty": {"JF_overall": empty}, "run_s": run_s,
-            "segmenter": "sam2"}
-
-
-# every target met in every seed, each with some margin (the bars: 2 × 6.72 = 13.44, 0.4 × 50 = 20, ceiling 40)
-MET = {"0": run(30.0, 31.0), "1": run(25.0, 24.5, sft_parse=0.04), "2": run(21.0, 22.0, run_s=600.0)}
-NAMES = {"ceiling_jf", "sft_jf_twice_empty", "sft_jf_share_of_ceiling", "grpo_jf_twice_empty",
-         "grpo_jf_share_of_ceiling", "grpo_not_below_sft", "sft_parse_rate", "grpo_parse_rate", "default_run_s"}
+    return {"eval": {"base": row(base), "sft": row(sft, sft_parse), "grpo": row(grpo, grpo_parse)},
+            "ceiling": {"JF_overall": ceiling}, "empty": {"JF_overall": 6.72}, "constant": {"JF_overall": constant},
+            "run_s": run_s, "segmenter": "sam2", "grpo_reward_by_quarter": {"reward": [reward[0], 1.1, 1.1, reward[1]]}}
 
 
-def test_the_targets_are_issue_47s() -> None:
-    assert TARGETS == {"ceiling_jf_min": 40.0, "jf_min_times_empty": 2.0, "jf_min_share_of_ceiling": 0.4,
-                       "grpo_min_minus_sft": -1.0, "parse_rate_min": 0.95, "default_run_max_s": 600.0}
+# every target met in every seed, each with some margin (the GRPO bar: 24 + 0.4 × (47 − 24) = 33.2)
+MET = {"0": run(33.0, 35.0), "1": run(31.0, 34.0, sft_parse=0.04), "2": run(32.0, 33.5, run_s=600.0)}
+PER_SEED = {"ceiling_jf", "grpo_above_constant", "grpo_box_iou", "grpo_swap_drop", "sft_parse_rate",
+            "grpo_parse_rate", "default_run_s"}
+OVER_SEEDS = {"sft_above_base", "grpo_above_sft", "grpo_reward_rises"}
+
+
+def test_the_targets_are_issue_61s() -> None:
+    assert TARGETS == {"ceiling_jf_min": 40.0, "grpo_min_share_above_constant": 0.4, "grpo_box_iou_min": 0.30,
+                       "swap_drop_min": 5.0, "parse_rate_min": 0.95, "default_run_max_s": 600.0,
+                       "sft_min_over_base": 2.0, "grpo_min_over_sft": 1.0, "planted_sft_min_below": 5.0}
 
 
 def test_every_target_met_in_every_seed() -> None:
     out = summarise(MET)
-    assert set(out["targets_met"]) == NAMES and all(out["targets_met"].values())
+    assert set(out["targets_met"]) == PER_SEED | OVER_SEEDS and all(out["targets_met"].values())
     assert all(all(t.values()) for t in out["targets_by_seed"].values())
-    assert out["empty_JF"] == [6.72] and out["ceiling_JF"] == [50.0] and out["run_s_max"] == 600.0
-    assert out["sft_JF_mean"] == 25.33 and out["grpo_JF_spread"] == 9.0
+    assert out["constant_JF"] == [24.0] and out["ceiling_JF"] == [47.0] and out["run_s_max"] == 600.0
+    assert out["sft_JF_mean"] == 32.0 and out["grpo_JF_spread"] == 1.5
 
 
 def test_a_target_failed_in_one_seed_fails_overall_and_only_that_one() -> None:
-    """Each case breaks one target in seed 1 (just past its bar) and leaves the others met."""
+    """Each case breaks one per-seed target in seed 1 (just past its bar) and leaves the others met."""
     cases = {
-        "ceiling_jf": {"ceiling": {"JF_overall": 39.9}},  # the SFT / GRPO shares of the ceiling stay met (≥ 15.96)
-        "sft_jf_twice_empty": {"empty": {"JF_overall": 12.6}, "grpo": 25.6},  # SFT 25 < 25.2, GRPO above it
-        "sft_jf_share_of_ceiling": {"ceiling": {"JF_overall": 62.6}, "grpo": 25.5},  # SFT 25 < 25.04, GRPO above
-        "grpo_jf_twice_empty": {"empty": {"JF_overall": 12.5}, "grpo": 24.9},  # < 25 = 2 × 12.5; SFT 25 meets it
-        "grpo_not_below_sft": {"grpo": 23.9},  # < 25 − 1
+        "ceiling_jf": {"ceiling": 39.9, "grpo": 37.0},  # GRPO's bar 24 + 0.4 × 15.9 = 30.36 stays met
+        "grpo_above_constant": {"grpo": 33.1, "sft": 30.0},  # < 33.2; GRPO ≥ SFT + 1 over the seeds stays met
+        "grpo_box_iou": {"box_iou": 0.299},
+        "grpo_swap_drop": {"swap": 29.01},  # 34 − 29.01 < 5
         "sft_parse_rate": {"sft_parse": 0.051},
         "grpo_parse_rate": {"grpo_parse": 0.06},
         "default_run_s": {"run_s": 600.5},
@@ -54,12 +57,16 @@ def test_a_target_failed_in_one_seed_fails_overall_and_only_that_one() -> None:
         runs = copy.deepcopy(MET)
         seed = runs["1"]
         for key, value in change.items():
-            if key in ("ceiling", "empty"):
-                seed[key] = value
+            if key == "ceiling":
+                seed["ceiling"] = {"JF_overall": value}
             elif key in ("sft", "grpo"):
                 seed["eval"][key]["JF_overall"] = value
             elif key.endswith("_parse"):
                 seed["eval"][key.removesuffix("_parse")]["parse_failure_rate"] = value
+            elif key == "box_iou":
+                seed["eval"]["grpo"]["keyframe_box_iou"] = value
+            elif key == "swap":
+                seed["eval"]["grpo"]["swap_JF_overall"] = value
             else:
                 seed[key] = value
         out = summarise(runs)
@@ -68,16 +75,32 @@ def test_a_target_failed_in_one_seed_fails_overall_and_only_that_one() -> None:
         assert all(all(out["targets_by_seed"][s].values()) for s in ("0", "2")), name
 
 
-def test_the_readme_row_states_issue_47s_targets_and_which_are_met() -> None:
+def test_the_targets_over_the_seeds_and_the_planted_bug() -> None:
+    flat = {k: run(33.0, 35.0, base=31.5) for k in MET}  # SFT only 1.5 above the base
+    assert {k for k, v in summarise(flat)["targets_met"].items() if not v} == {"sft_above_base"}
+    close = {k: run(33.0, 33.9) for k in MET}
+    assert {k for k, v in summarise(close)["targets_met"].items() if not v} == {"grpo_above_sft"}
+    still = {k: run(33.0, 35.0, reward=(1.2, 1.2)) for k in MET}
+    assert {k for k, v in summarise(still)["targets_met"].items() if not v} == {"grpo_reward_rises"}
+    shows = summarise(MET, {k: run(27.0, 30.0) for k in MET})  # 32 − 27 = 5: the planted bug shows
+    assert shows["targets_met"]["planted_bug_shows"] and shows["planted_sft_JF_mean"] == 27.0
+    hidden = summarise(MET, {k: run(27.1, 30.0) for k in MET})
+    assert {k for k, v in hidden["targets_met"].items() if not v} == {"planted_bug_shows"}
+
+
+def test_the_readme_row_states_issue_61s_targets_and_which_are_met() -> None:
     runs = copy.deepcopy(MET)
     runs["2"]["eval"]["grpo"]["parse_failure_rate"] = 0.1
-    figures = {"runs": runs, "summary": summarise(runs), "targets": TARGETS, "profile": "default"}
+    planted = {k: run(20.0, 21.0) for k in MET}
+    figures = {"runs": runs, "planted": planted, "summary": summarise(runs, planted), "targets": TARGETS,
+               "profile": "default", "plant": "mirror-boxes"}
     text = summary._learning_runs(figures)
-    assert "empty answer (no boxes) 6.72/6.72/6.72, ceiling (ground-truth answers) 50.00/50.00/50.00" in text
-    assert "parse rate SFT 1.00/0.96/1.00, GRPO 1.00/1.00/0.90" in text
-    assert "ceiling ≥ 40 met; SFT, GRPO ≥ 2× the empty answer met, met; ≥ 0.4 of the ceiling met, met" in text
-    assert "GRPO ≥ SFT − 1 met; parse ≥ 95 % met, not met; run ≤ 600 s met" in text
-    assert "issue 47" in summary.KNOWN["learning-runs"][1]
+    assert "empty answer 6.72/6.72/6.72, constant answer (the SFT traces' prior) 24.00/24.00/24.00" in text
+    assert "swapped queries SFT 20.00/20.00/20.00, GRPO 20.00/20.00/20.00; GRPO box IoU 0.350/0.350/0.350" in text
+    assert "planted bug (mirror-boxes): SFT 20.00 against 32.00" in text
+    assert "parse ≥ 95 % met, not met; run ≤ 600 s met" in text
+    assert "planted SFT ≥ 5 below met" in text
+    assert "issue 61" in summary.KNOWN["learning-runs"][1]
 
 
 def test_the_readme_first_screen_shows_the_committed_learning_runs() -> None:

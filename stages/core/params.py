@@ -123,6 +123,10 @@ class SynthScale:
     # probability that a frame number is skipped (ReVOS has gaps)
     frame_gap_prob: Exp[Annotated[float, Ge(0), Lt(1)]] = 0.25
     jpeg_quality: Exp[JpegQuality] = 90
+    # textured: gradient / noise / striped / checked backgrounds, plain / striped / dotted shapes; plain: one flat
+    # background colour and untextured shapes (the same scenes, objects and paths otherwise)
+    look: Exp[Literal["textured", "plain"]] = "textured"
+    object_scale: Exp[Annotated[float, Gt(0), Le(3)]] = 1.0  # objects' radius × this (1: 7-14 % of the frame's side)
 
     def _rules(self) -> Iterator[tuple[str, str]]:
         if self.min_frames > self.max_frames:
@@ -574,6 +578,9 @@ class EvaluateParams:
     # also score the ground-truth answers through the same segmenter (the ceiling; `ceiling_*` metrics, the report's
     # second row: one more segmenter pass, no model) and the empty answer (`empty_*`, the third row: no segmenter)
     reference: Exp[bool] = True
+    # also answer each expression with another expression's query of the same video (`swap_*` metrics: a model that
+    # reads the query drops there; one more model pass)
+    swap_query: Exp[bool] = True
     limit: Exp[NonNegInt] = 0  # evaluate the first `limit` expressions of the eval pool; 0 = all
     bound_th: Exp[PosFloat] = 0.008  # DAVIS boundary tolerance, fraction of the diagonal (published: 0.008)
     report_examples: Exp[NonNegInt] = 2  # best and worst expressions pictured in the report

@@ -41,12 +41,15 @@ from stages.core.progress import track
 from stages.core.report import StageReport
 from stages.core.rle import to_coco
 from stages.core.runner import RunnerParams
+from stages.evaluate.baselines import constant_policy, read_training_prior, swap_partners
 from stages.evaluate.infer import JUDGE_VERSION, Query, Reply, answer_queries, uniform_frames, use_static_cache
+from stages.evaluate.metrics import aggregate
 from stages.evaluate.report import write_report
 from stages.evaluate.scorer import GroundTruth, load_ground_truth, score_predictions
 from stages.teacher.prompts import QUESTION_VERSION
 
 log = logging.getLogger(__name__)
+SWAP_SEED = 0  # the query swap's pairing (`baselines.swap_partners`): fixed, so every evaluation swaps alike
 
 __all__ = ["VideoAnswers", "answer_video", "box_masks", "describe_segmenter", "empty_policy", "evaluate",
            "evaluate_video", "model_policy", "predict_masks", "read_answers", "reference_policy", "segment_answers",
@@ -56,7 +59,8 @@ __all__ = ["VideoAnswers", "answer_video", "box_masks", "describe_segmenter", "e
 
 def evaluate(params: EvaluateParams, model: ModelParams, sam2: Sam2Params, train_size: int, data_root: Path,
              eval_table: Path, out_dir: Path, report_path: Path, runner: RunnerParams | None = None,
-             policy: Policy | None = None, index_dir: Path | None = None) -> StageReport:
+             policy: Policy | None = None, index_dir: Path | None = None,
+             traces: tuple[Path, Path] | None = None) -> StageReport:
     """Run the model and SAM2 on the eval pool, write predictions, score them, write the report.
 
     Args:
@@ -72,6 +76,8 @@ def evaluate(params: EvaluateParams, model: ModelParams, sam2: Sam2Params, train
         policy: answers the queries instead of the model at `evaluate.model_path` (a scripted policy: tests, oracles).
         index_dir: ingest's tables: the ground-truth RLEs come from its `masks.parquet` (mask_dict.json is
             parsed by ingest only); None = stream `data_root/mask_dict.json`.
+        traces: (the filter stage's `accepted.parquet`, the keyframes stage's `sft.parquet`): the SFT traces whose
+            training prior is scored as the constant answer (`constant_*`, with `evaluate.reference`); None = none.
 
     Returns:
         StageReport whose metrics are those of `metrics/eval.json`.
@@ -89,19 +95,25 @@ def evaluate(params: EvaluateParams, model: ModelParams, sam2: Sam2Params, train
     policy = policy or model_policy(params, model_path, model.dtype)
     segment = segmenter(params, sam2)
 
-    def answer_and_score(policy: Policy, pred_dir: Path, desc: str) -> tuple[list[dict], list[float], dict,
-                                                                           pd.DataFrame]:
+    def answer_and_score(policy: Policy, pred_dir: Path, desc: str, asked: pd.DataFrame = rows
+                         ) -> tuple[list[dict], list[float], dict, pd.DataFrame]:
         shutil.rmtree(pred_dir, ignore_errors=True)  # outputs are rewritten whole
         pred_dir.mkdir(parents=True)
         answers: list[dict] = []
         seconds: list[float] = []
-        for video, group in track(list(rows.groupby("video", sort=True)), desc=desc):
+        truth = gt if asked is rows else _subset(gt, asked)
+        for video, group in track(list(asked.groupby("video", sort=True)), desc=desc):
             started = time.perf_counter()
-            answers += evaluate_video(params, size, policy, segment, data_root, gt, video,
+            answers += evaluate_video(params, size, policy, segment, data_root, truth, video,
                                       group.to_dict("records"), pred_dir)
             seconds.append(time.perf_counter() - started)
-        summary, scores = score_predictions(pred_dir, data_root, params.split, ids, runner, params.bound_th, gt)
+        summary, scores = score_predictions(pred_dir, data_root, params.split, asked["expression_id"].tolist(),
+                                            runner, params.bound_th, truth)
         return answers, seconds, summary, scores
+
+    def scored(prefix: str, summary: dict) -> dict:
+        return {f"{prefix}_{k}": v for k, v in summary.items()
+                if k.split("_")[0] in ("J", "F", "JF", "R") and np.isfinite(v)}
 
     pred_dir = out_dir / "predictions"
     answers, seconds, summary, scores = answer_and_score(policy, pred_dir, "evaluate videos")
@@ -112,16 +124,21 @@ def evaluate(params: EvaluateParams, model: ModelParams, sam2: Sam2Params, train
                **_answer_metrics(answers_df, params.mode),
                "seconds_per_video": float(np.mean(seconds)) if seconds else 0.0}
     shutil.rmtree(out_dir / "reference", ignore_errors=True)
+    shutil.rmtree(out_dir / "swap", ignore_errors=True)
     if params.reference:  # the ceiling: the ground-truth answers through the same segmenter and scoring
         expressions = {row.sample_id: (row.video, str(row.exp_id)) for row in rows.itertuples()}
         *_, ceiling, _ = answer_and_score(reference_policy(gt, expressions, size), out_dir / "reference" /
                                           "predictions", "evaluate the ground-truth answers")
-        metrics.update({f"ceiling_{k}": v for k, v in ceiling.items()
-                        if k.split("_")[0] in ("J", "F", "JF", "R") and np.isfinite(v)})
+        metrics.update(scored("ceiling", ceiling))
         # and the empty answer: what answering nothing scores (the frames where the target is absent)
         *_, empty, _ = answer_and_score(empty_policy(), out_dir / "reference" / "empty", "evaluate the empty answers")
-        metrics.update({f"empty_{k}": v for k, v in empty.items()
-                        if k.split("_")[0] in ("J", "F", "JF", "R") and np.isfinite(v)})
+        metrics.update(scored("empty", empty))
+        if traces is not None:  # and the training prior: one fixed answer for every query, whatever the video
+            metrics.update(_constant_metrics(traces, size, lambda policy, name: answer_and_score(
+                policy, out_dir / "reference" / name, f"evaluate the constant answer ({name})")[2]))
+    if params.swap_query:  # the model answering another expression's query of the same video
+        metrics.update(_swap_metrics(rows, gt, scores, lambda asked: answer_and_score(
+            policy, out_dir / "swap" / "predictions", "evaluate the swapped queries", asked)[2]))
     write_lineage(out_dir, "evaluate", {"evaluate": params, "model": model, "sam2": sam2},
                   inputs={"eval_table": Path(eval_table), "model": Path(model_path),
                           **({"masks": Path(index_dir) / mask_table.FILE} if index_dir else {}),
@@ -136,6 +153,54 @@ def evaluate(params: EvaluateParams, model: ModelParams, sam2: Sam2Params, train
                             params.report_examples, model_label=str(model_path), segmenter=params.segmenter)
     table = scores[["expression_id", "type_id", "status", "J", "F", "JF", "R_visa", "R_binary"]]
     return StageReport("evaluate", metrics=metrics, tables={"per expression": table}, markdown=markdown)
+
+
+def _constant_metrics(traces: tuple[Path, Path], size: int, score: Callable[[Policy, str], dict]) -> dict:
+    """`constant_*`: the stronger (higher J&F) of the training prior's two constant answers (`baselines`), with
+    which it was (`constant_kind`: 0 mean box, 1 most common box), its keyframe position and box, and both J&F."""
+    candidates = read_training_prior(traces)
+    if not candidates:
+        log.warning("no SFT trace in %s answers with a box: no constant answer scored", traces[0])
+        return {}
+    results = [score(constant_policy(answer, size), f"constant-{answer.kind}") for answer in candidates]
+    best = max(range(len(candidates)), key=lambda i: (results[i]["JF_overall"], -i))  # the mean box on a tie
+    answer = candidates[best]
+    out = {f"constant_{k}": v for k, v in results[best].items()
+           if k.split("_")[0] in ("J", "F", "JF", "R") and np.isfinite(v)}
+    out.update({f"constant_{a.kind}_JF_overall": r["JF_overall"] for a, r in zip(candidates, results, strict=True)})
+    out.update({"constant_kind": float(best), "constant_keyframe_pos": float(answer.keyframe_pos),
+                **{f"constant_box_{name}": float(v) for name, v in zip(("x1", "y1", "x2", "y2"), answer.box,
+                                                                       strict=True)}})
+    return out
+
+
+def _swap_metrics(rows: pd.DataFrame, gt: GroundTruth, scores: pd.DataFrame,
+                  score: Callable[[pd.DataFrame], dict]) -> dict:
+    """`swap_*`: J&F when each expression is answered with its partner's query (`baselines.swap_partners`), beside
+    the model's own J&F on the same expressions (`swap_own_JF_overall`) and how many were swapped."""
+    targets = {row.expression_id: frozenset(str(a) for a in gt.videos[row.video]["expressions"][str(row.exp_id)]
+                                            .get("anno_id", [])) for row in rows.itertuples()}
+    partners = swap_partners(rows.to_dict("records"), targets, SWAP_SEED)
+    if not partners:
+        return {"swap_n_expressions": 0.0}
+    text = dict(zip(rows["expression_id"], rows["text"], strict=True))
+    asked = rows[rows["expression_id"].isin(partners)].copy()
+    asked["text"] = asked["expression_id"].map(lambda e: text[partners[e]])
+    summary = score(asked)
+    own = aggregate(scores[scores["expression_id"].isin(partners)])  # the model's own answers, the same expressions
+    return {**{f"swap_{k}": v for k, v in summary.items() if k.split("_")[0] in ("J", "F", "JF") and np.isfinite(v)},
+            **({"swap_own_JF_overall": own["JF_overall"]} if np.isfinite(own["JF_overall"]) else {}),
+            "swap_n_expressions": float(len(partners))}
+
+
+def _subset(gt: GroundTruth, rows: pd.DataFrame) -> GroundTruth:
+    """`gt` reduced to the expressions of `rows` (their masks are shared, not copied)."""
+    wanted: dict[str, set[str]] = {}
+    for row in rows.itertuples():
+        wanted.setdefault(row.video, set()).add(str(row.exp_id))
+    videos = {video: {**gt.videos[video], "expressions": {k: v for k, v in gt.videos[video]["expressions"].items()
+                                                          if k in exps}} for video, exps in wanted.items()}
+    return GroundTruth(videos, gt.masks, gt.foreground)
 
 
 def read_answers(path: Path) -> pd.DataFrame:

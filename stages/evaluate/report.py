@@ -65,6 +65,15 @@ CEILING_MD = ("The ceiling row is the same evaluation with the ground-truth answ
               "from many frames, an empty answer can score more, since a segmenter that marks the keyframe's boxes "
               "on every frame (or a poor SAM2) marks frames the ground truth leaves empty.")
 EMPTY_LABEL = "empty answer (no boxes: empty masks)"
+CONSTANT_LABEL = "constant answer (the training prior)"
+CONSTANT_MD = ("The constant-answer row is the same evaluation with one fixed answer given to every query whatever the "
+               "video: the SFT traces' mean box or their most common box (the stronger of the two), each at the "
+               "traces' most common keyframe position among the frames shown. A model that writes the traces' usual "
+               "numbers without looking scores about this much; only above it has it looked at something.")
+SWAP_LABEL = "this model, each query swapped for another expression's of the same video"
+SWAP_MD = ("The swapped row is this model answering, for each expression, the query of another expression of the "
+           "same video that names other targets (a fixed, seeded pairing), scored against the expression's own ground "
+           "truth. A model that reads the query drops here; one that answers the video alone does not.")
 EMPTY_MD = ("The empty-answer row is the same evaluation with an answer that holds no box (the first frame shown, "
             "read by the same parser): empty masks on every frame, what answering nothing scores — J is 1 on each "
             "frame where the target is absent (F also where it fills the frame), so a model that found anything "
@@ -275,17 +284,24 @@ def write_report(path: Path, metrics: dict[str, float], scores: pd.DataFrame, an
     results = results_table(metrics, model_label)
     ceiling = {k.removeprefix("ceiling_"): v for k, v in metrics.items() if k.startswith("ceiling_")}
     empty = {k.removeprefix("empty_"): v for k, v in metrics.items() if k.startswith("empty_")}
-    # evaluate.reference: the same evaluation with the ground-truth answers, then with the empty answers
-    for label, reference in ((CEILING_LABEL, ceiling), (EMPTY_LABEL, empty)):
-        if reference:
+    constant = {k.removeprefix("constant_"): v for k, v in metrics.items() if k.startswith("constant_")}
+    swap = {k.removeprefix("swap_"): v for k, v in metrics.items() if k.startswith("swap_")}
+    # evaluate.reference: the same evaluation with the ground-truth answers, the empty answers and the training prior;
+    # evaluate.swap_query: this model on the swapped queries
+    for label, reference in ((CEILING_LABEL, ceiling), (EMPTY_LABEL, empty), (CONSTANT_LABEL, constant),
+                             (SWAP_LABEL, swap)):
+        if "JF_overall" in reference:
             results = pd.concat([results, results_table(reference, label)], ignore_index=True)
     lines += ["## This model", "", markdown_table(results), "", *([CEILING_MD, ""] if ceiling else []),
-              *([EMPTY_MD, ""] if empty else []),
+              *([EMPTY_MD, ""] if empty else []), *([CONSTANT_MD, ""] if "JF_overall" in constant else []),
+              *([SWAP_MD + f" Swapped: {int(swap['n_expressions'])} expressions; this model on the same ones scores "
+                 f"{swap['own_JF_overall']:.1f} J&F.", ""] if "JF_overall" in swap else []),
               "Base, SFT and GRPO models side by side on every benchmark: [benchmarks.md](benchmarks.md) "
               "(stage `bench_table`; `dvc repro bench_table`).", ""]
     # timings stay in metrics/eval.json: the report is a DVC output (identical runs, identical bytes)
     counts = {k: v for k, v in sorted(metrics.items())
-              if k.split("_")[0] not in ("J", "F", "JF", "R", "ceiling", "empty") and not is_timing(k)}
+              if k.split("_")[0] not in ("J", "F", "JF", "R", "ceiling", "empty", "swap")
+              and not k.startswith("constant_") and not is_timing(k)}
     lines += ["## Answers and keyframes", "", markdown_table(pd.DataFrame(
         [{"metric": k, "value": v} for k, v in counts.items()])), "", STATUSES_MD, ""]
     best, worst = pick_examples(scores, answers, gt, n_examples, pred_dir)

@@ -36,6 +36,7 @@ from stages.evaluate import (
     reference_policy,
     segmenter,
 )
+from stages.evaluate.baselines import constant_policy, read_training_prior
 from stages.evaluate.benchmarks import make_submission, score_benchmark
 from stages.evaluate.scorer import _exp_order, load_ground_truth
 from stages.ingest.benchmarks import DEFAULT_SPLIT, SERVER_SPLITS, read_benchmark, to_revos
@@ -51,6 +52,11 @@ REFERENCE_MD = ("`ground_truth`: the ground-truth answer (the keyframe where the
 EMPTY = "empty_answer"  # the table's row of the empty answers (`benchmarks.reference`)
 EMPTY_MD = ("`empty_answer`: the empty answer (the first frame shown, no boxes) read by the same parser: empty masks "
             "on every frame, what answering nothing scores (J = 1 on each frame where the target is absent).")
+CONSTANT = "constant_answer"  # the table's row of the training prior (`benchmarks.reference` with the SFT traces)
+CONSTANT_MD = ("`constant_answer`: one fixed answer given to every query whatever the video — the SFT traces' mean "
+               "box or their most common box, the stronger of the two on this benchmark, at the traces' most common "
+               "keyframe position among the frames shown: a model that writes the traces' usual numbers without "
+               "looking scores about this much.")
 SUMMARY_KEYS = ("J", "F", "JF", "R_visa_overall", "R_binary_overall", "n_expressions", "n_scored", "pngs")
 # the answers that made no mask, told apart: none boxed, or only boxes that cover no area (`select_prompt`)
 NO_MASK_KEYS = ("n_answer_no_boxes", "n_answer_degenerate_boxes")
@@ -154,11 +160,13 @@ def synthetic_root(name: str, revos_root: Path, out: Path) -> tuple[Path, str]:
 
 
 def run_benchmark(name: str, params: BenchmarksParams, evaluate: EvaluateParams, model: ModelParams, sam2: Sam2Params,
-                  train_size: int, data_root: Path, out_dir: Path) -> StageReport:
+                  train_size: int, data_root: Path, out_dir: Path,
+                  traces: tuple[Path, Path] | None = None) -> StageReport:
     """The `bench@<name>` stage: every model of `benchmarks.models` on benchmark `name`; metrics per model.
 
     The benchmark's root is `benchmarks.roots[name]`; "" = the synthetic data root's validation videos
-    written in the benchmark's layout (under `out_dir/data`).
+    written in the benchmark's layout (under `out_dir/data`). `traces`: (the filter stage's accepted traces, the
+    keyframes stage's SFT table): with `benchmarks.reference`, their training prior is the `constant_answer` row.
     """
     if name not in params.names:
         raise ValueError(f"benchmark {name!r} is not in benchmarks.names ({', '.join(params.names)})")
@@ -172,11 +180,20 @@ def run_benchmark(name: str, params: BenchmarksParams, evaluate: EvaluateParams,
     rows: dict[str, str | None] = dict(params.models)
     if params.reference:  # the ceiling: what the ground-truth answer scores with this segmenter; and the empty answer
         rows.update({REFERENCE: None, EMPTY: None})
+    candidates = read_training_prior(traces) if params.reference and traces is not None else []
+    if candidates:
+        rows[CONSTANT] = None
     for label, path in rows.items():  # one model loaded at a time
-        policy = (model_policy(evaluate, path, model.dtype) if path is not None
-                  else empty_policy() if label == EMPTY else None)
-        summary, _ = evaluate_benchmark(evaluate, name, root, split, out_dir / label, size, policy, segment,
-                                        params.videos, params.expressions, missing=params.missing)
+        if label == CONSTANT:  # the stronger (higher J&F) of the two constant answers; the mean box on a tie
+            results = [evaluate_benchmark(evaluate, name, root, split, out_dir / label / answer.kind, size,
+                                          constant_policy(answer, size), segment, params.videos, params.expressions,
+                                          missing=params.missing)[0] for answer in candidates]
+            summary = max(results, key=lambda r: float(r.get("JF", float("-inf"))))
+        else:
+            policy = (model_policy(evaluate, path, model.dtype) if path is not None
+                      else empty_policy() if label == EMPTY else None)
+            summary, _ = evaluate_benchmark(evaluate, name, root, split, out_dir / label, size, policy, segment,
+                                            params.videos, params.expressions, missing=params.missing)
         # NaN (e.g. a ReVOS subset without expressions in the chosen videos) stays out of the JSON metrics
         metrics[label] = {k: float(v) for k, v in summary.items()
                           if (k in SUMMARY_KEYS + NO_MASK_KEYS or k.startswith("JF_anno")) and np.isfinite(float(v))}
@@ -259,12 +276,15 @@ def write_benchmark_table(params: BenchmarksParams, metrics_dir: Path, report_pa
         check_no_mask_counts(Path(metrics_dir) / f"{name}.json", per_model)
         results[name] = per_model
     models = list(params.models) + ([REFERENCE, EMPTY] if params.reference else [])
+    if any(CONSTANT in per_model for per_model in results.values()):
+        models.append(CONSTANT)
     table = benchmark_table(results, models)
     line = gain_line(results) if {"grpo", "sft"} <= set(models) else ""
     text = "\n".join(["# Benchmarks", "",
                       "J&F (percent) per benchmark with each benchmark's own protocol (docs/benchmarks.md); R for "
                       "ReVOS as VISA computes it. \"server\": no public masks, the submission archive was written.",
                       *(["", REFERENCE_MD, "", EMPTY_MD] if params.reference else []),
+                      *(["", CONSTANT_MD] if CONSTANT in models else []),
                       "", markdown_table(table), "", line, "",
                       "## Answers without a mask", "", NO_MASK_MD, "",
                       markdown_table(no_mask_table(results, models)), ""])

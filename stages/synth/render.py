@@ -53,7 +53,9 @@ def background(video: SimVideo) -> np.ndarray:
     base = np.array(video.background_colour, dtype=np.float32)
     yy, xx = np.mgrid[0:H, 0:W].astype(np.float32)
     along = (xx * np.cos(video.background_angle) + yy * np.sin(video.background_angle))[..., None]
-    if video.background == "gradient":
+    if video.background == "plain":  # one flat colour (`synth.<size>.look: plain`)
+        img = np.broadcast_to(base, (H, W, 3))
+    elif video.background == "gradient":
         span = max(float(np.ptp(along)), 1.0)
         img = base * (0.6 + 0.8 * (along - along.min()) / span)
     elif video.background == "noise":

@@ -8,7 +8,7 @@ Objects that enter slide in across the left or right edge; objects that leave sl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -88,41 +88,44 @@ def simulate_video(rng: np.random.Generator, scale: SynthScale) -> SimVideo:
     for obj_id, pick in enumerate(picks):
         colour, kind = combos[int(pick)]
         z = int(z_order[obj_id])
-        objects.append(_simulate_role(rng, obj_id, kind, colour, z, T, H, W, objects))
+        objects.append(_simulate_role(rng, obj_id, kind, colour, z, T, H, W, objects, scale.object_scale))
     background = BACKGROUNDS[int(rng.integers(len(BACKGROUNDS)))]
     bg_colour = tuple(int(v) for v in rng.integers(20, 120, size=3))
     angle = float(rng.uniform(0, np.pi))
+    if scale.look == "plain":  # the same draws, so a scene keeps its objects and paths; only its look is plainer
+        background = "plain"
+        objects = [replace(o, texture="plain") for o in objects]
     return SimVideo(H, W, T, background, bg_colour, angle, tuple(objects), int(rng.integers(2**31)))
 
 
 def _simulate_role(rng: np.random.Generator, obj_id: int, kind: str, colour: str, z: int, T: int, H: int,
-                   W: int, earlier: list[SimObject]) -> SimObject:
+                   W: int, earlier: list[SimObject], grow: float = 1.0) -> SimObject:
     """One object, possibly choreographed against an earlier one so that the interesting relations
     happen often enough: it overtakes it, hides behind it at the end, or shares its lane."""
     roll = rng.random()
     if earlier and roll < OVERTAKE_PROB:
         leaders = [o for o in earlier if not o.events and abs(o.velocities[0, 0]) > 0.5]
         if leaders:
-            obj = _overtaker(rng, obj_id, kind, colour, z, T, H, W, leaders[int(rng.integers(len(leaders)))])
+            obj = _overtaker(rng, obj_id, kind, colour, z, T, H, W, leaders[int(rng.integers(len(leaders)))], grow)
             if obj is not None:
                 return obj
     elif earlier and roll < OVERTAKE_PROB + HIDE_PROB and T >= 8:
         fronts = [o for o in earlier if o.z > z and o.present[-1]]
         if fronts:
-            return _hider(rng, obj_id, kind, colour, z, T, H, W, fronts[int(rng.integers(len(fronts)))])
+            return _hider(rng, obj_id, kind, colour, z, T, H, W, fronts[int(rng.integers(len(fronts)))], grow)
     lane = None
     if earlier and rng.random() < LANE_PROB:
         # share (roughly) the starting height of an earlier object so that the two cross or overtake
         other = earlier[int(rng.integers(len(earlier)))]
         lane = float(other.centres[0, 1] if other.present[0] else other.centres[-1, 1])
-    return _simulate_object(rng, obj_id, kind, colour, z, T, H, W, lane)
+    return _simulate_object(rng, obj_id, kind, colour, z, T, H, W, lane, grow)
 
 
 def _overtaker(rng: np.random.Generator, obj_id: int, kind: str, colour: str, z: int, T: int, H: int, W: int,
-               leader: SimObject) -> SimObject | None:
+               leader: SimObject, grow: float = 1.0) -> SimObject | None:
     """Starts behind `leader` in its lane, moves the same way OVERTAKE_SPEED times faster and catches up
     around mid-video; None when that start would lie outside the frame."""
-    radius = float(rng.uniform(0.07, 0.14) * min(H, W))
+    radius = float(rng.uniform(0.07, 0.14) * min(H, W)) * grow
     texture = TEXTURES[int(rng.integers(len(TEXTURES)))]
     lead_v = leader.velocities[0]
     factor = float(rng.uniform(*OVERTAKE_SPEED))
@@ -139,10 +142,10 @@ def _overtaker(rng: np.random.Generator, obj_id: int, kind: str, colour: str, z:
 
 
 def _hider(rng: np.random.Generator, obj_id: int, kind: str, colour: str, z: int, T: int, H: int, W: int,
-           front: SimObject) -> SimObject:
+           front: SimObject, grow: float = 1.0) -> SimObject:
     """Travels in a straight line to a spot just behind where `front` (drawn in front of it) ends up,
     and stops there: it ends the video mostly or completely hidden behind `front`."""
-    radius = float(min(rng.uniform(0.07, 0.14) * min(H, W), 0.7 * front.radius))
+    radius = float(min(rng.uniform(0.07, 0.14) * min(H, W) * grow, 0.7 * front.radius))
     texture = TEXTURES[int(rng.integers(len(TEXTURES)))]
     angle = float(rng.uniform(0, 2 * np.pi))
     offset = float(rng.uniform(0.0, 0.25)) * front.radius * np.array([np.cos(angle), np.sin(angle)])
@@ -190,8 +193,8 @@ def _present(centres: np.ndarray, radius: float, H: int, W: int) -> np.ndarray:
 
 
 def _simulate_object(rng: np.random.Generator, obj_id: int, kind: str, colour: str, z: int,
-                     T: int, H: int, W: int, lane: float | None) -> SimObject:
-    radius = float(rng.uniform(0.07, 0.14) * min(H, W))
+                     T: int, H: int, W: int, lane: float | None, grow: float = 1.0) -> SimObject:
+    radius = float(rng.uniform(0.07, 0.14) * min(H, W)) * grow
     texture = TEXTURES[int(rng.integers(len(TEXTURES)))]
     speed = max(float(rng.uniform(0.2, 1.6)) * min(H, W) / max(T, 1) * 0.9, 1.0)
     angle = float(rng.uniform(-0.4, 0.4)) + (0.0 if rng.random() < 0.5 else np.pi)  # mostly horizontal
