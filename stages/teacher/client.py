@@ -202,7 +202,7 @@ class TeacherClient:
         if self.breaker:
             answered = sum(bool(r.finish_reason) for r in results)
             raise TeacherUnavailable(
-                f"{self.stage}: the teacher at {self.params.base_url} failed {self._streak[1]} requests in a row "
+                f"{self.stage}: the teacher at {self.params.base_url} failed {self.params.breaker_after} requests in a row "
                 f"({self.breaker}), so the stage stopped sending; {answered} of {len(results)} requests are answered "
                 f"and kept in the cache {self.cache.folder}: once the teacher answers again, rerun the stage — only "
                 f"the {len(results) - answered} unanswered are sent")
@@ -385,7 +385,7 @@ def refuse_failures(stage: str, errors: Sequence[str], total: int, max_share: fl
         TeacherUnavailable: more than `max_share` of `total` unanswered (one line: how many, the most common
             kind, what is kept, how to resume).
     """
-    if not total or len(errors) <= max_share * total:
+    if not total or len(errors) / total <= max_share:
         return
     kind, count = Counter(failure_kind(e) for e in errors).most_common(1)[0]
     raise TeacherUnavailable(
