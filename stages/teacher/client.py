@@ -202,10 +202,10 @@ class TeacherClient:
         if self.breaker:
             answered = sum(bool(r.finish_reason) for r in results)
             raise TeacherUnavailable(
-                f"{self.stage}: the teacher at {self.params.base_url} failed {self.params.breaker_after} requests in a row "
-                f"({self.breaker}), so the stage stopped sending; {answered} of {len(results)} requests are answered "
-                f"and kept in the cache {self.cache.folder}: once the teacher answers again, rerun the stage — only "
-                f"the {len(results) - answered} unanswered are sent")
+                f"{self.stage}: the teacher at {self.params.base_url} failed {self.params.breaker_after} requests "
+                f"in a row ({self.breaker}), so the stage stopped sending; {answered} of {len(results)} requests "
+                f"are answered and kept in the cache {self.cache.folder}: once the teacher answers again, rerun the "
+                f"stage — only the {len(results) - answered} unanswered are sent")
         return results
 
     async def preflight(self) -> None:
@@ -495,7 +495,8 @@ def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> f
 
 
 def _root_cause(err: BaseException) -> str:
-    """The innermost cause's message ("[Errno 111] Connection refused"), not the SDK's "Connection error."."""
+    """The innermost cause's message (the transport's "All connection attempts failed", a DNS error), not the
+    SDK's "Connection error."."""
     while err.__cause__ is not None:
         err = err.__cause__
     return _short(err)  # type: ignore[arg-type]
