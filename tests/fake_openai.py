@@ -6,6 +6,11 @@ client's timeout), "garbage" (200 with a body that is not JSON), "empty" (an emp
 "truncated" (finish_reason "length"). The server records, per key, every attempt's arrival time and
 outcome, the largest number of requests in flight, the Authorization headers it saw and every request body.
 
+A teacher that cannot answer: `models` makes it list those names at GET /v1/models and answer 404 (as vLLM) to a
+request for any other model (without it, every name is served and there is no model list: 404, as at some
+providers); `api_key` makes it answer 401 to any other key; `fail_after` makes every request after that many
+answered get `down` ("500", or "drop": the connection closed without a reply, as a server that died).
+
 With `reasoning` set it answers like a thinking model: it "writes" that reasoning first (one token per word),
 returns it in `reasoning_field` (`reasoning_content` as Ark and vLLM's reasoning parsers; `reasoning` as newer
 vLLM) beside the content, and reports `usage.completion_tokens_details.reasoning_tokens` (unless
@@ -30,7 +35,8 @@ import time
 from collections import defaultdict
 from typing import Any
 
-REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests", 500: "Internal Server Error"}
+REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 429: "Too Many Requests",
+           500: "Internal Server Error"}
 
 
 class FakeOpenAI:
@@ -39,8 +45,12 @@ class FakeOpenAI:
     def __init__(self, latency: float = 0.0, faults: list[str] | None = None, retry_after: float = 0.0,
                  hang: float = 2.0, reply: str | None = None, reasoning: str | None = None,
                  reasoning_field: str = "reasoning_content", budget: str = "total",
-                 report_reasoning_tokens: bool = True) -> None:
+                 report_reasoning_tokens: bool = True, models: tuple[str, ...] | None = None,
+                 api_key: str | None = None, fail_after: int | None = None, down: str = "500") -> None:
         self.latency, self.faults, self.retry_after, self.hang = latency, list(faults or []), retry_after, hang
+        self.models, self.api_key, self.fail_after, self.down = models, api_key, fail_after, down
+        self.answered = 0  # chat requests answered "ok" so far (fail_after counts these)
+        self.model_lists = 0  # GET /v1/models requests
         self.reply = reply
         self.reasoning, self.reasoning_field, self.budget = reasoning, reasoning_field, budget
         self.report_reasoning_tokens = report_reasoning_tokens
@@ -99,23 +109,37 @@ class FakeOpenAI:
                 lines = head.decode("latin-1").split("\r\n")
                 headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:] if h)}
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
-                if not lines[0].startswith("POST ") or "/chat/completions" not in lines[0]:
+                if self.api_key is not None and headers.get("authorization") != f"Bearer {self.api_key}":
+                    self._write(writer, 401, {"error": {"message": "Incorrect API key provided",
+                                                       "code": "invalid_api_key"}})
+                elif lines[0].startswith("GET ") and lines[0].split()[1].endswith("/models") and self.models:
+                    self.model_lists += 1
+                    self._write(writer, 200, {"object": "list", "data": [
+                        {"id": name, "object": "model", "created": 0, "owned_by": "fake"} for name in self.models]})
+                elif not lines[0].startswith("POST ") or "/chat/completions" not in lines[0]:
                     self._write(writer, 404, {"error": {"message": "not found"}})
-                    continue
-                await self._request(json.loads(body), headers, writer)
+                elif self.models and json.loads(body).get("model") not in self.models:
+                    self._write(writer, 404, {"error": {"message": f"The model `{json.loads(body).get('model')}` "
+                                                                   "does not exist.", "code": 404}})
+                elif not await self._request(json.loads(body), headers, writer):
+                    break  # "drop": closed without a reply
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
             pass  # the client closed the connection (or gave up: the timeout fault)
         finally:
             writer.close()
 
-    async def _request(self, body: dict, headers: dict[str, str], writer: asyncio.StreamWriter) -> None:
+    async def _request(self, body: dict, headers: dict[str, str], writer: asyncio.StreamWriter) -> bool:
+        """Answer one chat request; False when the connection is to be dropped without a reply."""
         key = hashlib.sha256(json.dumps(body["messages"], sort_keys=True).encode()).hexdigest()
         with self._lock:
             self.bodies.append(body)
             self.auth_headers.add(headers.get("authorization", ""))
             attempt = len(self.attempts[key])
             fault = self.faults[attempt] if attempt < len(self.faults) else "ok"
+            if fault == "ok" and self.fail_after is not None:
+                fault = "ok" if self.answered < self.fail_after else self.down
+            self.answered += fault == "ok"
             self.attempts[key].append((time.monotonic(), fault))
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -135,11 +159,14 @@ class FakeOpenAI:
                 self._write(writer, 200, _completion(""))
             elif fault == "truncated":
                 self._write(writer, 200, _completion("Step 1: The video shows", finish_reason="length"))
+            elif fault == "drop":
+                return False
             else:
                 self._write(writer, 200, self.thinking_completion(body))
         finally:
             with self._lock:
                 self.in_flight -= 1
+        return True
 
     def _write(self, writer: asyncio.StreamWriter, code: int, payload: dict, headers: dict | None = None) -> None:
         self._raw(writer, code, json.dumps(payload).encode(), headers)

@@ -12,3 +12,8 @@ class OneLineError(Exception):
 class SetupError(OneLineError, RuntimeError):
     """What a stage needs on this machine is missing or broken (an environment, a port, a service); nothing of
     the stage's outputs has been replaced."""
+
+
+class EmptyInput(OneLineError, ValueError):
+    """A stage's input holds nothing to work on; the line names the stage that produced it (and where to look
+    why), so the cause is found where it happened, not three stages later."""

@@ -221,6 +221,9 @@ class TeacherParams:
     backoff_base_s: Exp[NonNegFloat] = 1.0  # exponential backoff base (full jitter)
     backoff_max_s: Exp[NonNegFloat] = 60.0
     rpm: Server[NonNegInt] = 0  # requests per minute limit; 0 = none
+    # circuit breaker: stop sending after this many requests in a row failed for one transport / auth / server
+    # reason (after their retries); 0 = never (docs/teachers.md)
+    breaker_after: Exp[NonNegInt] = 20
     price_in_per_m: Exp[NonNegFloat] = 0.0  # USD per 1M prompt tokens, for the cost estimate
     price_out_per_m: Exp[NonNegFloat] = 0.0  # USD per 1M completion tokens
     image_size: Exp[PosInt] = 448  # longest side of frames sent to the teacher, pixels
@@ -274,6 +277,7 @@ class CotParams:
     pools: Exp[Annotated[tuple[PoolName, ...], MinLen(1)]] = ("sft",)  # pools that get reasoning traces
     traces_per_sample: Exp[PosInt] = 1  # teacher calls per sample (different template draws / seeds)
     cache_dir: ExpPath[str] = "data/cot/cache"  # persistent response cache (DVC persist: true)
+    max_error_share: Exp[Fraction] = 0.2  # above this share of unanswered requests the stage fails (nothing recorded)
 
 
 @dataclass(frozen=True)
@@ -297,6 +301,7 @@ class DifficultyParams:
     max_budget: Exp[PosInt] = 768  # L(D) at D = 10 (linear in between, multiples of 16)
     json_retries: Exp[NonNegInt] = 2  # extra MLLM calls when the rating JSON does not validate
     cache_dir: ExpPath[str] = "data/difficulty/cache"
+    max_error_share: Exp[Fraction] = 0.2  # mllm: above this share of unanswered samples the stage fails
 
     def _rules(self) -> Iterator[tuple[str, str]]:
         if self.easy_below > self.hard_from:

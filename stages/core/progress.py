@@ -53,13 +53,16 @@ class ProgressReporter:
     """Manual progress (for callbacks, e.g. async completions): `advance()` once per finished item."""
 
     def __init__(self, total: int, desc: str = "") -> None:
-        self.total, self.desc, self.done = total, desc, 0
+        self.total, self.desc, self.done, self.errors = total, desc, 0, 0
         self._step = max(1, total // 50)
         self._bar = tqdm(total=total or None, desc=desc, leave=False, mininterval=1.0)
 
-    def advance(self, n: int = 1) -> None:
-        """Record n more finished items."""
+    def advance(self, n: int = 1, errors: int = 0) -> None:
+        """Record n more finished items, `errors` of which failed (shown on the bar once there is one)."""
         self.done += n
+        if errors:
+            self.errors += errors
+            self._bar.set_postfix_str(f"errors={self.errors}", refresh=False)
         self._bar.update(n)
         if _listeners and (self.done % self._step == 0 or self.done == self.total):
             for listener in list(_listeners):

@@ -4,7 +4,9 @@ Per sample (and trace index) one of the set's three templates is drawn with a se
 sample id, and recorded. The request carries the sampled frames (resized for the teacher, targets
 marked with red rectangles) with their timestamps, the expression and the chosen keyframe timestamp.
 Every answer is cached by a key hashing everything that determines it (provider fields too: `cache_key`), so
-reruns and resumed runs send nothing twice; a failed request is recorded with its error and the stage goes on.
+reruns and resumed runs send nothing twice; a failed request is recorded with its error and the stage goes on —
+unless the teacher cannot answer: the client's pre-flight and circuit breaker stop the stage, and more unanswered
+requests than `cot.max_error_share` fail it (one line; the answers stay cached and the rerun sends only the rest).
 A thinking teacher's hidden reasoning stays in the cache (the trace is the reply's content); its tokens are
 counted in the table, the metrics and the cost estimate.
 """
@@ -40,6 +42,7 @@ from stages.teacher.client import (
     TeacherClient,
     cache_key,
     outcome,
+    refuse_failures,
 )
 from stages.teacher.prompts import cot_template_ids, render_cot_prompt
 from stages.teacher.template_teacher import TEACHER_NAME, template_writer
@@ -60,6 +63,10 @@ def generate_cot(teacher: TeacherParams, params: CotParams, seed: int, data_root
         data_root: ReVOS-layout root holding the JPEG frames.
         keyframes_dir: the keyframes stage's tables.
         out_dir: `data/cot`.
+
+    Raises:
+        TeacherUnavailable: the teacher cannot be reached or answer (pre-flight, circuit breaker), or more than
+            `cot.max_error_share` of the requests went unanswered; nothing is written to `out_dir`.
     """
     samples = pd.concat([read_table(Path(keyframes_dir) / f"{pool}.parquet", KeyframesSchema) for pool in params.pools],
                         ignore_index=True)
@@ -80,12 +87,15 @@ def generate_cot(teacher: TeacherParams, params: CotParams, seed: int, data_root
                              "template_id": template_id, "teacher": teacher_name, "backend": teacher.backend,
                              "keyframe_timestamp": int(sample["keyframe_timestamp"])})
     cache = ResponseCache(Path(params.cache_dir))
-    client = TeacherClient(teacher, cache, template_writer)
+    client = TeacherClient(teacher, cache, template_writer, stage="cot")
     progress = ProgressReporter(len(requests), desc="cot requests")
     try:
-        results = asyncio.run(client.run_all(requests, on_done=lambda _: progress.advance()))
+        results = asyncio.run(client.run_all(requests,
+                                             on_done=lambda r: progress.advance(errors=int(not r.finish_reason))))
     finally:
         progress.close()
+    refuse_failures("cot", [r.error for r in results if not r.finish_reason], len(results), params.max_error_share,
+                    "cot.max_error_share", cache)
     table = pd.DataFrame([{**row, **_result_columns(result)} for row, result in zip(rows, results, strict=True)],
                          columns=list(GenerationsSchema.to_schema().columns))
     write_table(table, GenerationsSchema, Path(out_dir) / "generations.parquet")

@@ -5,7 +5,10 @@ of annotated objects, segmentation challenge from the target's size, temporal am
 where the target is absent or partly hidden, motion complexity from the target's travel, linguistic
 ambiguity from expression length and type; `mllm` asks the teacher client for JSON ratings, validates
 them and asks again (a new request) when they do not validate, falling back to the heuristic (recorded
-in `backend`). L(D) is linear from `min_budget` at D = 1 to `max_budget` at D = 10, in steps of 16 tokens.
+in `backend`). A sample whose request went unanswered keeps the heuristic too, unless the teacher cannot answer:
+the client's pre-flight and circuit breaker stop the stage, and more unanswered samples than
+`difficulty.max_error_share` fail it (one line; the answers stay cached and the rerun sends only the rest).
+L(D) is linear from `min_budget` at D = 1 to `max_budget` at D = 10, in steps of 16 tokens.
 """
 
 from __future__ import annotations
@@ -28,10 +31,11 @@ from stages.core import revos
 from stages.core.io import read_table, write_table
 from stages.core.lineage import write_lineage
 from stages.core.params import DifficultyParams, TeacherParams
+from stages.core.progress import ProgressReporter
 from stages.core.report import StageReport
 from stages.tasks import timestamp_tag
 from stages.teacher.cache import ResponseCache, request_key
-from stages.teacher.client import ChatRequest, TeacherClient
+from stages.teacher.client import ChatRequest, TeacherClient, cache_key, refuse_failures
 from stages.teacher.prompts import render_difficulty_prompt
 
 log = logging.getLogger(__name__)
@@ -99,6 +103,10 @@ def score_difficulty(params: DifficultyParams, teacher: TeacherParams, data_root
         index_dir: ingest tables (objects per video, per-frame areas).
         keyframes_dir: keyframes tables (the samples).
         out_dir: `data/difficulty`.
+
+    Raises:
+        TeacherUnavailable: mllm backend only: the teacher cannot be reached or answer (pre-flight, circuit
+            breaker), or more than `difficulty.max_error_share` of the samples went unanswered; nothing is written.
     """
     samples = pd.concat([read_table(Path(keyframes_dir) / f"{p}.parquet", KeyframesSchema) for p in POOLS],
                         ignore_index=True)
@@ -140,20 +148,39 @@ def score_difficulty(params: DifficultyParams, teacher: TeacherParams, data_root
 
 def _rate_with_mllm(rows: list[dict], samples: pd.DataFrame, params: DifficultyParams, teacher: TeacherParams,
                     data_root: Path) -> tuple[list[dict], int]:
-    """Ask the teacher for JSON ratings; invalid JSON → a new request (attempt index in the key)."""
+    """Ask the teacher for JSON ratings; invalid JSON → a new request (attempt index in the key). A request
+    that went unanswered is not asked again as a new one: the rerun sends it (failed requests are not cached)."""
     by_id = {s["sample_id"]: s for s in samples.to_dict("records")}
-    client = TeacherClient(teacher, ResponseCache(Path(params.cache_dir)))
-    pending = {row["sample_id"]: row for row in rows}
+    cache = ResponseCache(Path(params.cache_dir))
+    client = TeacherClient(teacher, cache, stage="difficulty")
+    # the endpoint is checked before any frame is encoded (thousands of samples take minutes), unless every
+    # first rating is cached (a rerun that sends nothing needs no endpoint)
+    if any(cache.get(cache_key(_rating_key(by_id[row["sample_id"]], teacher, 0), teacher)) is None for row in rows):
+        asyncio.run(client.preflight())
     done: dict[str, dict[str, int]] = {}
+    unanswered: dict[str, str] = {}  # sample id → the error of its request
     for attempt in range(params.json_retries + 1):
-        requests = [_rating_request(by_id[sid], teacher, data_root, attempt) for sid in pending if sid not in done]
+        requests = [_rating_request(by_id[row["sample_id"]], teacher, data_root, attempt) for row in rows
+                    if row["sample_id"] not in done and row["sample_id"] not in unanswered]
         if not requests:
             break
-        results = asyncio.run(client.run_all(requests))
+        progress = ProgressReporter(len(requests), desc=f"difficulty ratings (try {attempt + 1})")
+        try:
+            results = asyncio.run(client.run_all(
+                requests, on_done=lambda r, bar=progress: bar.advance(errors=int(not r.finish_reason))))
+        finally:
+            progress.close()
         for request, result in zip(requests, results, strict=True):
+            if not result.finish_reason:
+                unanswered[request.context["sample_id"]] = result.error
+                continue
             ratings = parse_ratings(result.text) if not result.error else None
             if ratings is not None:
                 done[request.context["sample_id"]] = ratings
+    refuse_failures("difficulty", list(unanswered.values()), len(rows), params.max_error_share,
+                    "difficulty.max_error_share", cache, unit="samples")
+    if unanswered:
+        log.warning("difficulty: %d samples went unanswered by the teacher and keep heuristic ratings", len(unanswered))
     out, fallbacks = [], 0
     for row in rows:
         if row["sample_id"] in done:
@@ -176,12 +203,16 @@ def _rating_request(sample: dict, teacher: TeacherParams, data_root: Path, attem
             img.save(buffer, format="JPEG", quality=85)
         url = "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
         content += [{"type": "text", "text": timestamp_tag(int(t))}, {"type": "image_url", "image_url": {"url": url}}]
-    prompt = render_difficulty_prompt(sample["text"], len(sample["timestamps"]))
-    content.append({"type": "text", "text": prompt})
-    # every field that changes the reply is in the key: what is sent (model, sampling, token limit, the frames at
-    # the size sent); provider fields are added by the client's cache_key
-    key = request_key({"task": "difficulty", "model": teacher.model, "prompt": prompt, "video": sample["video"],
-                       "frames": list(sample["frame_names"]), "attempt": attempt, "temperature": teacher.temperature,
-                       "max_tokens": teacher.max_tokens, "image_size": teacher.image_size})
-    return ChatRequest(key=key, messages=[{"role": "user", "content": content}],
+    content.append({"type": "text", "text": render_difficulty_prompt(sample["text"], len(sample["timestamps"]))})
+    return ChatRequest(key=_rating_key(sample, teacher, attempt), messages=[{"role": "user", "content": content}],
                        context={"sample_id": sample["sample_id"]}, response_format={"type": "json_object"})
+
+
+def _rating_key(sample: dict, teacher: TeacherParams, attempt: int) -> str:
+    """The request key of a sample's rating, known without encoding a frame. Every field that changes the reply
+    is in it: what is sent (model, sampling, token limit, the frames at the size sent); provider fields are added
+    by the client's cache_key."""
+    prompt = render_difficulty_prompt(sample["text"], len(sample["timestamps"]))
+    return request_key({"task": "difficulty", "model": teacher.model, "prompt": prompt, "video": sample["video"],
+                        "frames": list(sample["frame_names"]), "attempt": attempt, "temperature": teacher.temperature,
+                        "max_tokens": teacher.max_tokens, "image_size": teacher.image_size})

@@ -17,16 +17,25 @@ Engineering: bounded concurrency (asyncio semaphore), a requests-per-minute limi
 timeout, retries with exponential backoff and full jitter on 429, 5xx, timeouts, connection errors and
 malformed bodies (honouring Retry-After), and the persistent response cache. A request that still
 fails is returned as a record with its error; it never raises.
+
+Noticing a teacher that cannot answer (docs/teachers.md): a pre-flight call (the endpoint's model list) before
+the first request is sent, so an unreachable host, a refused key or an unknown model is one line within seconds;
+a circuit breaker that stops sending once `teacher.breaker_after` requests in a row failed for one transport, auth
+or server reason; a warning when most of the recent requests fail; and `refuse_failures`, the floor under which
+a stage may not call its run a success. Each of these raises `TeacherUnavailable` (one line: what failed, how
+many answers are kept in the cache, how to resume); answers received stay in the cache.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import logging
 import os
 import random
 import time
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +43,7 @@ from typing import Any
 import openai
 from openai.types.chat import ChatCompletion
 
+from stages.core.errors import OneLineError
 from stages.core.params import THINKING_SWITCH_KEYS, TeacherParams
 from stages.teacher.cache import ResponseCache, request_key
 
@@ -44,6 +54,17 @@ EMPTY_RESPONSE = "empty response"
 TRUNCATED_RESPONSE = "truncated response (finish_reason=length)"
 REASONING_BUDGET_EXHAUSTED = "reasoning exhausted the budget"
 REASONING_FIELDS = ("reasoning_content", "reasoning")  # Ark, vLLM ≤ 0.10 / vLLM ≥ 0.11 (docs/teachers.md)
+NOT_SENT = "not sent: circuit breaker open"  # the error of a request the open breaker kept back
+# the pre-flight's own time limit: an unreachable host is one line within seconds, not after `timeout_s` (120 s)
+PREFLIGHT_TIMEOUT_S = 15.0
+RECENT_REQUESTS = 20  # the window of the "most recent requests failed" warning
+# statuses about one request's content: every other failure kind is the endpoint's (transport, auth, model, server)
+CONTENT_STATUSES = ("400", "413", "422")
+
+
+class TeacherUnavailable(OneLineError, RuntimeError):
+    """The teacher cannot answer: the pre-flight failed, the circuit breaker opened, or more requests went
+    unanswered than the stage allows. The message is the one line to show; answers received stay in the cache."""
 
 
 @dataclass(frozen=True)
@@ -112,37 +133,58 @@ class TeacherClient:
     """Sends requests with caching, concurrency, rate limit and retries (see module docstring)."""
 
     def __init__(self, params: TeacherParams, cache: ResponseCache,
-                 template_writer: Callable[[ChatRequest], str] | None = None) -> None:
+                 template_writer: Callable[[ChatRequest], str] | None = None, stage: str = "teacher",
+                 preflight: bool = True) -> None:
         self.params = params
         self.cache = cache
         self.template_writer = template_writer
+        self.stage = stage  # names the stage in the one-line errors
         self.sent = 0  # requests actually sent to the endpoint (not cache hits), retries included
+        self.checked = not preflight or params.backend == "template"  # the pre-flight ran (or is not wanted)
+        self.breaker = ""  # the error that opened the circuit breaker; "" while it is closed
+        self._streak: tuple[str, int] = ("", 0)  # the failure kind of the latest requests, how many in a row
+        self._recent: deque[bool] = deque(maxlen=RECENT_REQUESTS)  # failed or not, of the latest requests sent
+        self._warned = False
+        self._opened = asyncio.Event()  # set with `breaker` (made anew in each run_all: one per event loop)
         self._openai: openai.AsyncOpenAI | None = None
 
     def _client(self) -> openai.AsyncOpenAI:
         if self._openai is None:
-            key = os.environ.get(self.params.api_key_env, "")
-            if not key and self.params.api_key_required:
-                raise RuntimeError(f"environment variable {self.params.api_key_env} (the API key) is not set")
-            # max_retries=0: our own policy below (jitter, Retry-After, garbage bodies) is the only retry
-            self._openai = openai.AsyncOpenAI(base_url=self.params.base_url, api_key=key or "EMPTY",
-                                              max_retries=0, timeout=self.params.timeout_s)
+            self._openai = self._new_client(self.params.timeout_s)
         return self._openai
+
+    def _new_client(self, timeout_s: float) -> openai.AsyncOpenAI:
+        key = os.environ.get(self.params.api_key_env, "")
+        if not key and self.params.api_key_required:
+            raise TeacherUnavailable(f"environment variable {self.params.api_key_env} (the API key) is not set")
+        # max_retries=0: our own policy below (jitter, Retry-After, garbage bodies) is the only retry
+        return openai.AsyncOpenAI(base_url=self.params.base_url, api_key=key or "EMPTY", max_retries=0,
+                                  timeout=timeout_s)
 
     async def run_all(self, requests: Sequence[ChatRequest],
                       on_done: Callable[[ChatResult], None] | None = None) -> list[ChatResult]:
-        """Complete every request (input order kept); cached answers are not sent again."""
+        """Complete every request (input order kept); cached answers are not sent again.
+
+        Raises:
+            TeacherUnavailable: the pre-flight (before the first request this client sends) failed, or the
+                circuit breaker opened; every answer received is in the cache by then.
+        """
         semaphore = asyncio.Semaphore(max(1, self.params.concurrency))
         limiter = RateLimiter(self.params.rpm)
+        self._opened = asyncio.Event()
+        keys = [cache_key(r.key, self.params) for r in requests]
+        cached = [self.cache.get(key) for key in keys]
 
-        async def one(request: ChatRequest) -> ChatResult:
-            key = cache_key(request.key, self.params)
-            cached = self.cache.get(key)
-            if cached is not None:
-                result = ChatResult(**cached, from_cache=True)
+        async def one(request: ChatRequest, key: str, record: dict | None) -> ChatResult:
+            if record is not None:
+                result = ChatResult(**record, from_cache=True)
             else:
                 async with semaphore:
-                    result = await self._with_retries(request, limiter)
+                    if self.breaker:
+                        result = ChatResult(key=request.key, error=f"{NOT_SENT} ({self.breaker})")
+                    else:
+                        result = await self._with_retries(request, limiter)
+                        self._note(result)
                 if result.finish_reason:  # an answer arrived (even empty or truncated): paid for, keep it
                     self.cache.put(key, result.record())
             if on_done is not None:
@@ -150,11 +192,105 @@ class TeacherClient:
             return result
 
         try:
-            return list(await asyncio.gather(*(one(r) for r in requests)))
+            if not self.checked and any(record is None for record in cached):
+                await self.preflight()
+            results = list(await asyncio.gather(*(one(*args) for args in zip(requests, keys, cached, strict=True))))
         finally:
             if self._openai is not None:
                 await self._openai.close()
                 self._openai = None
+        if self.breaker:
+            answered = sum(bool(r.finish_reason) for r in results)
+            raise TeacherUnavailable(
+                f"{self.stage}: the teacher at {self.params.base_url} failed {self.params.breaker_after} requests "
+                f"in a row ({self.breaker}), so the stage stopped sending; {answered} of {len(results)} requests "
+                f"are answered and kept in the cache {self.cache.folder}: once the teacher answers again, rerun the "
+                f"stage — only the {len(results) - answered} unanswered are sent")
+        return results
+
+    async def preflight(self) -> None:
+        """One cheap call before the first request is sent: the endpoint's model list (and, only when that list
+        lacks `teacher.model`, one request of one token, as some providers list fewer models than they serve).
+
+        Raises:
+            TeacherUnavailable: the host cannot be reached, the key is refused, or the model is unknown (one line
+                naming teacher.base_url / teacher.model and the cause). Any other answer lets the run go on: the
+                requests' own retries and the circuit breaker take over.
+        """
+        self.checked = True
+        if self.params.backend == "template":
+            return
+        async with self._new_client(min(self.params.timeout_s, PREFLIGHT_TIMEOUT_S)) as client:
+            await self._check(client)
+
+    async def _check(self, client: openai.AsyncOpenAI) -> None:
+        p = self.params
+        try:
+            page = await client.models.list()
+            served = [str(getattr(m, "id", "")) for m in page.data]
+        except openai.APIStatusError as err:
+            self._refuse_key(err)
+            return  # no model list here (or a busy server): the first requests tell
+        except openai.APIConnectionError as err:
+            raise TeacherUnavailable(self._unreachable(err)) from None
+        except (openai.APIResponseValidationError, ValueError, TypeError, AttributeError):
+            return  # an answer that is no model list: the host is up
+        if p.model in served:
+            return
+        body = {**provider_fields(p), "model": p.model, "messages": [{"role": "user", "content": "Say OK."}],
+                "max_tokens": 1}
+        try:
+            self.sent += 1
+            await client.post("/chat/completions", body=body, cast_to=ChatCompletion)
+        except openai.APIStatusError as err:
+            self._refuse_key(err)
+            if err.status_code == 404:
+                listed = ", ".join(served[:8]) + (", …" if len(served) > 8 else "")
+                raise TeacherUnavailable(
+                    f"{self.stage}: teacher.model {p.model!r} is unknown at teacher.base_url {p.base_url} "
+                    f"(404: {_short(err)}; it lists: {listed or 'no models'}); nothing was written") from None
+        except openai.APIConnectionError as err:
+            raise TeacherUnavailable(self._unreachable(err)) from None
+        except (openai.APIResponseValidationError, ValueError, TypeError, AttributeError):
+            pass  # an answer: the model exists
+
+    def _refuse_key(self, err: openai.APIStatusError) -> None:
+        if err.status_code in (401, 403):
+            p = self.params
+            key = "is set" if os.environ.get(p.api_key_env) else "is not set"
+            raise TeacherUnavailable(
+                f"{self.stage}: teacher.base_url {p.base_url} refused the API key ({err.status_code}: {_short(err)}; "
+                f"${p.api_key_env} {key}): set a valid key in that variable; nothing was sent or written") from None
+
+    def _unreachable(self, err: openai.APIConnectionError) -> str:
+        p = self.params
+        if isinstance(err, openai.APITimeoutError):
+            cause = f"no answer within {min(p.timeout_s, PREFLIGHT_TIMEOUT_S):g} s"
+        else:
+            cause = _root_cause(err)
+        return (f"{self.stage}: teacher.base_url {p.base_url} is unreachable ({cause}): check the URL and that "
+                "the server is up; nothing was sent or written")
+
+    def _note(self, result: ChatResult) -> None:
+        """Feed a sent request's outcome to the circuit breaker and the recent-failures warning."""
+        failed = not result.finish_reason
+        self._recent.append(failed)
+        if failed:
+            kind = failure_kind(result.error)
+            self._streak = (kind, self._streak[1] + 1 if self._streak[0] == kind else 1)
+            limit = self.params.breaker_after
+            if limit and self._streak[1] >= limit and kind not in CONTENT_STATUSES and not self.breaker:
+                self.breaker = result.error
+                self._opened.set()
+        else:
+            self._streak = ("", 0)
+        failures = sum(self._recent)
+        if len(self._recent) == RECENT_REQUESTS and failures > RECENT_REQUESTS // 2 and not self._warned:
+            self._warned = True
+            log.warning("%s: %d of the last %d teacher requests failed (latest: %s); answered ones are cached",
+                        self.stage, failures, RECENT_REQUESTS, result.error or "none")
+        elif failures <= RECENT_REQUESTS // 4:
+            self._warned = False
 
     async def _with_retries(self, request: ChatRequest, limiter: RateLimiter) -> ChatResult:
         p = self.params
@@ -163,8 +299,12 @@ class TeacherClient:
         messages = request.messages
         if not messages and request.build is not None and p.backend != "template":
             messages = await asyncio.to_thread(request.build)  # image encoding off the event loop
+        tried = 0
         for attempt in range(1, p.max_retries + 2):
+            if attempt > 1 and self.breaker:
+                break  # the endpoint is down: retrying would only delay the stop
             await limiter.wait()
+            tried = attempt
             try:
                 result = await self._send(request, messages)
                 result.attempts = attempt
@@ -180,8 +320,9 @@ class TeacherClient:
                 if err.retry_after is not None:
                     delay = max(delay, err.retry_after)
                 log.debug("request %s attempt %d failed (%s); retrying in %.2fs", request.key[:12], attempt, err, delay)
-                await asyncio.sleep(delay)
-        return ChatResult(key=request.key, attempts=p.max_retries + 1, error=error,
+                with contextlib.suppress(TimeoutError):  # the backoff, cut short when the breaker opens
+                    await asyncio.wait_for(self._opened.wait(), delay)
+        return ChatResult(key=request.key, attempts=tried, error=error,
                           latency_s=round(time.monotonic() - start, 4))
 
     async def _send(self, request: ChatRequest, messages: list[dict[str, Any]]) -> ChatResult:
@@ -218,6 +359,40 @@ class TeacherClient:
             return _parse(request.key, response)
         except (AttributeError, TypeError, ValueError, IndexError, KeyError) as err:  # JSON, not a completion's shape
             raise RetryableError(f"malformed response body: {_short(err)}") from err
+
+
+def failure_kind(error: str) -> str:
+    """The kind of an unanswered request's error: its text before the first ':' ("connection error", "timeout",
+    "401", "404"), every 5xx one kind. Requests failing for one kind in a row open the circuit breaker."""
+    kind = error.split(":", 1)[0].strip()
+    return "5xx server error" if kind[:1] == "5" and kind[:3].isdigit() else kind
+
+
+def refuse_failures(stage: str, errors: Sequence[str], total: int, max_share: float, key: str,
+                    cache: ResponseCache, unit: str = "requests") -> None:
+    """The floor under which a stage may not call its run a success.
+
+    Args:
+        stage: the stage's name (starts the line).
+        errors: the error of every unanswered request (or sample).
+        total: how many there were in all.
+        max_share: the largest share of `total` that may go unanswered (`<stage>.max_error_share`).
+        key: the params key of `max_share`, named in the line.
+        cache: the response cache the answered ones are kept in.
+        unit: what `total` counts.
+
+    Raises:
+        TeacherUnavailable: more than `max_share` of `total` unanswered (one line: how many, the most common
+            kind, what is kept, how to resume).
+    """
+    if not total or len(errors) / total <= max_share:
+        return
+    kind, count = Counter(failure_kind(e) for e in errors).most_common(1)[0]
+    raise TeacherUnavailable(
+        f"{stage}: {len(errors)} of {total} {unit} went unanswered by the teacher ({len(errors) / total:.0%}, more "
+        f"than {key} = {max_share:g}; {count} of them: {kind}); the {total - len(errors)} answered are kept in the "
+        f"cache {cache.folder} and nothing is recorded as done: fix the teacher and rerun the stage — only the "
+        "unanswered are sent")
 
 
 def outcome(error: str) -> str:
@@ -317,6 +492,14 @@ def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> f
             return max(0.0, when - (time.time() if now is None else now))
     except (TypeError, ValueError, IndexError):
         return None
+
+
+def _root_cause(err: BaseException) -> str:
+    """The innermost cause's message (the transport's "All connection attempts failed", a DNS error), not the
+    SDK's "Connection error."."""
+    while err.__cause__ is not None:
+        err = err.__cause__
+    return _short(err)  # type: ignore[arg-type]
 
 
 def _short(err: Exception) -> str:

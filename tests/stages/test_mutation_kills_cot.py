@@ -55,6 +55,7 @@ CHANGES = {
     "backoff_base_s": (0.5, False),
     "backoff_max_s": (5.0, False),
     "rpm": (60, False),
+    "breaker_after": (3, False),
     "price_in_per_m": (3.0, False),
     "price_out_per_m": (4.0, False),
     "image_size": (224, True),

@@ -412,8 +412,9 @@ def test_connection_refused_and_timeout_are_named(tmp_path: Path) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    [refused] = run(TeacherClient(teacher(f"http://127.0.0.1:{port}/v1", max_retries=1), ResponseCache(tmp_path)),
-                    [ChatRequest(key="k", messages=QUESTION)])
+    # past the pre-flight (a server that went down after it), each request names its failure
+    [refused] = run(TeacherClient(teacher(f"http://127.0.0.1:{port}/v1", max_retries=1), ResponseCache(tmp_path),
+                                  preflight=False), [ChatRequest(key="k", messages=QUESTION)])
     assert (refused.error, refused.attempts) == ("connection error: Connection error.", 2)
     with FakeOpenAI(faults=["timeout"], hang=1.0) as server:
         [slow] = run(TeacherClient(teacher(server.base_url, timeout_s=0.2), ResponseCache(tmp_path)),
