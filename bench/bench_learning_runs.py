@@ -10,7 +10,7 @@ copy:
   settings as the stage scored the GRPO model (`metrics/eval.json`), so the three rows are comparable;
 - the ceiling is the stage's own `ceiling_*` metrics (the ground-truth answers through the same segmenter), and
   the empty answer its `empty_*` metrics (an answer without boxes: empty masks on every frame);
-- the SFT format rate, GRPO's reward per quarter of its steps (total and per component, `metrics/grpo_curve.csv`)
+- the SFT format rate, GRPO's reward per quarter of its steps (total and per component, `metrics/live/grpo`)
   and the benchmark table (`metrics/benchmarks.json`) are read from the run's files.
 
 Runs one seed after another, so that each run's stage times are those of the 2-core machine alone. The targets
@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.bench_orchestration import run_mode  # noqa: E402
 from bench.results_io import write_result  # noqa: E402
+from stages.core.live import read_live  # noqa: E402
 
 TARGETS = {"ceiling_jf_min": 40.0, "jf_min_times_empty": 2.0, "jf_min_share_of_ceiling": 0.4,
            "grpo_min_minus_sft": -1.0, "parse_rate_min": 0.95, "default_run_max_s": 600.0}  # issue 47, every seed
@@ -117,7 +118,7 @@ def run_seed(seed: int, work: Path, profile: str | None = None) -> dict:
             "reward_components": list(params.reward.components),
             "eval": evals, "answers": answers, "ceiling": ceiling, "empty": empty,
             "sft_format_rate": {k: metrics["sft"][k] for k in ("format_rate_before", "format_rate_after")},
-            "grpo_reward_by_quarter": quarters(pd.read_csv(repo / "metrics" / "grpo_curve.csv")),
+            "grpo_reward_by_quarter": quarters(pd.DataFrame(read_live(repo / "metrics" / "live" / "grpo"))),
             "benchmarks": metrics["benchmarks"],
             "run_s": timed["total_s"], "stages_s": {k: v["wall_s"] for k, v in timed["stages"].items()},
             "load_avg_1m_start_end": timed["load_avg_1m_start_end"],

@@ -211,7 +211,8 @@ def window_summary(rows: Sequence[dict], window: int) -> dict[str, float]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """`python -m stages.grpo.curves --verl-dir DIR --out metrics/grpo_curve.csv` (end of launch.sh)."""
+    """`python -m stages.grpo.curves --verl-dir DIR --out DIR/grpo_curve.csv` (end of launch.sh: the job folder's
+    own table, in the GPU-node environment; the stage reads the same logs into `metrics/live/grpo`)."""
     parser = argparse.ArgumentParser(description="per-step GRPO curves from a verl run")
     parser.add_argument("--verl-dir", required=True)
     parser.add_argument("--out", required=True)
