@@ -8,9 +8,9 @@ training step), so a resumed run continues its curve: the rows after the checkpo
 first, and TensorBoard is told the same (`purge_step`).
 
 Only the main process writes. `live_callbacks` attaches DVCLive (transformers' `DVCLiveCallback`, subclassed)
-and TensorBoard (transformers' `TensorBoardCallback` with its writer in the live folder) to a Trainer; every
-`every` steps it also hands the curve pictures to `stages.core.progress.publish_markdown` (the flow's Prefect
-artifact).
+and TensorBoard (transformers' `TensorBoardCallback` with its writer in the live folder) to a Trainer; about
+`ARTIFACT_UPDATES` times a run (every step of a short one) it also hands the curve pictures to
+`stages.core.progress.publish_markdown` (the flow's Prefect artifact).
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ from stages.core import progress
 log = logging.getLogger(__name__)
 METRICS_DIR = Path("plots") / "metrics"  # DVCLive's per-curve TSV files, under the live folder
 TENSORBOARD_DIR = "tensorboard"
-ARTIFACT_EVERY = 10  # optimizer steps between two updates of the running stage's curve pictures (at most)
+# the running stage's curve pictures are redrawn about this many times over a run (each a new version of the
+# Prefect artifact, ~30 KB a picture: every step of a 10 000-step run would fill the Prefect database)
+ARTIFACT_UPDATES = 40
 
 Values = Callable[[dict], dict[str, float]]  # one Trainer log entry → curve name → value ({} for a non-step entry)
 Render = Callable[[Path], str]  # a joined curve table (CSV) → markdown pictures
@@ -129,11 +131,11 @@ def checkpoint_step(checkpoint: str | Path | None) -> int:
 
 
 def live_callbacks(trainer: Any, folder: Path, values: Values, render: Render, resume_step: int = 0,
-                   every: int = ARTIFACT_EVERY) -> None:
+                   updates: int = ARTIFACT_UPDATES) -> None:
     """Log `trainer`'s steps to DVCLive and TensorBoard in `folder` (main process only) while it trains.
 
     `values` maps a log entry to the curves (names shared by every engine of the stage); `render` draws the
-    curve pictures published every `every` steps while a flow listens. `resume_step` is the step of the
+    curve pictures, published about `updates` times over the run while a flow listens. `resume_step` is the step of the
     checkpoint the run resumes from (0: a fresh run, whose earlier curve is cleared).
     """
     from transformers.integrations import DVCLiveCallback, TensorBoardCallback
@@ -157,9 +159,8 @@ def live_callbacks(trainer: Any, folder: Path, values: Values, render: Render, r
                 return
             row.update(self._throughput(state))
             log_row(self.live, int(state.global_step), row)
-            step = int(state.global_step)
-            if progress.wants_markdown() and (step % max(1, min(every, int(state.max_steps) // 4 or 1)) == 0
-                                              or step == state.max_steps):
+            step, interval = int(state.global_step), max(1, -(-int(state.max_steps) // updates))
+            if progress.wants_markdown() and (step % interval == 0 or step == state.max_steps):
                 progress.publish_markdown(live_markdown(folder, render))
 
         def _throughput(self, state) -> dict[str, float]:
@@ -169,7 +170,7 @@ def live_callbacks(trainer: Any, folder: Path, values: Values, render: Render, r
             self._tokens, self._clock = tokens, clock
             return {"tokens_per_s": rate} if not math.isnan(rate) else {}
 
-    trainer.add_callback(LiveCurve())
+    trainer.add_callback(LiveCurve(log_model=False))  # checkpoints are the stage's business, not DVCLive's
     trainer.remove_callback(TensorBoardCallback)  # report_to's, writing under the checkpoint folder
     if trainer.args.distributed_state.is_main_process:
         from torch.utils.tensorboard import SummaryWriter

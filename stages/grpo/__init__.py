@@ -147,6 +147,7 @@ def _run_verl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, live_dir
                                target_rule=lora_targets(grpo.target_modules, grpo.train_vision))
     rows = curve_from_verl(job_dir)
     write_live(rows, live_dir)
+    (live_dir / TENSORBOARD_DIR).mkdir(parents=True, exist_ok=True)  # a declared output, even for an older job
     if (job_dir / TENSORBOARD_DIR).is_dir():  # verl's own TensorBoard logger (trainer.logger), beside TRL's
         shutil.copytree(job_dir / TENSORBOARD_DIR, live_dir / TENSORBOARD_DIR, dirs_exist_ok=True)
     pool_size = pq.ParquetFile(grpo.verl_parquet).metadata.num_rows  # footer only
