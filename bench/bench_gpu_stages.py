@@ -48,7 +48,7 @@ def run_stages(repo: Path, overrides: dict[str, str]) -> dict:
         ("tiny_models", lambda: build_tiny_models(params.tiny_models, Path(params.tiny_models.out_dir)), None),
         ("sft", lambda: train_sft(params.sft, params.model, Path("data/shards"), Path(params.sft.out_dir),
                                   Path(params.sft.checkpoint_dir), Path("metrics")), None),
-        ("grpo", lambda: run_grpo(params.grpo, params.reward, params.sam2, Path("metrics/grpo_curve.csv"),
+        ("grpo", lambda: run_grpo(params.grpo, params.reward, params.sam2, Path("metrics/live/grpo"),
                                   repo / "params.yaml"), GRPO_KEYS),
     ]
     for name, run, keys in steps:

@@ -12,7 +12,6 @@ machine, each with the stage's own processes (grpo.processes), so their times co
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import json
 import os
@@ -26,6 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.results_io import write_result  # noqa: E402
+from stages.core.live import read_live  # noqa: E402
 from stages.core.params import apply_overrides, read_params_file  # noqa: E402
 
 SUMMARY_KEYS = ("reward_first", "reward_last", "reward_gain", "reward_format_first", "reward_format_last",
@@ -41,12 +41,11 @@ def run_variant(repo: Path, overrides: list[str], tmp: Path) -> dict:
     raw = read_params_file(repo / "params.yaml")
     params = apply_overrides(raw, dict(item.split("=", 1) for item in overrides))[0]
     grpo = dataclasses.replace(params.grpo, out_dir=str(tmp / "grpo"), checkpoint_dir=str(tmp / "checkpoints"))
-    curve = tmp / "grpo_curve.csv"
+    live = tmp / "live" / "grpo"
     started = time.perf_counter()
-    report = run_grpo(grpo, params.reward, params.sam2, curve, repo / "params.yaml")
+    report = run_grpo(grpo, params.reward, params.sam2, live, repo / "params.yaml")
     wall = time.perf_counter() - started
-    with curve.open() as handle:
-        rewards = [float(row["reward"]) for row in csv.DictReader(handle)]
+    rewards = [row["reward"] for row in read_live(live)]
     quarters = [round(float(np.mean(part)), 4) for part in np.array_split(np.array(rewards), 4)]
     return {"stage_wall_s": round(wall, 1), "reward_by_quarter": quarters,
             "rollouts": grpo.batch_size * grpo.num_generations * grpo.max_steps,

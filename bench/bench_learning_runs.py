@@ -12,7 +12,7 @@ copy:
   query-swap figure (`swap_JF_overall`: every expression answered with another expression's query of its video);
 - the ceiling, the empty answer and the constant answer (the SFT traces' training prior given to every query) are
   the stage's own `ceiling_*`, `empty_*` and `constant_*` metrics;
-- the SFT format rate, GRPO's reward per quarter of its steps (total and per component, `metrics/grpo_curve.csv`)
+- the SFT format rate, GRPO's reward per quarter of its steps (total and per component, `metrics/live/grpo`)
   and the benchmark table (`metrics/benchmarks.json`) are read from the run's files.
 
 `--plant mirror-boxes` also trains, per seed, the same run with every SFT and GRPO target mirrored left-right
@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 from bench.bench_orchestration import run_mode  # noqa: E402
 from bench.plants import PLANTS, plant_mirror_boxes  # noqa: E402
 from bench.results_io import write_result  # noqa: E402
+from stages.core.live import read_live  # noqa: E402
 
 TARGETS = {  # issue 61
     "ceiling_jf_min": 40.0,  # every seed
@@ -153,7 +154,7 @@ def run_seed(seed: int, work: Path, profile: str | None = None, plant: str | Non
             "reward_components": list(params.reward.components),
             "eval": evals, "answers": answers, "ceiling": ceiling, "empty": empty, "constant": constant,
             "sft_format_rate": {k: metrics["sft"][k] for k in ("format_rate_before", "format_rate_after")},
-            "grpo_reward_by_quarter": quarters(pd.read_csv(repo / "metrics" / "grpo_curve.csv")),
+            "grpo_reward_by_quarter": quarters(pd.DataFrame(read_live(repo / "metrics" / "live" / "grpo"))),
             "benchmarks": metrics["benchmarks"],
             "run_s": timed["total_s"], "stages_s": {k: v["wall_s"] for k, v in timed["stages"].items()},
             "load_avg_1m_start_end": timed["load_avg_1m_start_end"],

@@ -36,10 +36,10 @@ params = load_params(Path("params.yaml"))
 sft = dataclasses.replace(params.sft, batch_size=batch, packing=packing)
 started = time.perf_counter()
 report = train_sft(sft, params.model, Path("data/shards"), out / "sft", out / "ckpt", out / "metrics")
-curve = [line.split("\\t") for line in (out / "metrics" / "sft_curve.tsv").read_text().splitlines()[1:]]
+curve = [line.split("\\t") for line in (out / "metrics/live/sft/plots/metrics/loss.tsv").read_text().splitlines()[1:]]
 print(json.dumps({"wall_s": round(time.perf_counter() - started, 2), "processes": sft.processes,
                   "grad_accum": sft.grad_accum, "epochs": sft.epochs, **report.metrics,
-                  "loss_curve": [float(loss) for _, loss, _ in curve]}))
+                  "loss_curve": [float(loss) for _, loss in curve]}))
 """
 
 

@@ -61,8 +61,13 @@ def run_stage(stage: str, fn: Callable[..., StageReport], *args: Any, **kwargs: 
         if total:
             update_progress_artifact(artifact_id=artifact_id, progress=100.0 * done / total)
 
+    def on_markdown(markdown: str) -> None:  # a training stage's curves so far: the report artifact's key, updated
+        create_markdown_artifact(markdown=markdown, key=_artifact_key(stage, "report"),
+                                 description=f"{stage}: curves so far (the run goes on)")
+
     stage_task = task(_disk_full_in_one_line(stage, fn), name=stage, cache_policy=NO_CACHE, persist_result=False)
     progress.add_listener(on_progress)
+    progress.add_markdown_listener(on_markdown)
     started = time.time()
     try:
         # recorded (flow run, this pid): if this process is killed outright, the next stage marks the run crashed
@@ -70,6 +75,7 @@ def run_stage(stage: str, fn: Callable[..., StageReport], *args: Any, **kwargs: 
             report = stage_task(*args, **kwargs)
     finally:
         progress.remove_listener(on_progress)
+        progress.remove_markdown_listener(on_markdown)
     _record_timings(stage, started, time.time())
     update_progress_artifact(artifact_id=artifact_id, progress=100.0)
     publish_report(report)

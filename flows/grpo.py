@@ -13,9 +13,9 @@ from stages.grpo import run_grpo
 
 @flow(name="dvc-grpo")
 def grpo_flow(params_path: str = "params.yaml") -> dict:
-    """Write models/grpo, metrics/grpo_curve.csv and metrics/grpo.json."""
+    """Write models/grpo, the live curves metrics/live/grpo (DVCLive, TensorBoard) and metrics/grpo.json."""
     params = load_params(params_path)
-    report = run_stage("grpo", run_grpo, params.grpo, params.reward, params.sam2, Path("metrics/grpo_curve.csv"),
+    report = run_stage("grpo", run_grpo, params.grpo, params.reward, params.sam2, Path("metrics/live/grpo"),
                        Path(params_path))
     report.write_metrics(Path("metrics/grpo.json"))
     return report.metrics

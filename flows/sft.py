@@ -13,7 +13,8 @@ from stages.sft import train_sft
 
 @flow(name="dvc-sft")
 def sft_flow(params_path: str = "params.yaml") -> dict:
-    """Write models/sft (adapter, merged), metrics/sft_curve.tsv and metrics/sft.json."""
+    """Write models/sft (adapter, merged), the live curves metrics/live/sft (DVCLive, TensorBoard) and
+    metrics/sft.json."""
     params = load_params(params_path)
     report = run_stage("sft", train_sft, params.sft, params.model, Path("data/shards"), Path(params.sft.out_dir),
                        Path(params.sft.checkpoint_dir), Path("metrics"))

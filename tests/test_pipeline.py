@@ -29,6 +29,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from stages.core.live import read_live
 from tests.pipeline_repo import dvc, env_with_venv, make_repo, profile_overrides, sh
 
 # the stages of dvc.yaml, and those that run a Prefect flow (`vrsflow stage NAME`)
@@ -218,17 +219,22 @@ def test_outputs_hold_the_values_params_and_data_determine(repo: Path, ci: dict[
             assert len(keys) == shard["count"]
         assert keys_by_source == expected[pool], pool
 
-    # training curves: one row per optimizer step
+    # training curves (DVCLive's files, written as the stages trained): one row per optimizer step
     sft_steps = math.ceil(len(accepted) * ci["sft.epochs"] / 1)
-    assert len(pd.read_csv(repo / "metrics/sft_curve.tsv", sep="\t")) == sft_steps
-    assert len(pd.read_csv(repo / "metrics/grpo_curve.csv")) == ci["grpo.max_steps"]
+    assert len(pd.read_csv(repo / "metrics/live/sft/plots/metrics/loss.tsv", sep="\t")) == sft_steps
+    assert len(pd.DataFrame(read_live(repo / "metrics/live/grpo"))) == ci["grpo.max_steps"]
+    assert json.loads((repo / "metrics/live/sft/metrics.json").read_text())["step"] == sft_steps  # `dvc exp show`
+    drawn_charts = json.loads(dvc(repo, "plots", "show", "--json"))["data"]  # from DVCLive's files
+    for chart, series in {"sft_loss": "loss", "grpo_reward": "reward", "grpo_kl": "kl"}.items():
+        values = drawn_charts[chart][0]["content"]["data"]["values"]
+        assert len([v for v in values if series in v]) == (sft_steps if chart == "sft_loss" else ci["grpo.max_steps"])
     # per source: SFT's loss before / after on its samples; GRPO's reward per step of the source it drew
     for name, n in expected["sft"].items():
         assert metrics["sft"][f"source.{name}.samples"] == n
         assert metrics["sft"][f"source.{name}.loss_samples"] == min(n, 32)
         assert 0 < metrics["sft"][f"source.{name}.loss_before"] < 100
         assert 0 < metrics["sft"][f"source.{name}.loss_after"] < 100
-    grpo_curve = pd.read_csv(repo / "metrics/grpo_curve.csv")
+    grpo_curve = pd.DataFrame(read_live(repo / "metrics/live/grpo"))
     drawn = grpo_curve[[c for c in grpo_curve.columns if c.startswith("source.")]]
     assert ci["grpo.batch_size"] == 1 and (drawn.notna().sum(axis=1) == 1).all()  # one prompt, one source a step
     assert (drawn.max(axis=1) - grpo_curve["reward"]).abs().max() < 1e-4  # that step's reward is its source's
@@ -410,7 +416,7 @@ def test_sigterm_stops_a_stage_cleanly_and_the_rerun_resumes(serial: Path, start
     assert list(checkpoints.glob("checkpoint-*")), "the checkpoints a rerun resumes from are gone"
     output = dvc(serial, "repro", "sft", timeout=900)
     assert "resuming from" in output, output[-3000:]
-    steps = pd.read_csv(serial / "metrics/sft_curve.tsv", sep="\t")["step"].tolist()
+    steps = pd.read_csv(serial / "metrics/live/sft/plots/metrics/loss.tsv", sep="\t")["step"].tolist()
     assert steps == list(range(1, len(steps) + 1)) and len(steps) == 4 * len(
         pd.read_parquet(serial / "data/filter/accepted.parquet"))
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from stages.core.live import live_dir, write_live
 from stages.core.plots_page import write_page_template
 from tests.pipeline_repo import dvc, sh
 
@@ -21,7 +22,7 @@ REWARDS = ["reward", "reward_format", "reward_keyframe", "reward_spatial", "rewa
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory, project_root: Path) -> Path:
     """A git + DVC repo with the project's dvc.yaml, params.yaml, plot template and DVC plots config, and small
-    curve files where the stages write them."""
+    curves in DVCLive's files where the stages write them."""
     dest = tmp_path_factory.mktemp("plots")
     for name in ("dvc.yaml", "params.yaml"):
         shutil.copy(project_root / name, dest / name)
@@ -33,13 +34,12 @@ def repo(tmp_path_factory: pytest.TempPathFactory, project_root: Path) -> Path:
     template = config.get("plots", "html_template")
     dvc(dest, "config", "plots.html_template", template)
     write_page_template(dest / ".dvc" / template)  # what scripts/setup.sh does
-    (dest / "metrics").mkdir()
-    (dest / "metrics" / "sft_curve.tsv").write_text(
-        "step\tloss\tlr\n" + "".join(f"{s}\t{3 - s / 4}\t0.005\n" for s in range(1, 6)))
-    header = ["step", "reward", "reward_std", "kl", "response_length"] + REWARDS[1:]
-    (dest / "metrics" / "grpo_curve.csv").write_text(",".join(header) + "\n" + "".join(
-        ",".join(str(s if c == "step" else round(0.1 * s + 0.01 * i, 3)) for i, c in enumerate(header)) + "\n"
-        for s in range(1, 6)))
+    # DVCLive's own files, where the stages' live curves go (stages/core/live.py)
+    write_live([{"step": s, "loss": 3 - s / 4, "learning_rate": 0.005} for s in range(1, 6)],
+               live_dir(dest / "metrics", "sft"))
+    header = ["reward", "reward_std", "kl", "response_length"] + REWARDS[1:]
+    write_live([{"step": s, **{c: round(0.1 * s + 0.01 * i, 3) for i, c in enumerate(header)}} for s in range(1, 6)],
+               live_dir(dest / "metrics", "grpo"))
     (dest / "data" / "sample").mkdir(parents=True)
     Image.new("RGB", (20, 10)).save(dest / "data" / "sample" / "distribution.png")
     return dest
@@ -50,8 +50,10 @@ def test_each_chart_once_one_colour_per_series_named_axes(repo: Path) -> None:
     assert sorted(plots) == sorted(["sft_loss", "sft_learning_rate", "grpo_reward", "grpo_response_length", "grpo_kl",
                                     "data/sample/distribution.png"])
     reward = plots["grpo_reward"][0]["content"]
-    assert reward["encoding"]["color"]["field"] == "field"  # colour by series (not by revision)
-    assert sorted({row["field"] for row in reward["data"]["values"]}) == sorted(REWARDS)
+    assert reward["encoding"]["color"]["field"] == "series"  # colour by series (not by revision)
+    # one DVCLive file per curve: DVC names each row's series `<file>::<metric>`
+    assert sorted({row["filename::field"] for row in reward["data"]["values"]}) == sorted(
+        f"{name}.tsv::{name}" for name in REWARDS)
     assert reward["encoding"]["strokeDash"]["field"] == "rev"
     for name, (x_label, y_label) in {"grpo_reward": ("rollout round", "reward (mean over the round's rollouts)"),
                                      "sft_loss": ("optimizer step", "cross-entropy loss"),
@@ -64,6 +66,7 @@ def test_each_chart_once_one_colour_per_series_named_axes(repo: Path) -> None:
 
     svg = vl_convert.vegalite_to_svg(reward)
     assert len(set(re.findall(r'<path[^>]*stroke="(#[0-9a-f]{6})"', svg))) == 5
+    assert set(REWARDS) <= set(re.findall(r"<text[^>]*>([a-z_]+)</text>", svg))  # the legend names the metrics
 
 
 def test_page_loads_nothing_from_the_network(repo: Path) -> None:

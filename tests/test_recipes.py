@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from stages.core.live import read_live
 from stages.core.params import apply_overrides, read_params_file
 from stages.tasks import EVALUATE_MODES, get_task
 from tests.pipeline_repo import env_with_venv
@@ -208,9 +209,9 @@ def test_recipe_end_to_end_at_tiny_size(name: str, shared: Path, tmp_path: Path,
         assert s["meta"]["ground_truth"]["task"] == task.name
     train_sft(params.sft, params.model, Path("data/shards"), Path(params.sft.out_dir), Path(params.sft.checkpoint_dir),
               Path("metrics"))
-    report = run_grpo(params.grpo, params.reward, params.sam2, Path("metrics/grpo_curve.csv"), Path("params.yaml"))
+    report = run_grpo(params.grpo, params.reward, params.sam2, Path("metrics/live/grpo"), Path("params.yaml"))
     assert Path("models/grpo/merged/config.json").is_file(), report.metrics
-    curve = pd.read_csv("metrics/grpo_curve.csv")
+    curve = pd.DataFrame(read_live(Path("metrics/live/grpo")))
     assert len(curve) >= 1
     result = evaluate(params.evaluate, params.model, params.sam2, params.keyframes.train_size, root,
                       Path("data/keyframes/eval.parquet"), Path("data/evaluate"), Path("reports/eval.md"), serial)

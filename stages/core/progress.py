@@ -3,7 +3,8 @@
 Stages wrap their per-item loops in `track(...)`: a tqdm bar on the terminal, and — when a flow has
 registered a listener — the same progress forwarded (e.g. to a Prefect progress artifact). Training loops
 of transformers / TRL get the same through `trainer_progress`, and `quiet_library_deprecations` keeps the
-libraries' per-step FutureWarnings off the console.
+libraries' per-step FutureWarnings off the console. A running stage shows its curves so far through
+`publish_markdown` (the flow's markdown listener: the stage's Prefect report artifact, updated in place).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from tqdm import tqdm
 T = TypeVar("T")
 Listener = Callable[[str, int, int], None]  # (description, done, total)
 _listeners: list[Listener] = []
+_markdown_listeners: list[Callable[[str], None]] = []
 _log = logging.getLogger("vrsflow.progress")
 
 
@@ -31,6 +33,29 @@ def remove_listener(listener: Listener) -> None:
     """Unregister a callback added with `add_listener`."""
     if listener in _listeners:
         _listeners.remove(listener)
+
+
+def add_markdown_listener(listener: Callable[[str], None]) -> None:
+    """Register a callback receiving the running stage's report so far (markdown: its curves while it trains)."""
+    _markdown_listeners.append(listener)
+
+
+def remove_markdown_listener(listener: Callable[[str], None]) -> None:
+    """Unregister a callback added with `add_markdown_listener`."""
+    if listener in _markdown_listeners:
+        _markdown_listeners.remove(listener)
+
+
+def wants_markdown() -> bool:
+    """Whether anyone listens for reports so far (drawing them costs time: skip it when not)."""
+    return bool(_markdown_listeners)
+
+
+def publish_markdown(markdown: str) -> None:
+    """Hand the running stage's report so far to the markdown listeners (nothing when it is empty)."""
+    if markdown:
+        for listener in list(_markdown_listeners):
+            listener(markdown)
 
 
 def track(items: Iterable[T], total: int | None = None, desc: str = "") -> Iterator[T]:

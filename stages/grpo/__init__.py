@@ -2,7 +2,8 @@
 or `verl` (GPU cluster: validated config, parquet, launch script; docs/grpo_verl.md).
 
 Outputs (both engines): `models/grpo/{adapter,merged}` (adapter only with LoRA) + lineage + model card,
-`metrics/grpo_curve.csv` (per step: reward total and per component, response length, KL) and
+the live curves `metrics/live/grpo` (DVCLive's files and TensorBoard's, per step: reward total and per component,
+response length, KL, …; written while TRL trains, and from verl's logs while and after verl runs) and
 `metrics/grpo.json` (first/last-window mean reward). With verl, the final actor checkpoint of the run is
 merged with verl's own merger (`stages.grpo.verl_engine`).
 """
@@ -11,11 +12,13 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from pathlib import Path
 
 import pandas as pd
 
 from stages.core.lineage import write_lineage
+from stages.core.live import TENSORBOARD_DIR, live_markdown, write_live
 from stages.core.model_card import write_model_card
 from stages.core.output_lock import hold_outputs
 from stages.core.params import GrpoParams, RewardParams, Sam2Params
@@ -26,20 +29,19 @@ from stages.grpo.curves import (
     source_summary,
     summary_window,
     window_summary,
-    write_curve,
 )
 from stages.rewards import check_params
 
 log = logging.getLogger(__name__)
 
 
-def run_grpo(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, curve_path: Path,
+def run_grpo(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, live_dir: Path,
              params_path: Path = Path("params.yaml")) -> StageReport:
-    """Train with the configured engine and write the checkpoint, the per-step curve and the summary.
+    """Train with the configured engine and write the checkpoint, the per-step curves and the summary.
 
     Args:
         grpo, reward, sam2: params blocks.
-        curve_path: per-step curve CSV (`metrics/grpo_curve.csv`).
+        live_dir: the live curves' folder (`metrics/live/grpo`, `stages.core.live`).
         params_path: params.yaml (verl's reward workers read the reward block from it).
 
     Raises:
@@ -49,14 +51,14 @@ def run_grpo(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, curve_pat
     """
     folders = [grpo.out_dir, grpo.checkpoint_dir] + ([grpo.verl.out_dir] if grpo.engine == "verl" else [])
     with hold_outputs("grpo", folders):
-        return _run_grpo(grpo, reward, sam2, curve_path, params_path)
+        return _run_grpo(grpo, reward, sam2, Path(live_dir), params_path)
 
 
-def _run_grpo(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, curve_path: Path,
+def _run_grpo(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, live_dir: Path,
               params_path: Path) -> StageReport:
     check_params(reward)
     if grpo.engine == "verl":
-        return _run_verl(grpo, reward, sam2, curve_path, params_path)
+        return _run_verl(grpo, reward, sam2, live_dir, params_path)
     from stages.grpo.data import build_dataset, read_grpo_shards
     from stages.grpo.trl_engine import train_trl
 
@@ -69,11 +71,12 @@ def _run_grpo(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, curve_pa
         from stages.models.launch import run_launched
 
         result = run_launched("grpo", grpo.processes, grpo.accelerate_config, "stages.grpo.trl_engine",
-                              {"grpo": to_dict(grpo), "reward": to_dict(reward), "sam2": to_dict(sam2)})
+                              {"grpo": to_dict(grpo), "reward": to_dict(reward), "sam2": to_dict(sam2),
+                               "live_dir": str(live_dir)})
     else:
-        result = train_trl(grpo, reward, sam2, build_dataset(samples), out_dir, Path(grpo.checkpoint_dir))
-    rows = curve_from_trl(result["log_history"])
-    write_curve(rows, curve_path)
+        result = train_trl(grpo, reward, sam2, build_dataset(samples), out_dir, Path(grpo.checkpoint_dir),
+                           live_dir=live_dir)
+    rows = curve_from_trl(result["log_history"])  # the summary's; the curves are DVCLive's, written as it trained
     summary = window_summary(rows, summary_window(grpo.window, len(samples), grpo.batch_size))
     summary.update({"samples": len(samples), "wall_s": round(result["wall_s"], 3),
                     "reward_s": round(result["reward_s"], 3), **source_summary(rows)})
@@ -86,10 +89,10 @@ def _run_grpo(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, curve_pa
     log.info("grpo: reward %.3f → %.3f over %d steps", summary.get("reward_first", float("nan")),
              summary.get("reward_last", float("nan")), summary["steps"])
     return StageReport("grpo", metrics=summary, tables={"curve": pd.DataFrame(rows)},
-                       markdown=curves_markdown(curve_path))
+                       markdown=live_markdown(live_dir, curves_markdown))
 
 
-def _run_verl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, curve_path: Path,
+def _run_verl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, live_dir: Path,
               params_path: Path) -> StageReport:
     """Write the validated job; run it when this machine has GPUs and the job has not finished yet; then bring
     the final checkpoint back (verl's merger → `models/grpo`), with the curve, lineage and model card.
@@ -102,7 +105,7 @@ def _run_verl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, curve_pa
 
     import pyarrow.parquet as pq
 
-    from stages.grpo.curves import curve_from_verl
+    from stages.grpo.curves import curve_from_verl, following_verl
     from stages.grpo.verl_engine import cuda_available, finished_run, merge_checkpoint, prepare_job, write_models
     from stages.models.trainable import lora_targets
     from stages.segment import config_identity
@@ -114,8 +117,9 @@ def _run_verl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, curve_pa
     if record is None and grpo.verl.device == "cpu":  # the CPU rehearsal: verl's own trainer, here
         from stages.grpo.verl_cpu import run_rehearsal
 
-        versions = run_rehearsal(Path.cwd(), Path(job["launch"]), job_dir,
-                                 grpo.verl.n_gpus_per_node * grpo.verl.nnodes, Path(grpo.model_path))
+        with following_verl(job_dir, live_dir):
+            versions = run_rehearsal(Path.cwd(), Path(job["launch"]), job_dir,
+                                     grpo.verl.n_gpus_per_node * grpo.verl.nnodes, Path(grpo.model_path))
         record = finished_run(job_dir)
         if record is None:
             raise RuntimeError(f"{job['launch']} ended without marking the job finished in {job_dir}")
@@ -125,7 +129,8 @@ def _run_verl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, curve_pa
                                f"{job_dir} — run {job['launch']} on the cluster, then this stage again to bring "
                                f"the checkpoint back (docs/grpo_verl.md; `python -m stages.grpo.verl_engine "
                                f"prepare` writes the job and exits 0)")
-        subprocess.run(["bash", job["launch"]], check=True)
+        with following_verl(job_dir, live_dir):
+            subprocess.run(["bash", job["launch"]], check=True)
         record = finished_run(job_dir)
         if record is None:
             raise RuntimeError(f"{job['launch']} ended without marking the job finished in {job_dir}")
@@ -141,7 +146,10 @@ def _run_verl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, curve_pa
                                base_model=grpo.model_path,
                                target_rule=lora_targets(grpo.target_modules, grpo.train_vision))
     rows = curve_from_verl(job_dir)
-    write_curve(rows, curve_path)
+    write_live(rows, live_dir)
+    (live_dir / TENSORBOARD_DIR).mkdir(parents=True, exist_ok=True)  # a declared output, even for an older job
+    if (job_dir / TENSORBOARD_DIR).is_dir():  # verl's own TensorBoard logger (trainer.logger), beside TRL's
+        shutil.copytree(job_dir / TENSORBOARD_DIR, live_dir / TENSORBOARD_DIR, dirs_exist_ok=True)
     pool_size = pq.ParquetFile(grpo.verl_parquet).metadata.num_rows  # footer only
     summary = {**window_summary(rows, summary_window(grpo.window, pool_size, grpo.batch_size)), "engine_verl": 1,
                "samples": pool_size}
@@ -157,4 +165,5 @@ def _run_verl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, curve_pa
     write_model_card(out_dir, "vrsflow GRPO checkpoint (Qwen2.5-VL, verifiable reward, verl)",
                      metrics={"grpo": summary})
     log.info("grpo (verl): step %d checkpoint merged into %s", record["step"], out_dir)
-    return StageReport("grpo", metrics=summary, tables={"curve": pd.DataFrame(rows)})
+    return StageReport("grpo", metrics=summary, tables={"curve": pd.DataFrame(rows)},
+                       markdown=live_markdown(live_dir, curves_markdown))

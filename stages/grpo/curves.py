@@ -1,9 +1,10 @@
-"""Per-step GRPO curves (reward total and per component, response length, KL) for `dvc plots`, and the
-first/last-window summary that shows whether the reward rises.
+"""Per-step GRPO curves (reward total and per component, response length, KL, …) under one set of names for both
+engines (DVCLive's files in `metrics/live/grpo`, `stages.core.live`), and the first/last-window summary that
+shows whether the reward rises.
 
-Both engines end here: TRL's log history, or verl's file log (`verl_log.jsonl`: score mean, response
-length, KL loss per step) joined with our reward log (`reward_log/*.jsonl`, one line per scored rollout)
-and verl's rollout dumps (`rollouts/<step>.jsonl`), which say which rollouts belong to which step.
+Both engines end here: TRL's log entries (`trl_row`, as it trains), or verl's file log (`verl_log.jsonl`: score
+mean, response length, KL loss per step) joined with our reward log (`reward_log/*.jsonl`, one line per scored
+rollout) and verl's rollout dumps (`rollouts/<step>.jsonl`), which say which rollouts belong to which step.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +23,26 @@ from stages.core.io import atomic_write_text
 
 CURVE_COLUMNS = ("step", "reward", "reward_std", "kl", "response_length")
 TRL_KEYS = {"reward": "reward", "reward_std": "reward_std", "kl": "kl", "response_length": "completions/mean_length"}
+# curves beside the reward, under the names both engines log them with (TRL's key; verl's in VERL_KEYS)
+TRL_EXTRA = {"zero_std_share": "frac_reward_zero_std", "learning_rate": "learning_rate", "grad_norm": "grad_norm"}
+VERL_KEYS = {"reward": "critic/score/mean", "kl": "actor/kl_loss", "response_length": "response_length/mean",
+             "learning_rate": "actor/lr", "grad_norm": "actor/grad_norm", "step_s": "timing_s/step"}
+
+
+def trl_row(entry: dict, component_prefix: str = "reward_components/",
+            source_prefix: str = "reward_source/") -> dict[str, float]:
+    """One TRL log entry → the GRPO curves (names shared with verl's, `curve_from_verl`); {} for an entry that is
+    no training step (the final train summary, evaluation)."""
+    if "reward" not in entry:
+        return {}
+    row = {column: float(entry.get(key, float("nan"))) for column, key in TRL_KEYS.items()}
+    row.update({column: float(entry[key]) for column, key in TRL_EXTRA.items() if key in entry})
+    for key, value in entry.items():
+        if key.startswith(component_prefix):
+            row[f"reward_{key[len(component_prefix):]}"] = float(value)
+        elif key.startswith(source_prefix):
+            row[f"source.{key[len(source_prefix):]}.reward"] = float(value)
+    return row
 
 
 def curve_from_trl(log_history: Sequence[dict], component_prefix: str = "reward_components/",
@@ -27,19 +50,8 @@ def curve_from_trl(log_history: Sequence[dict], component_prefix: str = "reward_
     """One row per logged training step from TRL's `trainer.state.log_history`; with several training sources a
     `source.<name>.reward` column each (the mean score of that source's rollouts in the step, empty when the
     step drew none of it)."""
-    rows = []
-    for entry in log_history:
-        if "reward" not in entry or "step" not in entry:
-            continue  # the final train summary and eval entries
-        row = {"step": int(entry["step"])}
-        for column, key in TRL_KEYS.items():
-            row[column] = float(entry.get(key, float("nan")))
-        for key, value in entry.items():
-            if key.startswith(component_prefix):
-                row[f"reward_{key[len(component_prefix):]}"] = float(value)
-            elif key.startswith(source_prefix):
-                row[f"source.{key[len(source_prefix):]}.reward"] = float(value)
-        rows.append(row)
+    rows = [{"step": int(entry["step"]), **row} for entry in log_history
+            if "step" in entry and (row := trl_row(entry, component_prefix, source_prefix))]
     rows.sort(key=lambda r: r["step"])
     return rows
 
@@ -65,12 +77,11 @@ def curve_from_verl(verl_dir: Path) -> list[dict]:
     for line in lines:
         entry = json.loads(line)
         data = entry["data"]
-        per_step[int(entry["step"])] = {
-            "step": int(entry["step"]), "reward": float(data.get("critic/score/mean", float("nan"))),
-            "reward_std": float("nan"), "kl": float(data.get("actor/kl_loss", float("nan"))),
-            "response_length": float(data.get("response_length/mean", float("nan")))}
-        if "timing_s/step" in data:  # verl's own timer of the whole step (rollout, reward, update, save)
-            per_step[int(entry["step"])]["step_s"] = float(data["timing_s/step"])
+        row = {"step": int(entry["step"]), "reward_std": float("nan")}
+        for column, key in VERL_KEYS.items():  # step_s: verl's own timer of the whole step (rollout … save)
+            if key in data or column in CURVE_COLUMNS:
+                row[column] = float(data.get(key, float("nan")))
+        per_step[row["step"]] = row
     for path in sorted((verl_dir / "rollouts").glob("*.jsonl")):
         step = int(path.stem)
         results = []
@@ -87,6 +98,37 @@ def curve_from_verl(verl_dir: Path) -> list[dict]:
                 if key != "score":
                     row[f"reward_{key}"] = float(np.mean([r[key] for r in results]))
     return [per_step[s] for s in sorted(per_step)]
+
+
+@contextmanager
+def following_verl(verl_dir: Path, live_dir: Path, every_s: float = 30.0) -> Iterator[None]:
+    """Inside: verl's logs in `verl_dir` read into DVCLive's files in `live_dir` every `every_s` seconds, and the
+    curve pictures handed to the flow (`stages.core.progress.publish_markdown`), while verl runs beside."""
+    from stages.core.live import live_markdown, write_live
+    from stages.core.progress import publish_markdown, wants_markdown
+
+    stop = threading.Event()
+
+    def follow() -> None:
+        seen: list[dict] = []
+        while not stop.wait(every_s):
+            try:
+                rows = curve_from_verl(verl_dir)
+            except json.JSONDecodeError:  # a line verl is writing right now: read it at the next look
+                continue
+            if rows and rows != seen:
+                write_live(rows, live_dir)
+                seen = rows
+                if wants_markdown():
+                    publish_markdown(live_markdown(live_dir, curves_markdown))
+
+    thread = threading.Thread(target=follow, name="verl-curves", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def write_curve(rows: Sequence[dict], path: Path) -> None:
@@ -169,7 +211,8 @@ def window_summary(rows: Sequence[dict], window: int) -> dict[str, float]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """`python -m stages.grpo.curves --verl-dir DIR --out metrics/grpo_curve.csv` (end of launch.sh)."""
+    """`python -m stages.grpo.curves --verl-dir DIR --out DIR/grpo_curve.csv` (end of launch.sh: the job folder's
+    own table, in the GPU-node environment; the stage reads the same logs into `metrics/live/grpo`)."""
     parser = argparse.ArgumentParser(description="per-step GRPO curves from a verl run")
     parser.add_argument("--verl-dir", required=True)
     parser.add_argument("--out", required=True)

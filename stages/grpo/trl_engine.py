@@ -24,8 +24,10 @@ from typing import Any
 
 import numpy as np
 
+from stages.core.live import checkpoint_step, live_callbacks
 from stages.core.params import GrpoParams, RewardParams, Sam2Params
 from stages.core.progress import quiet_library_deprecations, trainer_progress
+from stages.grpo.curves import curves_markdown, trl_row
 from stages.models.trainable import freeze_vision, last_complete_checkpoint, lora_targets, trainable_vision_parameters
 from stages.rewards import score_group
 
@@ -97,8 +99,11 @@ def _prepare_checkpoints(folder: Path, fingerprint: str) -> None:
 
 
 def train_trl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, dataset, out_dir: Path,
-              checkpoint_dir: Path, reward_fn: Callable[..., list[float]] | None = None) -> dict[str, Any]:
+              checkpoint_dir: Path, reward_fn: Callable[..., list[float]] | None = None,
+              live_dir: Path | None = None) -> dict[str, Any]:
     """Run GRPO; write `out_dir/adapter` (LoRA) and `out_dir/merged`; returns the trainer's log history + timing.
+
+    `live_dir`: where the curves go while it trains (DVCLive's files and TensorBoard's, `stages.core.live`).
 
     Resumes from the newest `checkpoint_dir/checkpoint-*` when one exists. `reward_fn` replaces the
     verifiable reward (a TRL reward function with a `__name__`); the tests use it to check that the
@@ -152,7 +157,8 @@ def train_trl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, dataset,
         num_iterations=grpo.ppo_epochs, epsilon=grpo.clip_ratio, learning_rate=grpo.learning_rate,
         max_grad_norm=grpo.grad_clip,
         weight_decay=grpo.weight_decay, lr_scheduler_type="constant", warmup_steps=0,
-        num_train_epochs=grpo.epochs, max_steps=max_steps, logging_steps=1, report_to="none",
+        num_train_epochs=grpo.epochs, max_steps=max_steps, logging_steps=1,
+        report_to=["tensorboard"],  # its writer goes to the live folder (stages.core.live)
         save_strategy="steps", save_steps=grpo.save_every_steps * grpo.ppo_epochs, save_total_limit=1,
         save_only_model=False,
         remove_unused_columns=False, dataloader_num_workers=0, seed=grpo.seed, data_seed=grpo.seed,
@@ -174,6 +180,8 @@ def train_trl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, dataset,
     resume = last_complete_checkpoint(Path(checkpoint_dir))
     if resume:
         log.info("resuming GRPO from %s", resume)
+    if live_dir is not None:
+        live_callbacks(trainer, Path(live_dir), trl_row, curves_markdown, resume_step=checkpoint_step(resume))
     start = time.perf_counter()
     with quiet_library_deprecations():  # TRL calls deprecated transformers APIs on every step
         trainer.train(resume_from_checkpoint=resume)
@@ -209,8 +217,8 @@ def _merge(base_path: str, out_dir: Path) -> None:
 def main(argv: list[str] | None = None) -> None:
     """One process of a multi-process TRL GRPO run: `accelerate launch … -m stages.grpo.trl_engine --job JOB`.
 
-    JOB (JSON): the `grpo`, `reward` and `sam2` blocks and `result`, where the main process writes the
-    log history and step count.
+    JOB (JSON): the `grpo`, `reward` and `sam2` blocks, `live_dir` (the live curves) and `result`, where the
+    main process writes the log history and step count.
     """
     import argparse
     import json
@@ -225,7 +233,7 @@ def main(argv: list[str] | None = None) -> None:
     grpo = build(GrpoParams, job["grpo"], "grpo")
     result = train_trl(grpo, build(RewardParams, job["reward"], "reward"), build(Sam2Params, job["sam2"], "sam2"),
                        build_dataset(read_grpo_shards(Path(grpo.shards_dir))), Path(grpo.out_dir),
-                       Path(grpo.checkpoint_dir))
+                       Path(grpo.checkpoint_dir), live_dir=Path(job["live_dir"]) if job.get("live_dir") else None)
     if result["is_main"]:
         write_json(Path(job["result"]), result)
 

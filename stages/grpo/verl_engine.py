@@ -122,10 +122,12 @@ def verl_overrides(grpo: GrpoParams, reward: RewardParams, model_path: str, trai
         f"trainer.total_epochs={max(grpo.epochs, grpo.max_steps)}",
         *([f"trainer.total_training_steps={grpo.max_steps}"] if grpo.max_steps > 0 else []),
         "data.shuffle=true",
-        "trainer.logger=[console,file]",
+        # file: read into DVCLive's curves (stages.grpo.curves); tensorboard: event files the stage copies beside TRL's
+        "trainer.logger=[console,file,tensorboard]",
         # verl's file logger runs in the TaskRunner, a Ray actor: it sees the Ray job's runtime env, not the shell's
         # (an `export` in launch.sh alone left the log in <cwd>/vrsflow/grpo.jsonl, seen on the CPU rehearsal)
         f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH={Path(out_dir) / 'verl_log.jsonl'}",
+        f"+ray_kwargs.ray_init.runtime_env.env_vars.TENSORBOARD_DIR={Path(out_dir) / 'tensorboard'}",
         "trainer.project_name=vrsflow",
         "trainer.experiment_name=grpo",
         f"trainer.default_local_dir={Path(out_dir) / 'checkpoints'}",
@@ -319,6 +321,7 @@ def launch_script(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, over
              "fi",
              f"export PYTHONPATH={shlex.quote(str(project))}${{PYTHONPATH:+:$PYTHONPATH}}",
              f"export VERL_FILE_LOGGER_PATH={shlex.quote(str(out / 'verl_log.jsonl'))}",
+             f"export TENSORBOARD_DIR={shlex.quote(str(out / 'tensorboard'))}",
              *([f"export VERL_PLATFORM={PLATFORM}",
                 # Ray has no CPU accelerator: verl's workers take declared GPU slots, one per FSDP rank
                 f"ray status >/dev/null 2>&1 || ray start --head --num-gpus {v.n_gpus_per_node * v.nnodes}"]

@@ -4,8 +4,9 @@
 Reads top to bottom like a torchtune recipe: params → seed → data (indexed shards, encoded once) → model
 (LoRA or full fine-tuning of the language model; the vision tower stays frozen unless `sft.train_vision`)
 → format rate before → train (cosine schedule, gradient accumulation, checkpoints that resume only for
-the same params, data and process count) → adapter + merged weights → format rate after → curve and
-metrics. Loss is on assistant tokens only. bf16 on GPU, fp32 on CPU.
+the same params, data and process count; the curves go to DVCLive and TensorBoard in `metrics/live/sft` as it
+trains, `stages.core.live`) → adapter + merged weights → format rate after → metrics. Loss is on assistant
+tokens only. bf16 on GPU, fp32 on CPU.
 
 Several processes: `sft.processes > 1` makes the stage start `accelerate launch` (config
 `sft.accelerate_config`) or torchrun itself; on several nodes run `accelerate launch … -m stages.sft` on
@@ -30,6 +31,7 @@ from schemas.answer import parse_answer
 from stages.core.errors import EmptyInput
 from stages.core.io import atomic_write_text, write_json
 from stages.core.lineage import write_lineage
+from stages.core.live import checkpoint_step, live_callbacks, live_dir, live_markdown
 from stages.core.model_card import write_model_card
 from stages.core.output_lock import hold_outputs
 from stages.core.params import ModelParams, SftParams
@@ -123,7 +125,7 @@ def train_sft(params: SftParams, model_params: ModelParams, shards_dir: Path, ou
         shards_dir: the shard stage's folder (sft/ for training, eval/ for the held-out format rate).
         out_dir: `models/sft`.
         checkpoint_dir: persistent folder for resumable checkpoints.
-        metrics_dir: where `sft_curve.tsv` (per step) goes.
+        metrics_dir: where the live curves go (`live/sft`: DVCLive's files and TensorBoard's, per step).
 
     Raises:
         EmptyInput: no training samples (one line naming the shard stage, before any process is launched).
@@ -155,7 +157,7 @@ def _train_sft(params: SftParams, model_params: ModelParams, shards_dir: Path, o
         num_train_epochs=params.epochs, learning_rate=params.learning_rate, weight_decay=params.weight_decay,
         max_grad_norm=params.max_grad_norm, lr_scheduler_type=params.lr_scheduler, warmup_steps=params.warmup_ratio,
         logging_steps=1, save_strategy="steps", save_steps=params.save_every_steps, save_total_limit=1,
-        report_to="none",
+        report_to=["tensorboard"],  # its writer goes to the live folder (stages.core.live)
         seed=params.seed, data_seed=params.seed, remove_unused_columns=False, dataloader_num_workers=0,
         activation_checkpointing=params.gradient_checkpointing, disable_tqdm=True, save_only_model=False,
         ddp_find_unused_parameters=False, use_liger_kernel=liger,
@@ -191,6 +193,8 @@ def _train_sft(params: SftParams, model_params: ModelParams, shards_dir: Path, o
     if resume:
         log.info("sft: resuming from %s", resume)
     earlier = _tokens_seen(resume)  # read now: the trainer removes that checkpoint once it saves a newer one
+    live_callbacks(trainer, live_dir(Path(metrics_dir), "sft"), curve_values, _render_curves,
+                   resume_step=checkpoint_step(resume))
     output = trainer.train(resume_from_checkpoint=resume)
     tokens = trainer.state.num_input_tokens_seen - earlier  # this sitting's, as train_runtime
 
@@ -214,6 +218,14 @@ def _train_sft(params: SftParams, model_params: ModelParams, shards_dir: Path, o
     return StageReport("sft", metrics=result, markdown=_curves(Path(metrics_dir)) if main else "")
 
 
+def curve_values(logs: dict) -> dict[str, float]:
+    """A Trainer log entry → the SFT curves (loss, learning rate, gradient norm); {} for the final summary."""
+    if "loss" not in logs or "learning_rate" not in logs:
+        return {}
+    return {"loss": float(logs["loss"]), "learning_rate": float(logs["learning_rate"]),
+            **({"grad_norm": float(logs["grad_norm"])} if "grad_norm" in logs else {})}
+
+
 def _tokens_seen(checkpoint: str | None) -> int:
     """Tokens transformers had counted when `checkpoint` was saved (0 for a fresh start): a resumed sitting's own
     tokens are the count at its end less these."""
@@ -225,8 +237,12 @@ def _tokens_seen(checkpoint: str | None) -> int:
 
 def _curves(metrics_dir: Path) -> str:
     """The loss and learning-rate curves as pictures for the stage's Prefect artifact."""
-    return curves_markdown(metrics_dir / "sft_curve.tsv", "step", [
-        (["loss"], "SFT training loss", "cross-entropy loss"), (["lr"], "SFT learning rate", "learning rate")])
+    return live_markdown(live_dir(metrics_dir, "sft"), _render_curves)
+
+
+def _render_curves(table: Path) -> str:
+    return curves_markdown(table, "step", [(["loss"], "SFT training loss", "cross-entropy loss"),
+                                           (["learning_rate"], "SFT learning rate", "learning rate")])
 
 
 def _progress_callback():
@@ -260,7 +276,7 @@ def _finish(params: SftParams, model_params: ModelParams, processor, out_dir: Pa
             prompts: list[dict], before: float, curve: list[dict], steps: int, train: list, tokens: int,
             train_metrics: dict, shards_dir: Path, metrics_dir: Path, processes: int,
             by_source: dict[str, list], before_sources: dict[str, float]) -> dict:
-    """Main process: merged weights, format rate after, curve, metrics (per training source too: training
+    """Main process: merged weights, format rate after, metrics (per training source too: training
     samples, loss before and after on up to SOURCE_LOSS_SAMPLES of them), lineage, model card."""
     if params.lora_r > 0:
         _merge(model_params, out_dir)
@@ -268,7 +284,6 @@ def _finish(params: SftParams, model_params: ModelParams, processor, out_dir: Pa
     merged, _ = load_vlm(out_dir / "merged", model_params.dtype)
     after, samples_out = format_rate(merged, processor, held_out, params.max_new_tokens, batches=prompts)
     after_sources = source_losses(merged, processor, by_source)
-    _write_curve(metrics_dir / "sft_curve.tsv", curve)
     runtime = float(train_metrics.get("train_runtime", 0.0))
     metrics = {"format_rate_before": round(before, 4), "format_rate_after": round(after, 4), "steps": steps,
                "final_loss": curve[-1]["loss"] if curve else float("nan"), "train_samples": len(train),
@@ -376,17 +391,11 @@ def _prepare_checkpoints(folder: Path, fingerprint: str) -> None:
 
 
 def _curve(log_history: list[dict]) -> list[dict]:
-    """One row per optimizer step from the trainer's log history (the resumed part included)."""
+    """One row per optimizer step from the trainer's log history (the resumed part included): the final loss."""
     rows = {int(e["step"]): {"step": int(e["step"]), "loss": round(float(e["loss"]), 6),
                              "lr": float(e["learning_rate"])}
             for e in log_history if "loss" in e and "learning_rate" in e}
     return [rows[s] for s in sorted(rows)]
-
-
-def _write_curve(path: Path, curve: list[dict]) -> None:
-    lines = ["step\tloss\tlr"] + [f"{c['step']}\t{c['loss']:.6f}\t{c['lr']:.8g}" for c in curve]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, "\n".join(lines) + "\n")
 
 
 def _launch(params: SftParams, model_params: ModelParams, shards_dir: Path, out_dir: Path, checkpoint_dir: Path,

@@ -4,7 +4,7 @@
     torchrun --nnodes 2 --nproc_per_node 8 … -m stages.sft --params params.yaml
 
 `--params` reads the `sft` and `model` blocks and writes the stage's usual outputs (`sft.out_dir`,
-`metrics/sft_curve.tsv`, `metrics/sft.json`); `--job` is the file the stage itself writes when
+`metrics/live/sft`, `metrics/sft.json`); `--job` is the file the stage itself writes when
 `sft.processes > 1`.
 """
 

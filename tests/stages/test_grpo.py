@@ -10,8 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from stages.core.live import latest, read_live
 from stages.core.params import GrpoParams, GrpoVerlParams, RewardParams, Sam2Params, TinyModelsParams
-from stages.grpo.curves import read_curve, summary_window, window_summary
+from stages.grpo.curves import summary_window, window_summary
 from tests.stages.grpo_factory import write_grpo_shards
 
 PAPER = replace(GrpoParams(), batch_size=16, num_generations=8, learning_rate=1e-6, max_response_length=1024)
@@ -85,15 +86,17 @@ def tiny_run(tmp_path_factory):
                      out_dir=str(root / "out"), checkpoint_dir=str(root / "ckpt"), batch_size=1, num_generations=2,
                      max_steps=2, max_response_length=12, save_every_steps=1)
     reward = RewardParams(components=("format", "keyframe", "spatial"))
-    report = run_grpo(params, reward, Sam2Params(), root / "curve.csv")
+    report = run_grpo(params, reward, Sam2Params(), root / "live")
     return root, params, reward, report
 
 
 def test_trl_two_steps_write_checkpoint_and_metrics(tiny_run):
     root, _, _, report = tiny_run
-    rows = read_curve(root / "curve.csv")
+    rows = read_live(root / "live")  # DVCLive's files, written as it trained: TRL's names mapped to the curves'
     assert [r["step"] for r in rows] == [1, 2]
-    assert {"reward", "kl", "response_length", "reward_format", "reward_keyframe", "reward_spatial"} <= set(rows[0])
+    assert {"reward", "kl", "response_length", "reward_format", "reward_keyframe", "reward_spatial",
+            "zero_std_share", "learning_rate"} <= set(rows[0])
+    assert latest(root / "live")["step"] == 2 and list((root / "live" / "tensorboard").glob("events.out.*"))
     assert report.metrics["steps"] == 2 and "reward_first" in report.metrics and "reward_last" in report.metrics
     assert (root / "out" / "adapter" / "adapter_config.json").is_file()
     assert (root / "out" / "merged" / "config.json").is_file() and (root / "out" / "lineage.json").is_file()
@@ -103,9 +106,9 @@ def test_trl_resumes_from_checkpoint(tiny_run):
     from stages.grpo import run_grpo
 
     root, params, reward, _ = tiny_run
-    report = run_grpo(params, reward, Sam2Params(), root / "curve2.csv")
+    report = run_grpo(params, reward, Sam2Params(), root / "live2")
     assert report.metrics["steps"] == 2  # nothing left to train: the history comes from checkpoint-2
-    assert [r["step"] for r in read_curve(root / "curve2.csv")] == [1, 2]
+    assert [r["step"] for r in read_live(root / "live2")] == [1, 2]
 
 
 @pytest.mark.parametrize(("rewards", "window", "first", "last"), [
@@ -274,3 +277,39 @@ def test_two_process_grpo_under_accelerate_matches_one_process(tiny_run, dense_r
     assert abs(a["reward_last"] - b["reward_last"]) <= GRPO_LAST_WINDOW_TOLERANCE, (a, b)
     vision, language = _changed(tiny_run[0] / "model", tmp_path / "out" / "merged")
     assert vision == [] and language
+
+
+def test_verl_logs_become_live_curves_under_trls_names_as_the_run_goes(tmp_path):
+    """verl's file log, read while verl runs (`following_verl`), lands in DVCLive's files under the names TRL's
+    logged steps get (`trl_row`): a verl run and a TRL run plot on one chart; the flow sees the pictures."""
+    import json
+    import time
+
+    from stages.core import progress
+    from stages.grpo.curves import following_verl, trl_row
+
+    def line(step: int) -> str:
+        return json.dumps({"step": step, "data": {"critic/score/mean": 0.5 * step, "actor/kl_loss": 0.01,
+                                                  "response_length/mean": 12.0, "actor/lr": 1e-5,
+                                                  "actor/grad_norm": 0.3, "timing_s/step": 2.0}})
+
+    verl_dir, live = tmp_path / "verl", tmp_path / "live"
+    verl_dir.mkdir()
+    pictures: list[str] = []
+    progress.add_markdown_listener(pictures.append)
+    try:
+        with following_verl(verl_dir, live, every_s=0.05):
+            (verl_dir / "verl_log.jsonl").write_text(line(1) + "\n" + line(2) + "\n")
+            deadline = time.monotonic() + 20
+            while latest(live).get("step") != 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            rows = read_live(live)  # verl still running
+    finally:
+        progress.remove_markdown_listener(pictures.append)
+    assert [(r["step"], r["reward"], r["step_s"]) for r in rows] == [(1, 0.5, 2.0), (2, 1.0, 2.0)]
+    assert pictures and "GRPO reward per step" in pictures[-1]
+    trl = trl_row({"reward": 0.5, "reward_std": 0.1, "kl": 0.01, "completions/mean_length": 12.0,
+                   "learning_rate": 1e-5, "grad_norm": 0.3, "frac_reward_zero_std": 0.0,
+                   "reward_components/format": 1.0})
+    assert set(rows[0]) - {"step", "step_s"} == {"reward", "kl", "response_length", "learning_rate", "grad_norm"}
+    assert set(rows[0]) - {"step", "step_s"} <= set(trl)  # verl's timer of a whole step has no TRL twin

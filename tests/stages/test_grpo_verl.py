@@ -319,7 +319,7 @@ def test_grpo_stage_brings_the_lora_checkpoint_back(world: dict, verl_run: dict,
     result = subprocess.run([str(BIN / "vrsflow"), "stage", "grpo", "--params", str(world["params_path"])],
                             cwd=base, env=_env(), capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    out, curve = Path(grpo.out_dir), base / "metrics" / "grpo_curve.csv"
+    out, curve = Path(grpo.out_dir), base / "metrics" / "live" / "grpo" / "plots" / "metrics" / "reward.tsv"
     metrics = json.loads((base / "metrics" / "grpo.json").read_text())
     assert metrics["engine_verl"] == 1 and metrics["steps"] == 1
     assert json.loads((out / "adapter" / "adapter_config.json").read_text())["r"] == grpo.lora_r

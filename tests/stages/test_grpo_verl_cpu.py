@@ -61,9 +61,14 @@ def _params(repo: Path) -> dict:
 def test_curve_has_a_row_per_verl_step(rehearsal: Path):
     import pandas as pd
 
+    from stages.core.live import read_live
+
     steps = _params(rehearsal)["grpo"]["max_steps"]
-    curve = pd.read_csv(rehearsal / "metrics" / "grpo_curve.csv")
+    curve = pd.DataFrame(read_live(rehearsal / "metrics" / "live" / "grpo"))  # DVCLive's files, TRL's names
     assert list(curve["step"]) == list(range(1, steps + 1))
+    assert {"reward", "kl", "response_length", "step_s"} <= set(curve.columns)
+    # verl's own TensorBoard logger (trainer.logger), its event files copied beside the curves
+    assert list((rehearsal / "metrics" / "live" / "grpo" / "tensorboard").glob("events.out.tfevents.*"))
     log = [json.loads(line) for line in (rehearsal / "data/grpo/verl/verl_log.jsonl").read_text().splitlines()
            if line.strip()]
     assert [row["step"] for row in log] == list(range(1, steps + 1))

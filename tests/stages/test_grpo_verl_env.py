@@ -34,8 +34,9 @@ DISTRIBUTIONS = {"PIL": "pillow", "yaml": "pyyaml", "hydra": "hydra-core", "skle
 INSTALLED_APART = {"sam2"}  # scripts/setup_cluster.sh builds it against the resolved torch
 # imported lazily, never by the GPU job: dask for `runner.kind: dask` (data stages); trl for `grpo.engine: trl` —
 # and trl must stay out: verl 0.9.1's actor patches `AutoModelForCausalLMWithValueHead` whenever trl is
-# importable, and TRL 1.16 has no such class (the actor's model build fails with ImportError)
-NOT_ON_GPU_NODES = {"dask", "trl"}
+# importable, and TRL 1.16 has no such class (the actor's model build fails with ImportError); dvclive: the stage
+# writes the live curves from verl's logs in the project's .venv (stages.core.live), never the GPU job
+NOT_ON_GPU_NODES = {"dask", "trl", "dvclive"}
 
 
 def _index_url() -> str:

@@ -3,7 +3,8 @@
 - during SFT and during GRPO training (after the first checkpoint), each in 2 processes under torchrun, whose
   workers torch puts in sessions of their own (beyond the kill);
 - no process of the killed run is alive 10 s later (the parent-death signal at each level, stages/core/lifeline);
-- the rerun resumes and ends with the same weights, tensor for tensor, as an uninterrupted run of the same params.
+- the rerun resumes and ends with the same weights, tensor for tensor, as an uninterrupted run of the same params;
+  SFT's live curve (DVCLive's files) holds each step once, the uninterrupted run's values.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from stages.core.live import METRICS_DIR, live_dir
 from stages.core.params import GrpoParams, ModelParams, SftParams, TinyModelsParams
 from stages.core.typed_config import to_dict
 from tests.pipeline_repo import env_with_venv
@@ -156,6 +158,12 @@ def test_sft_killed_with_sigkill_leaves_nothing_and_resumes_exactly(tmp_path: Pa
     _finish(_stage(SFT_STAGE, job(killed), killed), killed)
     _same_tensors(reference / "sft" / "adapter", killed / "sft" / "adapter")
     _same_tensors(reference / "sft" / "merged", killed / "sft" / "merged")
+    # one curve (the main process's), each step once, with the uninterrupted run's losses (DVCLive's files)
+    curves = {run: (live_dir(run / "metrics", "sft") / METRICS_DIR / "loss.tsv").read_text().splitlines()
+              for run in (reference, killed)}
+    steps = [int(line.split("\t")[0]) for line in curves[killed][1:]]
+    assert steps == list(range(1, len(steps) + 1)) and len(steps) == 20  # 4 samples ÷ 2 processes × 10 epochs
+    assert curves[killed] == curves[reference]
 
 
 def test_grpo_killed_with_sigkill_leaves_nothing_and_resumes_exactly(tmp_path: Path) -> None:

@@ -16,6 +16,8 @@ import torch
 import webdataset as wds
 from PIL import Image
 
+from stages.core import live, progress
+from stages.core.live import METRICS_DIR, live_dir, read_live
 from stages.core.params import ModelParams, SftParams, TinyModelsParams
 from stages.models import build_tiny_models
 from stages.models.batches import assistant_labels
@@ -195,10 +197,30 @@ def reference(setup, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def _curve(path: Path) -> list[tuple[int, float, float]]:
-    rows = path.read_text().splitlines()
-    assert rows[0] == "step\tloss\tlr"
-    return [(int(s), float(loss), float(lr)) for s, loss, lr in (r.split("\t") for r in rows[1:])]
+def _curve(folder: Path) -> list[tuple[int, float, float]]:
+    """(step, loss, learning rate) of a run's live curves (DVCLive's files, `stages.core.live`)."""
+    rows = read_live(live_dir(folder / "metrics", "sft"))
+    return [(r["step"], r["loss"], r["learning_rate"]) for r in rows]
+
+
+def _steps(folder: Path, name: str) -> list[int]:
+    """The steps of one DVCLive curve file, in file order (a step logged twice would show twice)."""
+    path = live_dir(folder / "metrics", "sft") / METRICS_DIR / f"{name}.tsv"
+    return [int(line.split("\t")[0]) for line in path.read_text().splitlines()[1:]]
+
+
+def _die_after_logging(monkeypatch: pytest.MonkeyPatch, step: int, seen: list[dict]) -> None:
+    """A kill right after DVCLive wrote `step` (between two checkpoints: the files as a kill -9 leaves them);
+    DVCLive's summary (`metrics.json`) is read as each step lands, as `dvc exp show` would read it mid-run."""
+    real = live.log_row
+
+    def log_then_die(run, at: int, values: dict) -> None:
+        real(run, at, values)
+        seen.append(live.latest(Path(run.dir)))
+        if at == step:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(live, "log_row", log_then_die)
 
 
 def _adapter(folder: Path) -> dict[str, torch.Tensor]:
@@ -230,20 +252,31 @@ def _die_after_saves(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
 
 def test_resume_after_interruption_matches_an_uninterrupted_run(setup, reference: Path, tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    _die_after_saves(monkeypatch, 2)
+    seen: list[dict] = []
+    _die_after_logging(monkeypatch, 3, seen)  # step 3 logged, its checkpoint never written
     with pytest.raises(KeyboardInterrupt):
         _run(SMALL, setup, tmp_path)
     assert sorted(p.name for p in (tmp_path / "ckpt").glob("checkpoint-*")) == ["checkpoint-2"]  # the newest only
+    # during training, DVCLive's summary held the step just done and its loss
+    assert [(m["step"], "loss" in m) for m in seen] == [(1, True), (2, True), (3, True)]
+    assert _steps(tmp_path, "loss") == [1, 2, 3]
     monkeypatch.undo()
 
-    resumed = _run(SMALL, setup, tmp_path)
+    pictures: list[str] = []  # what the flow's Prefect artifact would show while the rerun trains
+    progress.add_markdown_listener(pictures.append)
+    try:
+        resumed = _run(SMALL, setup, tmp_path)
+    finally:
+        progress.remove_markdown_listener(pictures.append)
+    assert len(pictures) == 2 and all("SFT training loss" in p and "base64," in p for p in pictures)  # steps 3, 4
+    assert _steps(tmp_path, "loss") == _steps(tmp_path, "learning_rate") == [1, 2, 3, 4]  # step 3 once
     assert resumed.metrics["steps"] == 4
     # tokens per second count this sitting's tokens only (steps 3 and 4), as the runtime and samples per second do:
     # per sample, at most the longest sample (the first sitting's tokens counted again would double it)
     lengths = [int(encoded["attention_mask"].sum()) for encoded in _encoded(setup)]
     per_sample = resumed.metrics["tokens_per_s"] / resumed.metrics["samples_per_s"]
     assert min(lengths) * 0.99 <= per_sample <= max(lengths) * 1.01 < 2 * min(lengths)
-    a, b = _curve(reference / "metrics" / "sft_curve.tsv"), _curve(tmp_path / "metrics" / "sft_curve.tsv")
+    a, b = _curve(reference), _curve(tmp_path)
     assert [s for s, _, _ in b] == [1, 2, 3, 4]
     # the logged lr is the one each step used: cosine from the peak (no warm-up) over 4 steps
     assert [lr for _, _, lr in b] == pytest.approx([5e-3 * 0.5 * (1 + np.cos(np.pi * k / 4)) for k in range(4)])
@@ -256,7 +289,10 @@ def test_same_seed_and_threads_give_an_identical_checkpoint(setup, reference: Pa
     _run(SMALL, setup, tmp_path)
     for name in ("adapter/adapter_model.safetensors", "merged/model.safetensors"):
         assert (tmp_path / "sft" / name).read_bytes() == (reference / "sft" / name).read_bytes(), name
-    assert (tmp_path / "metrics" / "sft_curve.tsv").read_text() == (reference / "metrics" / "sft_curve.tsv").read_text()
+    for name in ("loss", "learning_rate", "grad_norm"):  # DVCLive's curves (tokens_per_s is a timing)
+        curve = live_dir(Path("metrics"), "sft") / METRICS_DIR / f"{name}.tsv"
+        assert (tmp_path / curve).read_text() == (reference / curve).read_text(), name
+    assert list((tmp_path / live_dir(Path("metrics"), "sft") / "tensorboard").glob("events.out.tfevents.*"))
 
 
 def test_changed_params_do_not_resume_a_foreign_checkpoint(setup, tmp_path: Path,
@@ -266,7 +302,7 @@ def test_changed_params_do_not_resume_a_foreign_checkpoint(setup, tmp_path: Path
         _run(SMALL, setup, tmp_path)
     monkeypatch.undo()
     report = _run(replace(SMALL, learning_rate=1e-3), setup, tmp_path)
-    curve = _curve(tmp_path / "metrics" / "sft_curve.tsv")
+    curve = _curve(tmp_path)
     assert report.metrics["steps"] == 4 and [s for s, _, _ in curve] == [1, 2, 3, 4]
     assert curve[0][2] == pytest.approx(1e-3) and curve[1][2] == pytest.approx(1e-3 * 0.5 * (1 + np.cos(np.pi / 4)))
 
@@ -290,7 +326,7 @@ def test_packed_micro_batches_train_as_padded_ones(setup, tmp_path: Path) -> Non
     assert packed.metrics["padding_share"] == 0.0 and packed.metrics["liger"] is False  # auto, on the CPU
     assert padded.metrics["padding_share"] == padded.metrics["padding_share_padded"] \
         == packed.metrics["padding_share_padded"] > 0.0
-    a, b = _curve(padded_dir / "metrics" / "sft_curve.tsv"), _curve(packed_dir / "metrics" / "sft_curve.tsv")
+    a, b = _curve(padded_dir), _curve(packed_dir)
     assert [s for s, _, _ in a] == [s for s, _, _ in b] == [1, 2, 3, 4]
     assert np.allclose([x[1:] for x in a], [x[1:] for x in b], rtol=1e-5, atol=0)
     wa, wb = _adapter(padded_dir / "sft"), _adapter(packed_dir / "sft")
@@ -321,7 +357,7 @@ def test_two_processes_under_accelerate_match_one_process(setup, reference: Path
     assert sorted(p.name for p in (tmp_path / "sft").iterdir()) == [
         "README.md", "adapter", "format_eval.json", "lineage.json", "merged"]
     assert not (tmp_path / "ckpt").exists()
-    a, b = _curve(reference / "metrics" / "sft_curve.tsv"), _curve(tmp_path / "metrics" / "sft_curve.tsv")
+    a, b = _curve(reference), _curve(tmp_path)
     assert [s for s, _, _ in a] == [s for s, _, _ in b]
     assert np.allclose([x[1] for x in a], [x[1] for x in b], rtol=TWO_PROCESS_RTOL, atol=0)
     wa, wb = _adapter(reference / "sft"), _adapter(tmp_path / "sft")

@@ -95,10 +95,10 @@ def test_stage_log_lines_are_short(tmp_path: Path, caplog) -> None:
 
 
 def test_sft_curves_as_pictures(tmp_path: Path) -> None:
+    from stages.core.live import live_dir, write_live
     from stages.sft import _curves
 
-    rows = "".join(f"{s}\t{3 - s / 4}\t0.005\n" for s in range(6))
-    (tmp_path / "sft_curve.tsv").write_text("step\tloss\tlr\n" + rows)
+    write_live([{"step": s, "loss": 3 - s / 4, "learning_rate": 0.005} for s in range(6)], live_dir(tmp_path, "sft"))
     assert [alt for alt, _ in URI.findall(_curves(tmp_path))] == ["SFT training loss", "SFT learning rate"]
     assert _curves(tmp_path / "absent") == ""
 
