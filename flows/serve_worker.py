@@ -215,14 +215,47 @@ def locked_worker_class() -> type:
             except RuntimeError:  # not synced yet
                 return None
 
+        async def get_and_submit_flow_runs(self):
+            # the runs due now that this worker will not run are ended at each poll, before Prefect takes the
+            # others: a refusal needs no free slot, so it comes within one polling interval even while the
+            # worker runs a run; `run` checks again, in case a deployment changed in between
+            if self._work_pool_or_none() is not None:
+                for flow_run in await self._due_runs():
+                    reason = await self.refusal(flow_run)
+                    if reason is not None:
+                        await self._refuse(flow_run, reason)
+            return await super().get_and_submit_flow_runs()
+
+        async def _due_runs(self):
+            from datetime import UTC, datetime
+
+            from prefect.client.schemas.filters import (
+                FlowRunFilter,
+                FlowRunFilterNextScheduledStartTime,
+                FlowRunFilterState,
+                FlowRunFilterStateType,
+                WorkPoolFilter,
+                WorkPoolFilterName,
+            )
+            from prefect.client.schemas.objects import StateType
+
+            return await self.client.read_flow_runs(
+                flow_run_filter=FlowRunFilter(
+                    state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.SCHEDULED])),
+                    next_scheduled_start_time=FlowRunFilterNextScheduledStartTime(before_=datetime.now(UTC))),
+                work_pool_filter=WorkPoolFilter(name=WorkPoolFilterName(any_=[self.work_pool.name])))
+
+        async def _refuse(self, flow_run, reason: str) -> None:
+            message = f"refused by vrsflow worker '{self.name}': {reason}"
+            self.get_flow_run_logger(flow_run).error("%s", message)
+            await self.client.set_flow_run_state(flow_run.id, Cancelled(message=message), force=True)
+
         async def run(self, flow_run, configuration, task_status=None):
             reason = await self.refusal(flow_run)
             if reason is not None:
-                message = f"refused by vrsflow worker '{self.name}': {reason}"
-                self.get_flow_run_logger(flow_run).error("%s", message)
-                await self.client.set_flow_run_state(flow_run.id, Cancelled(message=message), force=True)
+                await self._refuse(flow_run, reason)
                 if task_status is not None:
-                    task_status.started(RunRefused(message))  # Prefect's "not started": no pid, the slot freed
+                    task_status.started(RunRefused(reason))  # Prefect's "not started": no pid, the slot freed
                 return ProcessWorkerResult(status_code=0, identifier="refused")
             result = await super().run(flow_run, configuration, task_status=task_status)
             if result.status_code == 0:
