@@ -41,10 +41,11 @@ POOL_TYPE = "process"
 ENTRYPOINT = "flows.pipeline.pipeline_flow"
 
 # Prefect's client retry settings for the run process and, through it, dvc and every stage process: a request that
-# finds the API gone (a server restart) is retried with Prefect's exponential backoff, 2 + 4 + 8 + 16 s ≈ 30 s in
-# all, before the stage fails as it would without them; 500 is what a server answers while its database restarts.
-CLIENT_RETRY_ENV = {"PREFECT_CLIENT_MAX_RETRIES": "4", "PREFECT_CLIENT_RETRY_EXTRA_CODES": "500",
-                    "PREFECT_CLIENT_RETRY_JITTER_FACTOR": "0.2"}
+# finds the API gone (a server restart) is retried with Prefect's exponential backoff, 2 + 4 + … + 64 s ≈ 2 min in
+# all (its default, 5, gives up after ≈ 1 min: a server on a busy machine took 32 s to come back), then the stage
+# fails in one line naming the API (flows.prefect_api.api_unreachable). Prefect retries a refused connection only on
+# a client that has connected once: a stage process that starts while the server is down fails at once.
+CLIENT_RETRY_ENV = {"PREFECT_CLIENT_MAX_RETRIES": "6"}
 
 # The pool's job template with nothing a run can set, and what the worker builds every run's process from, whatever
 # the server's copy of the pool's template holds by then (`locked_worker_class`). Prefect's process worker builds

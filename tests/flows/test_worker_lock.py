@@ -13,7 +13,14 @@ from typing import Any
 import anyio
 import pytest
 
-from flows.serve_worker import ENTRYPOINT, LOCKED_JOB_TEMPLATE, deploy, ensure_pool, locked_worker_class
+from flows.serve_worker import (
+    CLIENT_RETRY_ENV,
+    ENTRYPOINT,
+    LOCKED_JOB_TEMPLATE,
+    deploy,
+    ensure_pool,
+    locked_worker_class,
+)
 
 ATTACK = {"command": "touch /tmp/vrsflow-pwned", "env": {"LD_PRELOAD": "/tmp/evil.so"}, "working_dir": "/"}
 
@@ -84,3 +91,20 @@ def test_the_worker_relocks_an_edited_pool_and_refuses_runs_it_does_not_serve(
     assert line.startswith(prefix)
     # the pool's last change: the edit, or a worker's status change since (this worker's first sync)
     assert datetime.fromisoformat(line[len(prefix):].split(",")[0]) >= edited_at
+
+
+def test_an_api_that_does_not_answer_is_one_line_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import httpx
+
+    from flows.prefect_api import api_unreachable
+
+    monkeypatch.setenv("PREFECT_CLIENT_MAX_RETRIES", CLIENT_RETRY_ENV["PREFECT_CLIENT_MAX_RETRIES"])
+    request = httpx.Request("POST", "http://10.0.0.9:4200/api/flow_runs/")
+    try:
+        raise RuntimeError("the stage's flow failed") from httpx.ConnectError("[Errno 111] Connection refused",
+                                                                             request=request)
+    except RuntimeError as err:
+        line = api_unreachable(err)
+    assert line == ("the Prefect API did not answer http://10.0.0.9:4200/api/flow_runs/ (ConnectError: [Errno 111] "
+                    "Connection refused), retried up to 6 times (PREFECT_CLIENT_MAX_RETRIES); is the server up?")
+    assert api_unreachable(ValueError("params.yaml: bad")) is None

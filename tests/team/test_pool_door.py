@@ -10,13 +10,12 @@ import time
 from pathlib import Path
 
 import httpx
-import psutil
 import pytest
 
 from stages.core import lifeline
 from tests.pipeline_repo import env_with_venv, make_repo
 from tests.team.servers import free_port, stop
-from tests.team.test_team_runs import _alive, _deployment_id
+from tests.team.test_team_runs import _deployment_id
 
 pytestmark = pytest.mark.slow
 
@@ -94,12 +93,13 @@ def test_an_edited_pool_runs_the_pipeline_and_refused_runs_end_within_a_poll(
 
 
 def _server(home: Path, port: int) -> subprocess.Popen:
-    """`prefect server start` on `port`, its SQLite database in `home`: started again, it finds its runs."""
+    """`prefect server start` on `port`, its SQLite database in `home`: started again, it finds its runs. With its
+    services: the task-run recorder writes the task run a stage's flow run names as its parent."""
     env = {k: v for k, v in env_with_venv().items() if not k.startswith("PREFECT_")}
     env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_UI_ENABLED="false")
     with open(home / "server.log", "a") as out:
         proc = lifeline.popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port",
-                               str(port), "--no-services"], env=env, stdout=out, stderr=subprocess.STDOUT,
+                               str(port)], env=env, stdout=out, stderr=subprocess.STDOUT,
                               stdin=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while not _healthy(f"http://127.0.0.1:{port}/api"):
@@ -113,6 +113,16 @@ def _healthy(url: str) -> bool:
         return httpx.get(f"{url}/health", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def _sample_running(client) -> bool:
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName, FlowRunFilter, FlowRunFilterState
+    from prefect.client.schemas.filters import FlowRunFilterStateType as StateTypes
+    from prefect.client.schemas.objects import StateType
+
+    return bool(client.read_flow_runs(
+        flow_filter=FlowFilter(name=FlowFilterName(any_=["dvc-sample"])),
+        flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=StateTypes(any_=[StateType.RUNNING])))))
 
 
 def test_a_server_restart_under_a_running_stage_leaves_the_run_completed(project_root: Path, tmp_path: Path) -> None:
@@ -132,10 +142,11 @@ def test_a_server_restart_under_a_running_stage_leaves_the_run_completed(project
             run = client.create_flow_run_from_deployment(_deployment_id(client), parameters={
                 "targets": ["sample"], "push": False})
         deadline = time.monotonic() + 600
-        while not any("sample" in p.cmdline() and "stage" in p.cmdline()
-                      for p in psutil.Process(worker.pid).children(recursive=True) if _alive(p)):
-            assert time.monotonic() < deadline and worker.poll() is None, log.read_text()[-4000:]
-            time.sleep(0.2)
+        with temporary_settings(updates={PREFECT_API_URL: url}), get_client(sync_client=True) as client:
+            while not _sample_running(client):  # the stage's process has reached the API: its flow runs
+                assert time.monotonic() < deadline and worker.poll() is None, log.read_text()[-4000:]
+                assert not client.read_flow_run(run.id).state.is_final(), log.read_text()[-4000:]
+                time.sleep(0.1)
         stopped = time.monotonic()
         stop(server)
         time.sleep(max(0.0, 5 - (time.monotonic() - stopped)))
