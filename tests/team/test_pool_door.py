@@ -80,6 +80,8 @@ def test_an_edited_pool_runs_the_pipeline_and_refused_runs_end_within_a_poll(
     text = log.read_text()
     assert served_state.is_failed() and served_state.message.startswith("refused: "), (served_state, text[-3000:])
     assert "no_such_block" in served_state.message
+    print(f"refused runs Cancelled {', '.join(f'{t:.1f} s' for _, t in refused.values())} after they were created "
+          f"(polling every {QUERY_S} s)")
     for state, after_s in refused.values():
         assert state.is_cancelled() and state.message.startswith("refused by vrsflow worker"), state
         assert after_s < QUERY_S * 1.3 + 3, after_s  # one polling interval (Prefect jitters it by 30 %) + its work
