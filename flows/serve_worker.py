@@ -221,10 +221,13 @@ def locked_worker_class() -> type:
             # others: a refusal needs no free slot, so it comes within one polling interval even while the
             # worker runs a run; `run` checks again, in case a deployment changed in between
             if self._work_pool_or_none() is not None:
-                for flow_run in await self._due_runs():
-                    reason = await self.refusal(flow_run)
-                    if reason is not None:
-                        await self._refuse(flow_run, reason)
+                try:
+                    for flow_run in await self._due_runs():
+                        reason = await self.refusal(flow_run)
+                        if reason is not None:
+                            await self._refuse(flow_run, reason)
+                except Exception as err:  # the API unreachable: Prefect's own poll below reports it
+                    self._logger.warning("could not check the pool's due runs: %s: %s", type(err).__name__, err)
             return await super().get_and_submit_flow_runs()
 
         async def _due_runs(self):
@@ -295,7 +298,7 @@ def locked_worker_class() -> type:
             # a run process that exits 0 has reported its run's final state; one that has not (the engine aborted,
             # or never started) would otherwise leave the run Pending for good
             state = (await self.client.read_flow_run(flow_run.id)).state
-            if state is not None and not (state.is_final() or state.is_paused()):
+            if state is not None and not (state.is_final() or state.is_paused() or state.is_cancelling()):
                 message = (f"the run's process ended without a final state (it was {state.name}); "
                            f"see the worker's log on '{self.name}'")
                 self.get_flow_run_logger(flow_run).error("%s", message)

@@ -56,6 +56,7 @@ def test_the_worker_relocks_an_edited_pool_and_refuses_runs_it_does_not_serve(
         prefect_api: str, worker_env: None, caplog: pytest.LogCaptureFixture) -> None:
     from prefect import get_client
     from prefect.client.schemas.actions import DeploymentUpdate, WorkPoolUpdate
+    from prefect.states import Pending
 
     pool = "lock-test"
     ensure_pool(pool)
@@ -75,7 +76,11 @@ def test_the_worker_relocks_an_edited_pool_and_refuses_runs_it_does_not_serve(
 
     async def check() -> dict[str, str | None]:
         async with locked_worker_class()(work_pool_name=pool, name="lock-test-worker") as worker:
-            return {name: await worker.refusal(run) for name, run in runs.items()}
+            reasons = {name: await worker.refusal(run) for name, run in runs.items()}
+            # a run process that exits 0 without a final state (the edited pool's `touch`) leaves no run Pending
+            await worker.client.set_flow_run_state(runs["served"].id, Pending(), force=True)
+            await worker._end_if_left_open(runs["served"])
+            return reasons
 
     with caplog.at_level(logging.WARNING):
         reasons = anyio.run(check)
@@ -86,6 +91,9 @@ def test_the_worker_relocks_an_edited_pool_and_refuses_runs_it_does_not_serve(
     assert reasons["pull steps"] == "its deployment has pull steps; this worker runs none"
     with get_client(sync_client=True) as client:
         assert client.read_work_pool(pool).base_job_template == LOCKED_JOB_TEMPLATE  # put back at start
+        left = client.read_flow_run(runs["served"].id).state
+    assert left.is_crashed() and left.message == ("the run's process ended without a final state (it was Pending); "
+                                                  "see the worker's log on 'lock-test-worker'")
     [line] = [r.getMessage() for r in caplog.records if "re-locked" in r.getMessage()]
     prefix = f"work pool '{pool}': its job template differed from vrsflow's locked one (last changed "
     assert line.startswith(prefix)
