@@ -462,6 +462,13 @@ def main(argv: list[str] | None = None) -> int:
             raise
         sys.stderr.write(f"error: {err}\n")  # one line; --debug shows the traceback
         return 2
+    except Exception as err:
+        from flows.prefect_api import api_unreachable
+
+        if args.debug or (line := api_unreachable(err)) is None:
+            raise
+        sys.stderr.write(f"error: {line}\n")  # the API gone for longer than Prefect's client retries
+        return 1
 
 
 if __name__ == "__main__":

@@ -187,6 +187,25 @@ def _api_name(url: str) -> str:
     return EMBEDDED if state and state.get("url") == url else url
 
 
+def api_unreachable(err: BaseException) -> str | None:
+    """One line for an error that is the Prefect API not answering (after Prefect's own client retries,
+    `PREFECT_CLIENT_MAX_RETRIES`), naming the API; None for any other error."""
+    import httpx
+
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, httpx.TransportError):
+            try:
+                url = str(seen.request.url)
+            except RuntimeError:  # no request attached
+                url = os.environ.get("PREFECT_API_URL", "the Prefect API")
+            retries = os.environ.get("PREFECT_CLIENT_MAX_RETRIES", "5")
+            return (f"the Prefect API did not answer {url} ({type(seen).__name__}: {seen or 'no detail'}), "
+                    f"retried up to {retries} times (PREFECT_CLIENT_MAX_RETRIES); is the server up?")
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 def get_prefect_home() -> str:
     from prefect.settings import get_current_settings
 
