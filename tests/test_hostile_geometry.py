@@ -12,6 +12,7 @@ import base64
 import io
 import json
 import math
+import re
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -46,9 +47,25 @@ def _set_params(repo: Path, overrides: dict[str, object]) -> None:
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
 
 
+class TracingTeacher(FakeOpenAI):
+    """The fake server answering as a teacher that follows the instruction: three steps naming the keyframe
+    it was given (the fake's fixed reply names none, so the filter would reject every trace)."""
+
+    def answer(self, messages) -> str:
+        content = messages[0]["content"]
+        text = content[-1]["text"] if isinstance(content, list) else content
+        found = re.search(r"Keyframe: (\d+)s", text)
+        if found is None:
+            return super().answer(messages)
+        t = found.group(1)
+        return (f"Step 1: The frames show a plain grey scene and the objects in it.\nStep 2: The keyframe at {t}s "
+                f"is chosen because the target is clearest there.\nStep 3: At {t}s the target is the one the "
+                "expression describes.")
+
+
 @pytest.fixture(scope="module")
 def server():
-    with FakeOpenAI() as fake:
+    with TracingTeacher() as fake:
         yield fake
 
 
@@ -113,8 +130,9 @@ def test_the_openai_teacher_saw_every_case_drawn_and_every_stage_succeeded(hosti
     assert metrics["cot"]["requests"] == len(sft) and metrics["cot"]["errors"] == 0
     assert metrics["cot"]["sent"] == len(sft)
     # the slivers' requests carried their frames at teacher.image_size (448 on the longest side), red marks in
-    sliver_bodies = [b for b in server.bodies if "sliver-" in b["messages"][0]["content"][-1]["text"]]
-    assert len(sliver_bodies) == 2  # sft_first_k: sliver-left and sliver-right
+    cot_bodies = [b for b in server.bodies if "Keyframe: " in b["messages"][0]["content"][-1]["text"]]
+    sliver_bodies = [b for b in cot_bodies if "sliver-" in b["messages"][0]["content"][-1]["text"]]
+    assert len(cot_bodies) == len(sft) and len(sliver_bodies) == 2  # sft_first_k: sliver-left and sliver-right
     for body in sliver_bodies:
         images = [part["image_url"]["url"] for part in body["messages"][0]["content"] if part["type"] == "image_url"]
         for url in images:

@@ -6,7 +6,11 @@ nearest whole pixel edge, half-way rounding up (never Python's round-half-to-eve
 its centre lies in (lo, hi]. Both edges are then clamped into `[0, size]`. Corners are not reordered: an
 inverted box is empty. `min_size=1` (drawing) widens an empty or sub-pixel span to one pixel inside the
 frame, at its left/top edge (a sliver at the right border keeps the last column); `min_size=0`
-(rasterising masks) keeps an empty span empty, so a box that covers no pixel centre makes no mask."""
+(rasterising masks) keeps an empty span empty, so a box that covers no pixel centre makes no mask.
+
+`answer_box` is the integer form of a ground-truth box in a training answer: Python's `round` per coordinate
+(the rule every shard was written with), except that a box with width (height) collapsing to zero pixels keeps
+one, the pixel under its centre — a sliver is taught as a one-pixel box, never as a degenerate one."""
 
 from __future__ import annotations
 
@@ -85,3 +89,14 @@ def boxes_mask(boxes: Iterable[Sequence[float]], height: int, width: int, scale:
         x0, y0, x1, y1 = pixel_box(box, scale, width, height, min_size=0)
         mask[y0:y1, x0:x1] = True
     return mask
+
+
+def answer_box(box: Sequence[float]) -> list[int]:
+    """Integer [x1, y1, x2, y2] of a ground-truth box for an answer (see the module docstring); a box that is
+    empty or inverted as given stays as `round` makes it."""
+    out = [int(round(float(v))) for v in box]
+    for lo, hi in ((0, 2), (1, 3)):
+        if out[hi] <= out[lo] and float(box[hi]) > float(box[lo]):
+            out[lo] = math.floor((float(box[lo]) + float(box[hi])) / 2)
+            out[hi] = out[lo] + 1
+    return out

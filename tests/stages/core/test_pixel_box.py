@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from stages.core.pixel_box import boxes_mask, outline_rect, pixel_box, pixel_span
+from stages.core.pixel_box import answer_box, boxes_mask, outline_rect, pixel_box, pixel_span
 
 edges = st.floats(min_value=-300, max_value=300, allow_nan=False, allow_infinity=False)
 any_edges = st.one_of(edges, st.sampled_from([0.0, 0.1, 0.5, 1.0, -0.0, math.inf, -math.inf, 1e308, -1e308]))
@@ -138,3 +138,28 @@ def test_box_segmenter_masks_are_the_union_of_the_covered_pixels(box_list: list[
     for x1, y1, x2, y2 in box_list:
         expected |= (x1 < xs) & (xs <= x2) & (y1 < ys) & (ys <= y2)
     assert masks.shape == (2, height, width) and np.array_equal(masks[1], expected)
+
+
+@pytest.mark.parametrize(("box", "integers"), [
+    ([10.2, 20.5, 30.5, 40.7], [10, 20, 30, 41]),  # Python's round, as every shard was written
+    ([0.0, 94.27, 0.7, 95.2], [0, 94, 1, 95]),  # the sliver already rounds apart
+    ([0.0, 10.0, 0.087, 30.0], [0, 10, 1, 30]),  # a 0.09 px sliver at the left border: one pixel
+    ([55.91, 10.0, 56.0, 30.0], [55, 10, 56, 30]),  # ... at the right border of a 56 px frame: its last pixel
+    ([3.4, 7.6, 3.45, 8.4], [3, 8, 4, 9]),  # collapsing both ways: the pixel under the centre (3.4, 8.0)
+    ([50.0, 50.0, 50.0, 50.0], [50, 50, 50, 50]),  # empty as given: left as it is
+])
+def test_answer_box_table(box: list[float], integers: list[int]) -> None:
+    assert answer_box(box) == integers
+
+
+@given(box=st.lists(st.floats(min_value=0, max_value=560, allow_nan=False), min_size=4, max_size=4))
+def test_answer_boxes_with_area_keep_a_pixel_inside_the_frame(box: list[float]) -> None:
+    x1, y1, x2, y2 = answer_box(box)
+    rounded = [int(round(v)) for v in box]
+    for lo, hi in ((0, 2), (1, 3)):
+        got = (x1, x2) if lo == 0 else (y1, y2)
+        if box[hi] > box[lo]:  # a box with extent keeps at least one pixel, within [0, 560]
+            assert 0 <= got[0] < got[1] <= 560
+            assert got == (rounded[lo], rounded[hi]) or got[1] - got[0] == 1
+        else:
+            assert got == (rounded[lo], rounded[hi])
