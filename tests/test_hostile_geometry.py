@@ -173,6 +173,28 @@ def test_the_reward_scores_the_hostile_boxes(hostile: Path) -> None:
         assert scores[0] >= 2, (sample["sample_id"], scores)  # format and keyframe in full, whatever SAM2 made
 
 
+def test_the_report_pictures_draw_every_hostile_case(hostile: Path) -> None:
+    """evaluate's pictures of every evaluated expression (the tiny model's answers do not parse, so the report
+    itself pictures one): its keyframe carries predicted boxes that are slivers, zero-area, off-frame, inverted."""
+    from stages.evaluate.report import boxes_picture, masks_strip
+    from stages.evaluate.scorer import load_ground_truth
+
+    answers = pd.read_parquet(hostile / "data/evaluate/answers.parquet")
+    root = hostile / "data/raw/synth"
+    gt = load_ground_truth(root, "valid")
+    for answer in answers.to_dict("records"):
+        entry = gt.videos[answer["video"]]["expressions"][answer["exp_id"]]
+        annos = [str(a) for a in entry.get("anno_id", [])]
+        size = int(answer["frame_size"])
+        answer = {**answer, "frame_indices": list(answer["frame_indices"]), "keyframe_idx": answer["frame_indices"][1],
+                  "boxes": [[0, 0, 0.05, size], [size - 0.01, 3, size, 4], [20, 20, 20, 20], [size + 5, 0, size + 9, 4],
+                            [30, 30, 10, 10]]}
+        picture = boxes_picture(root, gt, answer, annos)
+        assert picture.width > 0 and np.asarray(picture).any()
+        strip = masks_strip(root, gt, hostile / "data/evaluate/predictions", answer["video"], answer["exp_id"], annos)
+        assert strip.width > 0
+
+
 def test_the_template_teacher_on_the_same_data(hostile: Path) -> None:
     _set_params(hostile, {"teacher.backend": "template", "difficulty.backend": "heuristic"})
     _repro(hostile, "shard")
