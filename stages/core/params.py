@@ -138,7 +138,8 @@ class SynthScale:
 @dataclass(frozen=True)
 class SynthParams:
     seed: Exp[Seed] = 0
-    size: Exp[Literal["default", "large"]] = "default"
+    # default | large: simulated scenes at that block's scale; hostile: the geometry cases (stages/synth/hostile.py)
+    size: Exp[Literal["default", "large", "hostile"]] = "default"
     out_dir: ExpPath[str] = "data/raw/synth"
     source: Exp[str] = "SYNTH"  # first component of the video keys (SYNTH/train/v0003)
     layout: Exp[Literal["revos", "mevis", "reasonvos", "refytvos", "refdavis"]] = "revos"  # on-disk layout written

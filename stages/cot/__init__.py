@@ -31,6 +31,7 @@ from stages.core import revos
 from stages.core.io import derive_seed, read_table, write_table
 from stages.core.lineage import write_lineage
 from stages.core.params import CotParams, TeacherParams
+from stages.core.pixel_box import outline_rect
 from stages.core.progress import ProgressReporter
 from stages.core.report import StageReport, summary_line
 from stages.tasks import Task, get_task, timestamp_tag
@@ -48,7 +49,8 @@ from stages.teacher.prompts import cot_template_ids, render_cot_prompt
 from stages.teacher.template_teacher import TEACHER_NAME, template_writer
 
 log = logging.getLogger(__name__)
-FRAME_ENCODING = "jpeg-q90-red-rect-v1"  # part of the request key: what `marked_frame` sends
+# part of the request key: what `marked_frame` sends (v2: boxes drawn on whole pixels by stages/core/pixel_box)
+FRAME_ENCODING = "jpeg-q90-red-rect-v2"
 
 
 def generate_cot(teacher: TeacherParams, params: CotParams, seed: int, data_root: Path, keyframes_dir: Path,
@@ -193,10 +195,10 @@ def marked_frame(path: Path, boxes: list, train_size: int, image_size: int) -> b
         size = (max(1, round(img.width * scale)), max(1, round(img.height * scale)))
         img = img.resize(size)
     draw = ImageDraw.Draw(img)
-    sx, sy = img.width / train_size, img.height / train_size
+    scale = (img.width / train_size, img.height / train_size)
     for box in boxes:
-        if box is not None:
-            draw.rectangle([box[0] * sx, box[1] * sy, box[2] * sx - 1, box[3] * sy - 1], outline=(255, 0, 0),
+        if box is not None:  # a sliver or zero-area box still gets a mark, inside the frame (stages/core/pixel_box)
+            draw.rectangle(outline_rect(box, scale, img.width, img.height), outline=(255, 0, 0),
                            width=max(2, img.width // 150))
     buffer = io.BytesIO()
     img.save(buffer, format="JPEG", quality=90)

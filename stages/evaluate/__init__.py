@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -37,6 +36,7 @@ from stages.core.io import read_table, write_table
 from stages.core.lineage import write_lineage
 from stages.core.model_card import write_model_card
 from stages.core.params import EvaluateParams, ModelParams, Sam2Params
+from stages.core.pixel_box import boxes_mask
 from stages.core.progress import track
 from stages.core.report import StageReport
 from stages.core.rle import to_coco
@@ -335,14 +335,12 @@ def describe_segmenter(segment: Segmenter) -> dict[str, str | None]:
 
 def box_masks(frames: list[np.ndarray], prompts: list[tuple[int, list[list[float]]]],
               sink: MaskSink | None = None, spill_dir: Path | None = None) -> list[np.ndarray] | None:
-    """Per prompt, the union of its boxes (video pixels, exclusive edges, rounded to whole pixels) on every frame."""
+    """Per prompt, the union of its boxes (video pixels, exclusive edges; the pixels whose centres they cover,
+    `stages.core.pixel_box.boxes_mask`) on every frame."""
     height, width = frames[0].shape[:2]
     out = []
     for prompt in prompts:  # (keyframe, boxes[, point prompts]): points do not change a box mask
-        boxes = prompt[1]
-        mask = np.zeros((height, width), dtype=bool)
-        for x1, y1, x2, y2 in boxes:
-            mask[math.floor(y1 + 0.5):math.floor(y2 + 0.5), math.floor(x1 + 0.5):math.floor(x2 + 0.5)] = True
+        mask = boxes_mask(prompt[1], height, width)
         out.append(np.broadcast_to(mask, (len(frames), height, width)))
     if sink is None:
         return out

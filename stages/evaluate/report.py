@@ -28,6 +28,7 @@ from pycocotools import mask as mask_utils
 
 from stages.core import revos
 from stages.core.io import atomic_write_text, markdown_table
+from stages.core.pixel_box import outline_rect
 from stages.core.report import embed_images, is_timing
 from stages.core.rle import to_coco
 from stages.evaluate.scorer import GroundTruth, read_mask_png
@@ -139,11 +140,10 @@ def _label(draw: ImageDraw.ImageDraw, text: str, colour: tuple[int, int, int]) -
     draw.text((4, 3), text, fill=colour, font=font)
 
 
-def _box(draw: ImageDraw.ImageDraw, x1: float, y1: float, x2: float, y2: float, colour: tuple[int, int, int]) -> None:
-    """Outline of the pixel box [x1, x2) × [y1, y2) (tile coordinates), BOX_WIDTH px drawn inside it."""
-    left, top = round(x1), round(y1)
-    right, bottom = max(left, round(x2) - 1), max(top, round(y2) - 1)
-    draw.rectangle([left, top, right, bottom], outline=colour, width=BOX_WIDTH)
+def _box(image: Image.Image, box: list[float], scale: tuple[float, float], colour: tuple[int, int, int]) -> None:
+    """Outline of `box` × `scale` on the tile, BOX_WIDTH px drawn inside it (at least one pixel, in the tile)."""
+    ImageDraw.Draw(image).rectangle(outline_rect(box, scale, image.width, image.height), outline=colour,
+                                    width=BOX_WIDTH)
 
 
 def legend_strip(width: int) -> Image.Image:
@@ -189,13 +189,12 @@ def boxes_picture(root: Path, gt: GroundTruth, answer: dict, annos: list[str]) -
         for a in annos:
             rle = gt.masks[a][t]
             if rle:
-                x, y, w, h = (float(v) * scale for v in mask_utils.toBbox(to_coco(rle)))
-                _box(draw, x, y, x + w, y + h, GT_COLOUR)
+                x, y, w, h = (float(v) for v in mask_utils.toBbox(to_coco(rle)))
+                _box(image, [x, y, x + w, y + h], (scale, scale), GT_COLOUR)
         if key is not None and not math.isnan(key) and int(key) == t:
             size = answer["frame_size"]
-            sx, sy = full.width / size * scale, full.height / size * scale
-            for x1, y1, x2, y2 in answer["boxes"]:
-                _box(draw, x1 * sx, y1 * sy, x2 * sx, y2 * sy, PRED_COLOUR)
+            for box in answer["boxes"]:
+                _box(image, box, (full.width / size * scale, full.height / size * scale), PRED_COLOUR)
             _label(draw, f"KEY frame {t}", KEY_COLOUR)
         else:
             _label(draw, f"frame {t}", (200, 200, 200))

@@ -23,6 +23,7 @@ from schemas.sample import KeyframesSchema
 from stages.core.io import read_table, write_table
 from stages.core.lineage import write_lineage
 from stages.core.params import FilterParams
+from stages.core.pixel_box import answer_box
 from stages.core.report import StageReport, summary_line
 from stages.filter import rules
 from stages.tasks import answer_text, get_task, integer_payload
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 
 def answer_json(keyframe_timestamp: int, boxes: list, points: list | None = None) -> str:
     """A Veason-R1 answer JSON (boxes and points rounded to integer pixels; absent objects left out)."""
-    present = [[int(round(v)) for v in box] for box in boxes if box is not None]
+    present = [answer_box(box) for box in boxes if box is not None]
     answer: dict = {"keyframe_timestamp": int(keyframe_timestamp), "bbox_2d_list": present}
     if points is not None:
         answer["point_2d_list"] = [[int(round(v)) for v in p] for p in points if p is not None]

@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
+from stages.core.pixel_box import outline_rect
+
 MASK_COLOUR = np.array([255, 40, 40], dtype=np.float32)
 BOX_COLOUR = (40, 255, 80)
 OVERLAY_SIDE = 640  # the overlay video's longer side at most (a preview; masks/ is at the video's size)
@@ -32,8 +34,8 @@ def read_mask(path: Path) -> np.ndarray:
 def _draw_boxes(image: Image.Image, boxes: Sequence[Sequence[float]], scale: float, label: str = "") -> Image.Image:
     draw = ImageDraw.Draw(image)
     width = max(1, round(2 * scale * max(image.size) / 320))
-    for x1, y1, x2, y2 in boxes:
-        draw.rectangle([x1 * scale, y1 * scale, x2 * scale - 1, y2 * scale - 1], outline=BOX_COLOUR, width=width)
+    for box in boxes:
+        draw.rectangle(outline_rect(box, scale, image.width, image.height), outline=BOX_COLOUR, width=width)
     if label:
         draw.rectangle([0, 0, 7 * len(label) + 6, 14], fill=(0, 0, 0))
         draw.text((3, 2), label, fill=BOX_COLOUR)

@@ -152,21 +152,12 @@ def generate_synthetic(params: SynthParams, out_dir: Path, runner: RunnerParams 
     if out_dir.exists():
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True)
-    scale = params.scale
-    meta: dict[str, dict] = {split: {} for split in SPLITS}
-    mask_dict: dict[str, list] = {}
-    foreground: dict[str, dict] = {}
-    jobs = [(split, i) for split in SPLITS
-            for i in range(scale.n_videos_train if split == "train" else scale.n_videos_valid)]
-    keys = [f"{params.source}/{split}/v{i:04d}" for split, i in jobs]
-    # anno_ids: a fixed block of max_objects ids per video, so ids do not depend on processing order
-    tasks = [(out_dir, key, derive_seed(params.seed, "synth", key), scale, 1 + n * scale.max_objects)
-             for n, key in enumerate(keys)]
-    results = map_ordered(_write_video_task, tasks, runner or RunnerParams(kind="serial"), desc="synth videos")
-    for (split, _), key, (entry, masks, fg) in zip(jobs, keys, results, strict=True):
-        meta[split][key] = entry
-        mask_dict.update(masks)
-        foreground[key] = fg
+    if params.size == "hostile":  # hand-built geometry cases, not a simulation (stages/synth/hostile.py)
+        from stages.synth.hostile import write_hostile
+
+        meta, mask_dict, foreground = write_hostile(out_dir, params.source, params.seed, SPLITS, _foreground)
+    else:
+        meta, mask_dict, foreground = _write_simulated(params, out_dir, runner)
     for split in SPLITS:
         write_json(out_dir / f"meta_expressions_{split}_.json", {"videos": meta[split]})
     _write_compact_json(out_dir / "mask_dict.json", mask_dict)
@@ -185,6 +176,27 @@ def generate_synthetic(params: SynthParams, out_dir: Path, runner: RunnerParams 
     ).value_counts().rename("expressions").reset_index().sort_values(["split", "type", "instances"])
     log.info(summary_line("synth", counts))  # one short line; all values in the metrics file
     return StageReport("synth", metrics=counts, tables={"expressions per split, type and instances": table})
+
+
+def _write_simulated(params: SynthParams, out_dir: Path, runner: RunnerParams | None
+                     ) -> tuple[dict[str, dict], dict[str, list], dict[str, dict]]:
+    """Simulate and write every video; (meta per split, mask_dict items, mask_dict_foreground entries)."""
+    scale = params.scale
+    meta: dict[str, dict] = {split: {} for split in SPLITS}
+    mask_dict: dict[str, list] = {}
+    foreground: dict[str, dict] = {}
+    jobs = [(split, i) for split in SPLITS
+            for i in range(scale.n_videos_train if split == "train" else scale.n_videos_valid)]
+    keys = [f"{params.source}/{split}/v{i:04d}" for split, i in jobs]
+    # anno_ids: a fixed block of max_objects ids per video, so ids do not depend on processing order
+    tasks = [(out_dir, key, derive_seed(params.seed, "synth", key), scale, 1 + n * scale.max_objects)
+             for n, key in enumerate(keys)]
+    results = map_ordered(_write_video_task, tasks, runner or RunnerParams(kind="serial"), desc="synth videos")
+    for (split, _), key, (entry, masks, fg) in zip(jobs, keys, results, strict=True):
+        meta[split][key] = entry
+        mask_dict.update(masks)
+        foreground[key] = fg
+    return meta, mask_dict, foreground
 
 
 LAYOUT_SPLITS = {  # (split, with masks) written per layout: the published splits a synthetic root can stand for

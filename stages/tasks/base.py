@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from schemas.answer import AnswerSchema, GroundTruth
+from stages.core.pixel_box import answer_box
 
 PROMPTS = Path(__file__).parent / "prompts"
 View = Literal["sampled", "keyframe", "candidate"]
@@ -66,7 +67,9 @@ def _coord(value: float) -> int:
 def integer_payload(payload: dict) -> dict:
     """An answer payload with every coordinate rounded to integer pixels (the training responses)."""
     out = dict(payload)
-    for key in ("bbox_2d_list", "point_2d_list", "negative_point_2d_list"):
+    if "bbox_2d_list" in out:  # a sliver stays a one-pixel box (stages/core/pixel_box.answer_box)
+        out["bbox_2d_list"] = [answer_box(box) for box in out["bbox_2d_list"]]
+    for key in ("point_2d_list", "negative_point_2d_list"):
         if key in out:
             out[key] = [[int(round(v)) for v in item] for item in out[key]]
     return out

@@ -193,7 +193,7 @@ def test_marked_frame_keeps_a_thin_frame_one_pixel_high_and_sends_jpeg_q90(tmp_p
     # quality 90 (FRAME_ENCODING "jpeg-q90"): the IJG luminance table scaled by (200 - 2 × 90) %, clipped to 1..255
     ijg_luma_last = 99  # the standard table's last (zig-zag) entry
     assert image.quantization[0][63] == (ijg_luma_last * 20 + 50) // 100 == 20
-    assert FRAME_ENCODING == "jpeg-q90-red-rect-v1"
+    assert FRAME_ENCODING == "jpeg-q90-red-rect-v2"
     _write_frame(tmp_path / "tall.jpg", (1, 300))
     assert Image.open(io.BytesIO(marked_frame(tmp_path / "tall.jpg", [], 100, 100))).size == (1, 100)
 
@@ -429,7 +429,7 @@ def test_costs_are_per_million_tokens_exactly():
 # renaming or dropping a field of the identity re-asks every cached teacher reply, so it must be a deliberate
 # change of these literals (and of FRAME_ENCODING's docs), never a side effect.
 GOLDEN_KEYS = {"template": "50ca419e0c2076c2095b75b3ad817795663839e33b5666f50c531e8e1f620520",
-               "openai": "4b56a88d0b3bf10cbd1d8444dfa4110d7ca52b6204d756ddb8f26a03353520cc"}
+               "openai": "6759621c8999afc6d8b49f95f0ca6b8cb4d47f82d7062a42d8d9f7292be52d3a"}
 
 
 @pytest.mark.parametrize("backend", sorted(GOLDEN_KEYS))

@@ -400,3 +400,47 @@ def test_the_scene_object_bound_fits_the_simulators_distinct_objects() -> None:
     video = simulate_video(np.random.default_rng(0), SynthScale(min_objects=bound, max_objects=bound))
     assert len(video.objects) == bound
 
+
+
+def test_hostile_geometry_cases_are_what_their_names_say(tmp_path: Path) -> None:
+    """synth.size=hostile: each case's masks have the geometry its expression names, byte-identical per seed, and
+    strict ingest accepts the whole dataset (a case is hostile geometry, not bad data)."""
+    from stages.core.params import IngestParams
+    from stages.ingest import ingest
+
+    params = SynthParams(size="hostile", source="H")
+    report = generate_synthetic(params, tmp_path / "a")
+    generate_synthetic(params, tmp_path / "b")
+    files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*") if p.is_file())
+    assert all((tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes() for f in files
+               if f.name != "lineage.json")
+    meta = json.loads((tmp_path / "a/meta_expressions_valid_.json").read_text())["videos"]
+    masks = json.loads((tmp_path / "a/mask_dict.json").read_text())
+    by_case = {e["exp"].split(":")[0]: (v, e) for v in meta.values() for e in v["expressions"].values()}
+
+    def track(case: str, k: int = 0) -> list[np.ndarray | None]:
+        video, expression = by_case[case]
+        return [None if r is None else mask_utils.decode({"size": r["size"], "counts": r["counts"].encode()})
+                for r in masks[str(expression["anno_id"][k])]]
+
+    def columns_rows(case: str) -> set[tuple[tuple[int, ...], tuple[int, ...]]]:
+        return {(tuple(np.flatnonzero(m.any(0))), tuple(np.flatnonzero(m.any(1)))) for m in track(case)}
+
+    width, height = by_case["sliver-left"][0]["width"], by_case["sliver-left"][0]["height"]
+    assert (width, height) == (641, 47)
+    assert {c for c, _ in columns_rows("sliver-left")} == {(0,)}
+    assert {c for c, _ in columns_rows("sliver-right")} == {(width - 1,)}
+    assert {r for _, r in columns_rows("sliver-top")} == {(0,)}
+    assert {r for _, r in columns_rows("sliver-bottom")} == {(height - 1,)}
+    assert all(m.sum() == 1 for m in track("one-pixel")) and all(m[-1, -1] == 1 for m in track("one-pixel-corner"))
+    present = [m is not None for m in track("leave-reenter")]
+    assert present[0] and not all(present) and present[-1]  # leaves, then comes back
+    assert all(m is None for m in track("absent-everywhere"))
+    assert [m is not None for m in track("absent-in-sampled-frames")] == [t == 2 for t in range(12)]
+    left, right = track("touching-both", 0)[0], track("touching-both", 1)[0]
+    assert not (left & right).any() and np.flatnonzero(left.any(0))[-1] + 1 == np.flatnonzero(right.any(0))[0]
+    assert (track("overlapping-both", 0)[0] & track("overlapping-both", 1)[0]).any()
+    assert by_case["tiny-frame"][0]["width"] * by_case["tiny-frame"][0]["height"] == 77
+    assert report.metrics["videos"] == 14 and report.metrics["type.no_target"] == 2
+    index = ingest(IngestParams(strict=True), tmp_path / "a", tmp_path / "index", RunnerParams(kind="serial"))
+    assert index.metrics["quarantined"] == 0 and index.metrics["expressions"] == report.metrics["expressions"]

@@ -58,7 +58,7 @@ def test_params_are_frozen(tmp_path: Path) -> None:
         ("tiny_models:\n  num_heads: 3\n", "tiny_models.hidden_size: must be a multiple of num_heads (3), got 256"),
         ("reward:\n  components: [format, formt]\n", "reward.components: unknown component 'formt'"),
         ("synth:\n  default:\n    height: tall\n", "synth.default.height: expected an integer, got str 'tall'"),
-        ("synth:\n  size: huge\n", "synth.size: expected one of ['default', 'large']"),
+        ("synth:\n  size: huge\n", "synth.size: expected one of ['default', 'large', 'hostile']"),
         ("ingest:\n  strict: 1\n", "ingest.strict: expected true/false"),
         ("benchmarks:\n  reference: yes please\n", "benchmarks.reference: expected true/false"),
         ("benchmarks:\n  models:\n    ground_truth: models/sft/merged\n",
