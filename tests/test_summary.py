@@ -13,7 +13,7 @@ from stages.summary import HEADLINE, summarize
 from tests.pipeline_repo import dvc, sh
 
 EVAL = {"F_overall": 40.0, "J_overall": 30.0, "JF_overall": 35.0, "ceiling_JF_overall": 61.25, "empty_JF_overall": 6.72,
-        "JF_reasoning": 33.3333333, "JF_referring": 36.0,
+        "constant_JF_overall": 24.5, "swap_JF_overall": 20.25, "JF_reasoning": 33.3333333, "JF_referring": 36.0,
         "R_visa_overall": 12.5, "n_expressions": 62, "seconds_per_video": 1.5, "JF_no_target": float("nan")}
 
 
@@ -33,6 +33,7 @@ def test_summary_in_headline_order(tmp_path: Path) -> None:
     report = summarize(_metrics(tmp_path / "metrics"), tmp_path / "metrics" / "summary.json")
     text = (tmp_path / "metrics" / "summary.json").read_text()
     expected = {"summary.JF": 35.0, "summary.ceiling_JF": 61.25, "summary.empty_JF": 6.72,
+                "summary.constant_JF": 24.5, "summary.swap_JF": 20.25,
                 "summary.J": 30.0, "summary.F": 40.0, "summary.JF_referring": 36.0,
                 "summary.JF_reasoning": 33.3333, "summary.R": 12.5, "summary.expressions": 62,
                 "summary.grpo_reward_first": 1.25, "summary.grpo_reward_last": 1.75, "summary.grpo_reward_gain": 0.5,

@@ -27,6 +27,8 @@ HEADLINE = (
     ("summary.JF", "eval", "JF_overall"),
     ("summary.ceiling_JF", "eval", "ceiling_JF_overall"),  # the ground-truth answers, same segmenter (reference)
     ("summary.empty_JF", "eval", "empty_JF_overall"),  # the empty answers: no boxes, empty masks (reference)
+    ("summary.constant_JF", "eval", "constant_JF_overall"),  # the SFT traces' prior given to every query (reference)
+    ("summary.swap_JF", "eval", "swap_JF_overall"),  # the model on swapped queries (evaluate.swap_query)
     ("summary.J", "eval", "J_overall"),
     ("summary.F", "eval", "F_overall"),
     ("summary.JF_referring", "eval", "JF_referring"),
