@@ -41,6 +41,9 @@ FREEZE_VISION_LIB = "stages.grpo.verl_freeze_vision"  # verl external_lib: full 
 FREEZE_VISION_VENDOR = "vrsflow-frozen-vision"  # its engine's vendor in verl's EngineRegistry (VERL_ENGINE_VENDOR)
 JOB = "job.json"  # the job's SAM2 service and GPU layout, read by check-resources / finish
 EARLIER_LOG = "verl_log.before_resume.jsonl"  # verl's file log of the runs a resume continued (launch.sh keeps it)
+# what a run leaves in the job folder (verl's checkpoints and logs, ours); set aside together when the params change
+RUN_OUTPUTS = ("checkpoints", "rollouts", "reward_log", "tensorboard", "verl_log.jsonl", EARLIER_LOG, FINISHED,
+               "grpo_curve.csv", "launch.log", "ray_head.log")
 
 
 def verl_overrides(grpo: GrpoParams, reward: RewardParams, model_path: str, train_parquet: str, val_parquet: str,
@@ -207,12 +210,18 @@ def prepare_job(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, params
     """Write `grpo.verl.out_dir/{config.yaml, overrides.txt, launch.sh, data/*.parquet}`; returns a summary.
 
     The parquet is the shard stage's verl export (grpo pool; also the validation file). The config is
-    composed and validated with verl's own code before anything is written.
+    composed and validated with verl's own code before anything is written. A run in the folder made for other
+    params (`stages.grpo.job_params`) is set aside first, so verl's `resume_mode=auto` never resumes it.
     """
     from omegaconf import OmegaConf
 
+    from stages.grpo.job_params import claim_job, read_record, weight_params
+
     check_params(reward)
     out = Path(grpo.verl.out_dir).resolve()
+    previous = read_record(out) or {}
+    params, files = weight_params(grpo, reward, sam2, previous.get("files"))
+    set_aside = claim_job(out, params, files, RUN_OUTPUTS)
     data = out / "data"
     data.mkdir(parents=True, exist_ok=True)
     src = Path(grpo.verl_parquet)
@@ -233,7 +242,7 @@ def prepare_job(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, params
     launch.write_text(launch_script(grpo, reward, sam2, overrides, str(train), job))
     launch.chmod(0o755)
     return {"config": str(out / "config.yaml"), "launch": str(launch), "n_overrides": len(overrides),
-            "sam2_service": job["sam2_service"]}
+            "sam2_service": job["sam2_service"], "set_aside": str(set_aside) if set_aside else None}
 
 
 def job_record(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, parquet: str) -> dict[str, Any]:
