@@ -106,7 +106,7 @@ def _run_verl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, live_dir
     import pyarrow.parquet as pq
 
     from stages.grpo.curves import curve_from_verl, following_verl
-    from stages.grpo.verl_engine import cuda_available, finished_run, merge_checkpoint, prepare_job, write_models
+    from stages.grpo.verl_engine import cuda_available, finished_run, merge_in_job_venv, prepare_job, write_models
     from stages.models.trainable import lora_targets
     from stages.segment import config_identity
 
@@ -136,12 +136,8 @@ def _run_verl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, live_dir
             raise RuntimeError(f"{job['launch']} ended without marking the job finished in {job_dir}")
     out_dir = Path(grpo.out_dir)
     with tempfile.TemporaryDirectory(prefix="verl-merge-") as tmp:
-        if grpo.verl.device == "cpu":  # the checkpoint unpickles only under the torch that wrote it
-            from stages.grpo.verl_cpu import merge_in_venv
-
-            hf = merge_in_venv(Path.cwd(), (job_dir / record["actor"]).resolve(), Path(tmp) / "hf")
-        else:
-            hf = merge_checkpoint(job_dir / record["actor"], Path(tmp) / "hf")
+        # the checkpoint unpickles only under the torch that wrote it: the job's own venv, on GPU nodes as on CPU
+        hf = merge_in_job_venv(Path.cwd(), record, job_dir, grpo.verl.device, Path(tmp) / "hf")
         written = write_models(hf, out_dir,
                                base_model=grpo.model_path,
                                target_rule=lora_targets(grpo.target_modules, grpo.train_vision))

@@ -296,29 +296,6 @@ def run_rehearsal(project: Path, launch: Path, job_dir: Path, slots: int, model_
     return versions
 
 
-def merge_in_venv(project: Path, actor_dir: Path, target_dir: Path) -> Path:
-    """verl's own merger (`python -m verl.model_merger merge --backend fsdp`) run in the rehearsal venv, the
-    torch that wrote the checkpoint: FSDP2's sharded checkpoint pickles torch's DTensor device-mesh objects,
-    which another torch release does not unpickle (torch 2.14 on a 2.11 checkpoint: "'_MeshLayout' object has
-    no attribute 'axes'"). Returns `target_dir`, a Hugging Face folder (+ `lora_adapter/`).
-
-    Raises:
-        SetupError: the merger failed (its last line, the command).
-    """
-    python = venv_dir(project) / "bin" / "python"
-    if target_dir.exists():
-        shutil.rmtree(target_dir)
-    argv = [str(python), "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir", str(actor_dir),
-            "--target_dir", str(target_dir)]
-    proc = subprocess.run(argv, cwd=project, capture_output=True, text=True, timeout=3600,
-                          env={**os.environ, "PYTHONPATH": str(project), "VERL_PLATFORM": PLATFORM})
-    if proc.returncode != 0:
-        lines = [line for line in (proc.stderr or proc.stdout).splitlines() if line.strip()]
-        raise SetupError(f"verl's merger failed on {actor_dir}: {lines[-1] if lines else '?'} — "
-                         f"ran {' '.join(argv[1:])}")
-    return target_dir
-
-
 def _last_error(log_path: Path) -> str:
     lines = [line.strip() for line in log_path.read_text(errors="replace").splitlines() if line.strip()]
     for line in reversed(lines):

@@ -390,8 +390,9 @@ def finish(job_dir: Path) -> dict[str, Any]:
     stop the job's SAM2 service (when a Ray cluster is reachable)."""
     job_dir = Path(job_dir)
     step, actor = latest_checkpoint(job_dir)
+    # the interpreter that trained (launch.sh activates the job's venv): the merge unpickles the checkpoint with it
     record = {"step": step, "actor": str(actor.relative_to(job_dir)), "overrides_sha256": _overrides_hash(job_dir),
-              "versions": trainer_versions()}
+              "versions": trainer_versions(), "python": sys.executable}
     (job_dir / FINISHED).write_text(json.dumps(record, sort_keys=True, indent=1) + "\n")
     stop_job_service(job_dir)
     return record
@@ -452,6 +453,77 @@ def merge_checkpoint(actor_dir: Path, target_dir: Path) -> Path:
     merger = FSDPModelMerger(config)
     merger.merge_and_save()
     merger.cleanup()
+    return target_dir
+
+
+def job_python(project: Path, record: dict[str, Any], device: str) -> Path:
+    """The interpreter to merge a finished job's checkpoint with: the torch that wrote it. FSDP's sharded
+    checkpoint pickles torch's DTensor objects, which another torch release does not unpickle (torch 2.14 on a
+    2.11 checkpoint: "'_MeshLayout' object has no attribute 'axes'"), and `.venv` (torch 2.14) is not the job's
+    venv on a GPU cluster (torch 2.11) any more than on the CPU.
+
+    In order: the interpreter `finish` ran in (`record["python"]`, on the shared filesystem); the device's venv
+    (`.venv-verl-cpu` / `$VRSFLOW_VERL_CPU_VENV` for cpu, `.venv-cluster` / `$VRSFLOW_CLUSTER_VENV` for cuda);
+    this interpreter when its torch is the one the job recorded.
+
+    Raises:
+        SetupError: none of them is here — one line naming the venv to make.
+    """
+    from stages.core.errors import SetupError
+    from stages.grpo.verl_cpu import venv_dir
+
+    recorded = record.get("python")
+    if recorded and Path(recorded).is_file():
+        return Path(recorded)
+    venv = venv_dir(project) if device == "cpu" else Path(os.environ.get("VRSFLOW_CLUSTER_VENV")
+                                                           or Path(project) / CLUSTER_VENV)
+    if (venv / "bin" / "python").is_file():
+        return venv / "bin" / "python"
+    wrote = (record.get("versions") or {}).get("torch")
+    if wrote is not None and wrote == _torch_version():
+        return Path(sys.executable)
+    setup = "scripts/setup_verl_cpu.sh" if device == "cpu" else "scripts/setup_cluster.sh"
+    raise SetupError(f"the verl checkpoint {record.get('actor')} was written under torch {wrote or '?'} by "
+                     f"{recorded or 'an unrecorded interpreter'}, which is not here, and {venv} has no python — "
+                     f"run {setup} (the merge must run under the torch that trained)")
+
+
+def _torch_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("torch")
+    except PackageNotFoundError:
+        return None
+
+
+def merge_command(python: Path, actor_dir: Path, target_dir: Path) -> list[str]:
+    """verl's own merger CLI, `python -m verl.model_merger merge --backend fsdp`, under `python`."""
+    return [str(python), "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir", str(actor_dir),
+            "--target_dir", str(target_dir)]
+
+
+def merge_in_job_venv(project: Path, record: dict[str, Any], job_dir: Path, device: str, target_dir: Path) -> Path:
+    """verl's merger on the job's final checkpoint, run by `job_python` (the torch that wrote it). Returns
+    `target_dir`: a Hugging Face folder (+ `lora_adapter/` when the actor was trained with LoRA).
+
+    Raises:
+        SetupError: no interpreter for the job, or the merger failed (its last line, the command).
+    """
+    import subprocess
+
+    from stages.core.errors import SetupError
+
+    python = job_python(project, record, device)
+    actor = (Path(job_dir) / record["actor"]).resolve()
+    if target_dir.exists():
+        shutil.rmtree(target_dir)
+    argv = merge_command(python, actor, target_dir)
+    env = {**os.environ, "PYTHONPATH": str(project), **({"VERL_PLATFORM": PLATFORM} if device == "cpu" else {})}
+    proc = subprocess.run(argv, cwd=project, capture_output=True, text=True, timeout=3600, env=env)
+    if proc.returncode != 0:
+        lines = [line for line in (proc.stderr or proc.stdout).splitlines() if line.strip()]
+        raise SetupError(f"verl's merger failed on {actor}: {lines[-1] if lines else '?'} — ran {' '.join(argv)}")
     return target_dir
 
 

@@ -1,10 +1,14 @@
 """A verl job folder belongs to its params: a rerun for other params never resumes the folder's checkpoints
-(they are moved aside, one log line names the changed keys), a rerun for the same ones does; fast, no verl run."""
+(they are moved aside, one log line names the changed keys), a rerun for the same ones does. The merge of the
+job's checkpoint runs under the job's own interpreter (the torch that wrote it), on GPU clusters as on the CPU.
+Fast; no verl run."""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -122,3 +126,61 @@ def test_prepare_job_sets_aside_a_run_for_other_params(job: dict):
     with pytest.raises(FileNotFoundError):
         latest_checkpoint(job["dir"])
     assert (job["dir"] / "launch.sh").is_file()  # the new job is written beside what was set aside
+
+
+def _fake_python(path: Path) -> Path:
+    """An executable that records its arguments and makes the target folder, as the merger would."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text('#!/bin/sh\necho "$0 $@ PYTHONPATH=$PYTHONPATH" > "$(dirname "$0")/argv"\n'
+                    'while [ $# -gt 0 ]; do [ "$1" = --target_dir ] && mkdir -p "$2"; shift; done\n')
+    path.chmod(0o755)
+    return path
+
+
+def test_the_merge_runs_under_the_interpreter_that_trained(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from stages.grpo.verl_engine import merge_command, merge_in_job_venv
+
+    python = _fake_python(tmp_path / "cluster-venv" / "bin" / "python")
+    record = {"actor": "checkpoints/global_step_8/actor", "python": str(python), "versions": {"torch": "2.11.0"}}
+    target = tmp_path / "hf"
+    assert merge_in_job_venv(tmp_path, record, tmp_path / "job", "cuda", target) == target and target.is_dir()
+    actor = (tmp_path / "job" / record["actor"]).resolve()
+    assert merge_command(python, actor, target) == [
+        str(python), "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir", str(actor),
+        "--target_dir", str(target)]
+    ran = (python.parent / "argv").read_text().split()
+    assert ran[:-1] == merge_command(python, actor, target) and ran[-1] == f"PYTHONPATH={tmp_path}"
+
+
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_without_a_recorded_interpreter_the_devices_venv_merges(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 device: str):
+    from stages.grpo.verl_engine import job_python
+
+    venv = tmp_path / "venv"
+    monkeypatch.setenv("VRSFLOW_CLUSTER_VENV" if device == "cuda" else "VRSFLOW_VERL_CPU_VENV", str(venv))
+    python = _fake_python(venv / "bin" / "python")
+    record = {"actor": "a", "python": "/elsewhere/bin/python", "versions": {"torch": "2.11.0"}}
+    assert job_python(tmp_path, record, device) == python  # never .venv's torch for a cluster checkpoint
+
+
+def test_without_the_jobs_venv_only_the_same_torch_merges(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from importlib.metadata import version
+
+    from stages.core.errors import SetupError
+    from stages.grpo.verl_engine import job_python
+
+    monkeypatch.setenv("VRSFLOW_CLUSTER_VENV", str(tmp_path / "none"))
+    same = {"actor": "a", "versions": {"torch": version("torch")}}
+    assert job_python(tmp_path, same, "cuda") == Path(sys.executable)
+    with pytest.raises(SetupError, match=r"torch 2\.11\.0 .* run scripts/setup_cluster\.sh") as err:
+        job_python(tmp_path, {"actor": "a", "versions": {"torch": "2.11.0"}}, "cuda")
+    assert "\n" not in str(err.value) and os.fspath(tmp_path / "none") in str(err.value)
+
+
+def test_finish_records_the_interpreter(tmp_path: Path):
+    from stages.grpo.verl_engine import finish
+
+    _checkpoint(tmp_path)
+    (tmp_path / "overrides.txt").write_text("a=1\n")
+    assert finish(tmp_path)["python"] == sys.executable
