@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from stages.core.params import GrpoParams, RewardParams, Sam2Params
+from stages.grpo.verl_agent_loop import seeded_overrides
 from stages.grpo.verl_cpu import PLATFORM, VENV_ENV, cpu_overrides
 from stages.grpo.verl_cpu import VENV as CPU_VENV
 from stages.models.adapter import publish_adapter
@@ -142,6 +143,11 @@ def verl_overrides(grpo: GrpoParams, reward: RewardParams, model_path: str, trai
         f"trainer.save_freq={grpo.save_every_steps if grpo.save_every_steps > 0 else 10**9}",
         "trainer.resume_mode=auto",
         f"actor_rollout_ref.rollout.seed={grpo.seed}",
+        # every rollout's vLLM seed from (grpo.seed, step, prompt id, sample index), through verl's agent-loop
+        # registry (stages/grpo/verl_agent_loop.py): sampling no longer depends on request timing or restarts
+        *seeded_overrides(),
+        # str hashes (set and dict orders keyed by strings) the same in every run, in every Ray worker
+        f"+ray_kwargs.ray_init.runtime_env.env_vars.PYTHONHASHSEED={grpo.seed}",
         *(cpu_overrides(grpo) if v.device == "cpu" else []),
     ]
 
