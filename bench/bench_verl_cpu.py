@@ -8,6 +8,10 @@ params, e.g. `tests/pipeline_repo.make_repo(..., profile="ci")` + `dvc exp run` 
 there as `vrsflow stage grpo`, the command `dvc repro grpo` runs.
 
     python bench/bench_verl_cpu.py --repo /tmp/copy            → bench/results/verl-cpu.json
+    python bench/bench_verl_cpu.py --repo /tmp/copy --repeat --kill-at-step 4 --kill-delay-s 20 --kill-seed 0
+        reproducibility (issue 62): a second uninterrupted run, and a run SIGKILLed at a random moment up to 20 s
+        after its step-4 checkpoint and rerun; adapter and merged hashes of all three, per-step rewards, and where
+        two runs' rollouts first differ (`first_divergence`) when they do
 """
 
 from __future__ import annotations
@@ -53,11 +57,11 @@ def tree_rss(pid: int) -> int:
     return total
 
 
-def run_stage(repo: Path, kill_at_step: int = 0) -> dict:
+def run_stage(repo: Path, kill_at_step: int = 0, kill_delay_s: float = 0.0) -> dict:
     """`vrsflow stage grpo` in `repo`, with the peak memory of its process tree sampled every second.
 
-    `kill_at_step` > 0: SIGKILL the stage as soon as verl has recorded a checkpoint of that step, and report
-    which of the processes it had started are still alive 10 s later."""
+    `kill_at_step` > 0: SIGKILL the stage `kill_delay_s` after verl has recorded a checkpoint of that step (at
+    once if the run ends first), and report which of the processes it had started are still alive 10 s later."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     log = open(repo / f"bench-verl-cpu-{'kill' if kill_at_step else 'run'}-{int(time.time())}.log", "w")  # noqa: SIM115
     started = time.monotonic()
@@ -81,6 +85,9 @@ def run_stage(repo: Path, kill_at_step: int = 0) -> dict:
     if kill_at_step:
         while proc.poll() is None and not (tracker.is_file() and int(tracker.read_text() or 0) >= kill_at_step):
             time.sleep(0.5)
+        deadline = time.monotonic() + kill_delay_s
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
         proc.kill()
         proc.wait()
         killed_at = time.monotonic()
@@ -89,6 +96,7 @@ def run_stage(repo: Path, kill_at_step: int = 0) -> dict:
         watcher.join()
         log.close()
         return {"killed_after_s": round(killed_at - started, 1), "killed_at_step": int(tracker.read_text()),
+                "kill_delay_s": round(kill_delay_s, 2), "finished_before_kill": proc.returncode == 0,
                 "processes_started": len(seen), "alive_10s_after_kill": alive}
     proc.wait()
     watcher.join()
@@ -117,6 +125,46 @@ def weights_sha256(folder: Path) -> str:
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
+
+
+def run_hashes(repo: Path, grpo: dict) -> dict[str, str]:
+    """sha256 of the adapter's and the merged model's weights of the last run (`models/grpo`)."""
+    out = repo / grpo["out_dir"]
+    return {"adapter": weights_sha256(out / "adapter"), "merged": weights_sha256(out / "merged")}
+
+
+def read_rollouts(folder: Path) -> dict[int, dict[str, list[str]]]:
+    """verl's rollout dumps (`rollouts/<step>.jsonl`) as step → prompt (input text) → its outputs, sorted: verl
+    orders a dump by its uids, which are random per run (`uuid.uuid4()` in the v1 trainer)."""
+    steps: dict[int, dict[str, list[str]]] = {}
+    for path in sorted(folder.glob("*.jsonl"), key=lambda p: int(p.stem)):
+        groups: dict[str, list[str]] = {}
+        for line in path.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                groups.setdefault(row["input"], []).append(row["output"])
+        steps[int(path.stem)] = {k: sorted(v) for k, v in groups.items()}
+    return steps
+
+
+def first_divergence(a: dict[int, dict[str, list[str]]], b: dict[int, dict[str, list[str]]]) -> dict | None:
+    """Where two runs' rollouts first differ: the step, the prompt (its last 80 characters), the rollout (its
+    rank among the prompt's sorted outputs) and the first differing character. None when they are the same."""
+    for step in sorted(set(a) | set(b)):
+        if step not in a or step not in b:
+            return {"step": step, "what": "a step only one run dumped"}
+        for prompt in sorted(set(a[step]) | set(b[step])):
+            outs_a, outs_b = a[step].get(prompt), b[step].get(prompt)
+            if outs_a is None or outs_b is None:
+                return {"step": step, "prompt": prompt[-80:], "what": "a prompt only one run drew"}
+            for rank, (x, y) in enumerate(zip(outs_a, outs_b, strict=False)):
+                if x != y:
+                    char = next((i for i, (p, q) in enumerate(zip(x, y, strict=False)) if p != q), min(len(x), len(y)))
+                    return {"step": step, "prompt": prompt[-80:], "rollout": rank, "char": char,
+                            "a": x[max(0, char - 20):char + 40], "b": y[max(0, char - 20):char + 40]}
+            if len(outs_a) != len(outs_b):
+                return {"step": step, "prompt": prompt[-80:], "what": "another number of rollouts"}
+    return None
 
 
 def fresh_job(repo: Path, grpo: dict) -> None:
@@ -174,6 +222,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=None, help="results file (default bench/results/verl-cpu.json)")
     parser.add_argument("--kill-at-step", type=int, default=0,
                         help="then run again, SIGKILL the stage once verl has checkpointed this step, and resume")
+    parser.add_argument("--kill-delay-s", type=float, default=0.0,
+                        help="kill at a random moment up to this many seconds after that checkpoint")
+    parser.add_argument("--kill-seed", type=int, default=0, help="seed of that random moment")
+    parser.add_argument("--repeat", action="store_true",
+                        help="a second uninterrupted run: are its weights and rewards the first one's?")
     args = parser.parse_args(argv)
     repo = args.repo.resolve()
     import yaml
@@ -188,10 +241,29 @@ def main(argv: list[str] | None = None) -> None:
     job_dir = repo / grpo["verl"]["out_dir"]
     steps = per_step(job_dir)
     merged = weights_sha256(repo / grpo["out_dir"] / "merged")
+    hashes = run_hashes(repo, grpo)
+    import random
+    import shutil
+
+    first_rollouts = repo / "bench-verl-cpu-first-rollouts"  # the first run's dumps, for first_divergence
+    shutil.rmtree(first_rollouts, ignore_errors=True)
+    shutil.copytree(job_dir / "rollouts", first_rollouts)
+    repeat = {}
+    if args.repeat:
+        fresh_job(repo, grpo)
+        second = run_stage(repo)
+        again = per_step(job_dir)
+        repeat = {"run": second, "hashes": run_hashes(repo, grpo),
+                  "rewards": [r["reward"] for r in again], "rewards_first": [r["reward"] for r in steps],
+                  "first_divergence": first_divergence(read_rollouts(first_rollouts),
+                                                       read_rollouts(job_dir / "rollouts"))}
+        repeat["weights_equal_first_run"] = repeat["hashes"] == hashes
+        repeat["rewards_equal_first_run"] = repeat["rewards"] == repeat["rewards_first"]
     resume, rerun = {}, None
     if args.kill_at_step:
         fresh_job(repo, grpo)
-        resume = run_stage(repo, kill_at_step=args.kill_at_step)
+        delay = random.Random(args.kill_seed).uniform(0.0, args.kill_delay_s)
+        resume = run_stage(repo, kill_at_step=args.kill_at_step, kill_delay_s=delay)
         try:
             rerun = run_stage(repo)
         except SystemExit as failed:  # the figures of the run above are kept, with why the resume failed
@@ -201,6 +273,9 @@ def main(argv: list[str] | None = None) -> None:
         resumed_log = per_step(job_dir)
         resume.update({"rerun": rerun, "steps_logged_after_resume": [r["step"] for r in resumed_log],
                        "final_weights_equal_uninterrupted": weights_sha256(repo / grpo["out_dir"] / "merged") == merged,
+                       "hashes": run_hashes(repo, grpo),
+                       "first_divergence": first_divergence(read_rollouts(first_rollouts),
+                                                            read_rollouts(job_dir / "rollouts")),
                        "rewards_after_resume": [r["reward"] for r in resumed_log],
                        "rewards_uninterrupted": [r["reward"] for r in steps]})
     lineage = json.loads((repo / grpo["out_dir"] / "lineage.json").read_text())
@@ -212,7 +287,7 @@ def main(argv: list[str] | None = None) -> None:
                    for phase in ("gen", "update_actor", "step") if later and all(f"{phase}_s" in r for r in later)})
     figures = {
         "steps": len(steps), "stage": stage, "per_step": steps, "phase_means": phases, "phases": PHASES,
-        "merged_weights_sha256": merged, "kill_and_resume": resume,
+        "merged_weights_sha256": merged, "hashes": hashes, "repeat": repeat, "kill_and_resume": resume,
         "versions": lineage["extra"]["verl_versions"], "device": lineage["extra"]["verl_device"],
         "sizes": {"prompts_per_step": grpo["batch_size"], "rollouts_per_prompt": grpo["num_generations"],
                   "max_response_length": grpo["max_response_length"], "lora_r": grpo["lora_r"],

@@ -116,3 +116,18 @@ def test_verls_v1_worker_passes_the_step_and_sample_index(monkeypatch: pytest.Mo
     prompt = {"uid": "u0", "global_steps": 6, "extra_info": {"sample_id": "revos/vid7/exp1"}}
     asyncio.run(worker._run_prompt(dict(prompt), {"temperature": 1.0}, trajectory={"validate": False}))
     assert calls == [rollout_seed(0, 6, "revos/vid7/exp1", i) for i in range(4)] and len(set(calls)) == 4
+
+
+def test_first_divergence_names_step_prompt_rollout_and_character():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from bench.bench_verl_cpu import first_divergence
+
+    a = {1: {"p": ["<think>a</think>", "<think>b</think>"]}, 2: {"p": ["x"]}}
+    assert first_divergence(a, a) is None
+    b = {1: a[1], 2: {"p": ["y"]}}
+    assert first_divergence(a, b) == {"step": 2, "prompt": "p", "rollout": 0, "char": 0, "a": "x", "b": "y"}
+    c = {1: {"p": ["<think>a</think>", "<think>c</think>"]}}
+    assert first_divergence(a, c)["step"] == 1 and first_divergence(a, c)["char"] == 7
