@@ -39,6 +39,8 @@ TRACKER = "latest_checkpointed_iteration.txt"  # verl's trainer writes the last 
 FINISHED = "finished.json"  # written by `finish` at the end of launch.sh
 CLUSTER_VENV = ".venv-cluster"  # scripts/setup_cluster.sh's default; launch.sh activates it when present
 FREEZE_VISION_LIB = "stages.grpo.verl_freeze_vision"  # verl external_lib: full fine-tuning, vision frozen
+TRAINER_MODULE = "stages.grpo.verl_trainer"  # verl's sync trainer with deterministic prompt-group uids
+TRAINER_MODE = "vrsflow_sync"  # its name in verl's trainer registry (stages.grpo.verl_trainer.TRAINER_MODE)
 FREEZE_VISION_VENDOR = "vrsflow-frozen-vision"  # its engine's vendor in verl's EngineRegistry (VERL_ENGINE_VENDOR)
 JOB = "job.json"  # the job's SAM2 service and GPU layout, read by check-resources / finish
 EARLIER_LOG = "verl_log.before_resume.jsonl"  # verl's file log of the runs a resume continued (launch.sh keeps it)
@@ -148,6 +150,10 @@ def verl_overrides(grpo: GrpoParams, reward: RewardParams, model_path: str, trai
         *seeded_overrides(),
         # str hashes (set and dict orders keyed by strings) the same in every run, in every Ray worker
         f"+ray_kwargs.ray_init.runtime_env.env_vars.PYTHONHASHSEED={grpo.seed}",
+        # prompt-group uids from (seed, step, position, sample id), not uuid4: the same batch order in every run
+        # (stages/grpo/verl_trainer.py, in verl's trainer registry; verl imports it on `import verl` in each worker)
+        f"trainer.v1.trainer_mode={TRAINER_MODE}",
+        f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES={TRAINER_MODULE}",
         *(cpu_overrides(grpo) if v.device == "cpu" else []),
     ]
 

@@ -28,7 +28,9 @@ CONSTRAINTS = PROJECT / "constraints-cluster.txt"
 # What the GPU nodes run (the reward entry + SAM2 service, data, curves, the merge, the tiny models) and every
 # first-party module these import, directly or lazily
 CLUSTER_ENTRIES = ["stages.rewards.verl_entry", "stages.rewards.sam2_service", "stages.grpo.curves",
-                   "stages.grpo.verl_engine", "stages.grpo.data", "stages.models"]
+                   "stages.grpo.verl_engine", "stages.grpo.data", "stages.models",
+                   # imported by name inside verl's workers (the agent-loop YAML, VERL_USE_EXTERNAL_MODULES)
+                   "stages.grpo.verl_agent_loop", "stages.grpo.verl_trainer"]
 # import name → distribution name where they differ
 DISTRIBUTIONS = {"PIL": "pillow", "yaml": "pyyaml", "hydra": "hydra-core", "sklearn": "scikit-learn",
                  "annotated_types": "annotated-types", "google": "protobuf"}

@@ -63,7 +63,9 @@ def test_verl_composes_validates_and_registers_the_seeded_loop():
     validate(config)
     agent = config.actor_rollout_ref.rollout.agent
     assert agent.default_agent_loop == AGENT_LOOP and config.actor_rollout_ref.rollout.seed == 5
-    assert config.ray_kwargs.ray_init.runtime_env.env_vars.PYTHONHASHSEED == 5
+    env = config.ray_kwargs.ray_init.runtime_env.env_vars
+    assert env.PYTHONHASHSEED == 5 and env.VERL_USE_EXTERNAL_MODULES == "stages.grpo.verl_trainer"
+    assert config.trainer.v1.trainer_mode == "vrsflow_sync"
     # what verl's AgentLoopWorker.__init__ does with agent_loop_config_path, then hydra's _target_ lookup
     entries = {e.name: e for e in OmegaConf.load(resolve_config_path(agent.agent_loop_config_path))}
     assert resolve_config_path(agent.agent_loop_config_path) == str(AGENT_LOOPS)
@@ -131,3 +133,35 @@ def test_first_divergence_names_step_prompt_rollout_and_character():
     assert first_divergence(a, b) == {"step": 2, "prompt": "p", "rollout": 0, "char": 0, "a": "x", "b": "y"}
     c = {1: {"p": ["<think>a</think>", "<think>c</think>"]}}
     assert first_divergence(a, c)["step"] == 1 and first_divergence(a, c)["char"] == 7
+
+
+def test_the_trainer_gives_prompt_groups_deterministic_uids(monkeypatch: pytest.MonkeyPatch):
+    """verl's trainer registry has the trainer the job names; it runs as verl's `sync` mode, and a fetched batch's
+    uids are a function of (seed, step, position, sample id) — the order verl's replay buffer puts a step in."""
+    pytest.importorskip("transfer_queue")
+    import numpy as np
+    import torch
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.v1 import get_trainer_cls
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    from stages.grpo.verl_engine import TRAINER_MODE, TRAINER_MODULE
+    from stages.grpo.verl_trainer import DeterministicUidTrainer, group_uid
+
+    assert TRAINER_MODULE == DeterministicUidTrainer.__module__
+    assert get_trainer_cls(TRAINER_MODE) is DeterministicUidTrainer
+    modes = []
+    monkeypatch.setattr(PPOTrainer, "__init__", lambda self, config: modes.append(config.trainer.v1.trainer_mode))
+    config = OmegaConf.create({"trainer": {"v1": {"trainer_mode": TRAINER_MODE}},
+                               "actor_rollout_ref": {"rollout": {"seed": 3}}})
+    trainer = DeterministicUidTrainer(config)
+    assert modes == ["sync"]  # verl's base trainer takes its sync code paths
+    batch = {"raw_prompt": np.array([[{"role": "user", "content": "a"}], [{"role": "user", "content": "b"}]],
+                                    dtype=object),
+             "extra_info": np.array([{"sample_id": "s0"}, {"sample_id": "s1"}], dtype=object),
+             "input_ids": torch.zeros(2, 3, dtype=torch.long)}
+    trainer.config, trainer.global_steps = config, 5
+    trainer.train_dataloader, trainer.train_dataloader_it = [batch], None
+    uids = list(trainer._fetch_one_gen_batch()["uid"])
+    assert uids == [group_uid(3, 5, 0, "s0"), group_uid(3, 5, 1, "s1")] and len(set(uids)) == 2
+    assert group_uid(3, 6, 0, "s0") != uids[0] and group_uid(4, 5, 0, "s0") != uids[0]
