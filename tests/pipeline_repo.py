@@ -85,6 +85,8 @@ def make_repo(project_root: Path, dest: Path, params_overrides: dict[str, object
     sh(["git", "init", "-q", "-b", "main"], dest)
     sh([sys.executable, "-m", "dvc", "init", "-q"], dest)
     sh([sys.executable, "-m", "dvc", "config", "core.analytics", "false"], dest)
+    if (project_root / ".dvc" / "plots").is_dir():  # the project's plot templates (dvc.yaml's `template: series`)
+        shutil.copytree(project_root / ".dvc" / "plots", dest / ".dvc" / "plots", dirs_exist_ok=True)
     sh(["git", "add", "-A"], dest)
     sh(["git", "commit", "-qm", "pipeline copy"], dest)
     return dest
