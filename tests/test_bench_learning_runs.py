@@ -104,32 +104,41 @@ def test_the_readme_row_states_issue_61s_targets_and_which_are_met() -> None:
 
 
 def test_the_readme_first_screen_shows_the_committed_learning_runs() -> None:
-    """The README's table quotes bench/results/learning-runs.json as committed: J&F per seed (2 decimals) and
-    answers parsed (whole per cent) for the pre-trained base, SFT and GRPO, with the empty-answer and ceiling rows."""
+    """The README's table quotes bench/results/learning-runs.json as committed: per seed, J&F (2 decimals), J&F on
+    swapped queries, keyframe box IoU (3 decimals) and answers parsed (whole per cent) for the pre-trained base, SFT
+    and GRPO; the empty, constant and ceiling rows; and the planted run's SFT and GRPO."""
     import json
     import re
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    runs = json.loads((root / "bench" / "results" / "learning-runs.json").read_text())["figures"]["runs"]
+    figures = json.loads((root / "bench" / "results" / "learning-runs.json").read_text())["figures"]
+    runs, planted = figures["runs"], figures.get("planted", {})
     seeds = sorted(runs, key=int)
+    lines = (root / "README.md").read_text().splitlines()[:80]  # the first screen
     rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
-            for line in (root / "README.md").read_text().splitlines()
-            if re.match(r"\| (after|empty|ground|pre-trained base)", line)}
+            for line in lines if re.match(r"\| (after|empty|constant|ground|pre-trained base|planted)", line)}
 
-    def jf(values: list[float]) -> str:
-        return " / ".join(f"{v:.2f}" for v in values)
+    def per_seed(values: list[float], fmt: str = "{:.2f}") -> str:
+        return " / ".join(fmt.format(v) for v in values)
 
-    assert rows["pre-trained base (`models/pretrain`, before SFT)"] == [
-        jf([runs[s]["eval"]["base"]["JF_overall"] for s in seeds]),
-        " / ".join(f"{100 * (1 - runs[s]['eval']['base']['parse_failure_rate']):.0f}" for s in seeds) + " %"]
-    for stage in ("sft", "grpo"):
-        assert rows[f"after {stage.upper()}"] == [
-            jf([runs[s]["eval"][stage]["JF_overall"] for s in seeds]),
-            " / ".join(f"{100 * (1 - runs[s]['eval'][stage]['parse_failure_rate']):.0f}" for s in seeds) + " %"]
-    assert rows["empty answer (no boxes: empty masks)"][0] == jf([runs[s]["empty"]["JF_overall"] for s in seeds])
-    assert rows["ground-truth answers (the ceiling)"][0] == jf(sorted({runs[s]["ceiling"]["JF_overall"]
-                                                                        for s in seeds}))
+    def model_row(record: dict, model: str) -> list[str]:
+        ev = [record[s]["eval"][model] for s in seeds]
+        return [per_seed([e["JF_overall"] for e in ev]), per_seed([e["swap_JF_overall"] for e in ev]),
+                per_seed([e["keyframe_box_iou"] for e in ev], "{:.3f}"),
+                per_seed([100 * (1 - e["parse_failure_rate"]) for e in ev], "{:.0f}") + " %"]
+
+    assert rows["pre-trained base (`models/pretrain`, before SFT)"] == model_row(runs, "base")
+    assert rows["after SFT"] == model_row(runs, "sft")
+    assert rows["after GRPO"] == model_row(runs, "grpo")
+    if planted:
+        assert rows["planted bug: after SFT, every training box mirrored"] == model_row(planted, "sft")
+        assert rows["planted bug: after GRPO, every training box mirrored"] == model_row(planted, "grpo")
+    for label, key in (("empty answer (no boxes: empty masks)", "empty"), ("ground-truth answers (the ceiling)",
+                                                                          "ceiling")):
+        assert rows[label][0] == per_seed([runs[s][key]["JF_overall"] for s in seeds])
+    constant = [label for label in rows if label.startswith("constant answer")]
+    assert len(constant) == 1 and rows[constant[0]][0] == per_seed([runs[s]["constant"]["JF_overall"] for s in seeds])
 
 
 def test_parse_failures_are_told_apart_by_where_the_answer_breaks(tmp_path) -> None:

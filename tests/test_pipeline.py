@@ -224,7 +224,8 @@ def test_outputs_hold_the_values_params_and_data_determine(repo: Path, ci: dict[
     assert len(pd.read_csv(repo / "metrics/live/sft/plots/metrics/loss.tsv", sep="\t")) == sft_steps
     assert len(pd.DataFrame(read_live(repo / "metrics/live/grpo"))) == ci["grpo.max_steps"]
     assert json.loads((repo / "metrics/live/sft/metrics.json").read_text())["step"] == sft_steps  # `dvc exp show`
-    drawn_charts = json.loads(dvc(repo, "plots", "show", "--json"))["data"]  # from DVCLive's files
+    # from DVCLive's files; its pictures written outside the repo (a `dvc_plots/` folder there is no output)
+    drawn_charts = json.loads(dvc(repo, "plots", "show", "--json", "-o", str(repo.parent / "dvc_plots")))["data"]
     for chart, series in {"sft_loss": "loss", "grpo_reward": "reward", "grpo_kl": "kl"}.items():
         values = drawn_charts[chart][0]["content"]["data"]["values"]
         assert len([v for v in values if series in v]) == (sft_steps if chart == "sft_loss" else ci["grpo.max_steps"])
@@ -249,13 +250,17 @@ def test_outputs_hold_the_values_params_and_data_determine(repo: Path, ci: dict[
     assert 0 <= metrics["eval"]["ceiling_JF_overall"] <= 100 and "ceiling_R_visa_overall" in metrics["eval"]
     # and the empty answers (no boxes: empty masks on every frame): what answering nothing scores
     assert 0 <= metrics["eval"]["empty_JF_overall"] <= 100 and "empty_R_visa_overall" in metrics["eval"]
-    # the benchmark table: every model of benchmarks.models, then the ground-truth answers' row (the ceiling) and the
-    # empty answers' row
+    # and the SFT traces' constant answer, and the model on swapped queries
+    assert 0 <= metrics["eval"]["constant_JF_overall"] <= 100 and metrics["eval"]["constant_kind"] in (0, 1)
+    assert "swap_n_expressions" in metrics["eval"]
+    # the benchmark table: every model of benchmarks.models, then the ground-truth answers' row (the ceiling), the
+    # empty answers' row and the constant answer's
     for name in ci["benchmarks.names"]:
         rows = {key.partition(".")[0] for key in json.loads((repo / f"metrics/bench/{name}.json").read_text())}
-        assert rows == {"base", "sft", "grpo", "ground_truth", "empty_answer"}, name
+        assert rows == {"base", "sft", "grpo", "ground_truth", "empty_answer", "constant_answer"}, name
     table = (repo / "reports/benchmarks.md").read_text()
-    assert table.index("| grpo |") < table.index("| ground_truth |") < table.index("| empty_answer |")
+    assert (table.index("| grpo |") < table.index("| ground_truth |") < table.index("| empty_answer |")
+            < table.index("| constant_answer |"))
 
 
 def test_nothing_left_to_redo(repo: Path) -> None:
