@@ -613,8 +613,9 @@ class BenchmarksParams:
     # mevis / reasonvos: an expression whose prediction video folder is missing scores 0 (zero) or is left out
     # (skip); authors = the dataset authors' script (mevis: zero, reasonvos: skip)
     missing: Exp[Literal["authors", "zero", "skip"]] = "authors"
-    # a `ground_truth` row (the ground-truth answers through the same segmenter and protocol: the ceiling) and an
-    # `empty_answer` row (no boxes: empty masks, what answering nothing scores)
+    # a `ground_truth` row (the ground-truth answers through the same segmenter and protocol: the ceiling), an
+    # `empty_answer` row (no boxes: empty masks, what answering nothing scores) and, in the pipeline, a
+    # `constant_answer` row (the SFT traces' prior given to every query)
     reference: Exp[bool] = True
 
     def _rules(self) -> Iterator[tuple[str, str]]:
@@ -623,7 +624,7 @@ class BenchmarksParams:
                 yield "names", f"unknown benchmark {name!r} (one of {', '.join(BENCHMARK_NAMES)})"
         if not self.models:
             yield "models", "needs at least one model"
-        for label in ("ground_truth", "empty_answer"):
+        for label in ("ground_truth", "empty_answer", "constant_answer"):
             if label in self.models:
                 yield "models", f"{label!r} is the label of a reference row (benchmarks.reference): rename it"
 
