@@ -111,10 +111,6 @@ def evaluate(params: EvaluateParams, model: ModelParams, sam2: Sam2Params, train
                                             runner, params.bound_th, truth)
         return answers, seconds, summary, scores
 
-    def scored(prefix: str, summary: dict) -> dict:
-        return {f"{prefix}_{k}": v for k, v in summary.items()
-                if k.split("_")[0] in ("J", "F", "JF", "R") and np.isfinite(v)}
-
     pred_dir = out_dir / "predictions"
     answers, seconds, summary, scores = answer_and_score(policy, pred_dir, "evaluate videos")
     answers_df = write_table(pd.DataFrame(answers, columns=list(InferenceSchema.to_schema().columns)),
@@ -129,10 +125,10 @@ def evaluate(params: EvaluateParams, model: ModelParams, sam2: Sam2Params, train
         expressions = {row.sample_id: (row.video, str(row.exp_id)) for row in rows.itertuples()}
         *_, ceiling, _ = answer_and_score(reference_policy(gt, expressions, size), out_dir / "reference" /
                                           "predictions", "evaluate the ground-truth answers")
-        metrics.update(scored("ceiling", ceiling))
+        metrics.update(_scores("ceiling", ceiling))
         # and the empty answer: what answering nothing scores (the frames where the target is absent)
         *_, empty, _ = answer_and_score(empty_policy(), out_dir / "reference" / "empty", "evaluate the empty answers")
-        metrics.update(scored("empty", empty))
+        metrics.update(_scores("empty", empty))
         if traces is not None:  # and the training prior: one fixed answer for every query, whatever the video
             metrics.update(_constant_metrics(traces, size, lambda policy, name: answer_and_score(
                 policy, out_dir / "reference" / name, f"evaluate the constant answer ({name})")[2]))
@@ -155,6 +151,12 @@ def evaluate(params: EvaluateParams, model: ModelParams, sam2: Sam2Params, train
     return StageReport("evaluate", metrics=metrics, tables={"per expression": table}, markdown=markdown)
 
 
+def _scores(prefix: str, summary: dict) -> dict:
+    """A reference row's finite J, F, J&F and R figures under `<prefix>_` (`ceiling_JF_overall`, …)."""
+    return {f"{prefix}_{k}": v for k, v in summary.items()
+            if k.split("_")[0] in ("J", "F", "JF", "R") and np.isfinite(v)}
+
+
 def _constant_metrics(traces: tuple[Path, Path], size: int, score: Callable[[Policy, str], dict]) -> dict:
     """`constant_*`: the stronger (higher J&F) of the training prior's two constant answers (`baselines`), with
     which it was (`constant_kind`: 0 mean box, 1 most common box), its keyframe position and box, and both J&F."""
@@ -165,8 +167,7 @@ def _constant_metrics(traces: tuple[Path, Path], size: int, score: Callable[[Pol
     results = [score(constant_policy(answer, size), f"constant-{answer.kind}") for answer in candidates]
     best = max(range(len(candidates)), key=lambda i: (results[i]["JF_overall"], -i))  # the mean box on a tie
     answer = candidates[best]
-    out = {f"constant_{k}": v for k, v in results[best].items()
-           if k.split("_")[0] in ("J", "F", "JF", "R") and np.isfinite(v)}
+    out = _scores("constant", results[best])
     out.update({f"constant_{a.kind}_JF_overall": r["JF_overall"] for a, r in zip(candidates, results, strict=True)})
     out.update({"constant_kind": float(best), "constant_keyframe_pos": float(answer.keyframe_pos),
                 **{f"constant_box_{name}": float(v) for name, v in zip(("x1", "y1", "x2", "y2"), answer.box,
@@ -188,7 +189,7 @@ def _swap_metrics(rows: pd.DataFrame, gt: GroundTruth, scores: pd.DataFrame,
     asked["text"] = asked["expression_id"].map(lambda e: text[partners[e]])
     summary = score(asked)
     own = aggregate(scores[scores["expression_id"].isin(partners)])  # the model's own answers, the same expressions
-    return {**{f"swap_{k}": v for k, v in summary.items() if k.split("_")[0] in ("J", "F", "JF") and np.isfinite(v)},
+    return {**_scores("swap", summary),
             **({"swap_own_JF_overall": own["JF_overall"]} if np.isfinite(own["JF_overall"]) else {}),
             "swap_n_expressions": float(len(partners))}
 

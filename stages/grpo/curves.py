@@ -10,7 +10,6 @@ rollout) and verl's rollout dumps (`rollouts/<step>.jsonl`), which say which rol
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import threading
 from collections.abc import Iterator, Sequence
@@ -142,13 +141,6 @@ def write_curve(rows: Sequence[dict], path: Path) -> None:
     atomic_write_text(path, "\n".join(lines) + "\n")
 
 
-def read_curve(path: Path) -> list[dict]:
-    """The rows of a curve CSV (floats; step as int)."""
-    with open(path) as handle:
-        rows = list(csv.DictReader(handle))
-    return [{k: (int(float(v)) if k == "step" else float(v)) for k, v in row.items()} for row in rows]
-
-
 def _fmt(value: float) -> str:
     return str(int(value)) if isinstance(value, int) else f"{float(value):.6g}"
 
@@ -159,7 +151,8 @@ def curves_markdown(path: Path) -> str:
     from stages.core.report import curve_markdown, read_curve_table
     from stages.rewards.score import ANSWER_FLAGS
 
-    columns = list(read_curve_table(path)[0]) if Path(path).is_file() and read_curve_table(path) else []
+    rows = read_curve_table(path) if Path(path).is_file() else []
+    columns = list(rows[0]) if rows else []
     flags = [f"reward_{k}" for k in ANSWER_FLAGS if f"reward_{k}" in columns]  # shares of answers, not rewards
     rewards = ["reward"] + sorted(c for c in columns if c.startswith("reward_") and c != "reward_std"
                                   and c not in flags)

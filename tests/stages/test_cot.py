@@ -16,29 +16,20 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from stages.core.params import CotParams, IngestParams, KeyframesParams, SampleParams, TeacherParams
-from stages.core.runner import RunnerParams
+from stages.core.params import CotParams, KeyframesParams, SampleParams, TeacherParams
 from stages.cot import generate_cot
-from stages.ingest import ingest
 from stages.keyframes import select_keyframes
 from stages.sample import sample_pools
 from stages.teacher.cache import ResponseCache
 from tests.fake_openai import FakeOpenAI
-from tests.revos_factory import simple_video, write_root
+from tests.keyframed import keyframed_project
 
 SECRET = "sk-test-0123456789abcdefSECRETSECRET"
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    base = tmp_path_factory.mktemp("cot")
-    write_root(base / "root", [simple_video(f"S/train/v{i}", n_frames=7) for i in range(6)]
-               + [simple_video("S/valid/w", split="valid")])
-    ingest(IngestParams(), base / "root", base / "index", RunnerParams(kind="serial"))
-    sample_pools(SampleParams(sft_first_k=2, grpo_size=4), 0, base / "index", base / "sample")
-    select_keyframes(KeyframesParams(train_size=112), 0, base / "root", base / "index", base / "sample",
-                     base / "keyframes")
-    return base
+    return keyframed_project(tmp_path_factory.mktemp("cot"), 6, 7, sft_first_k=2, grpo_size=4, train_size=112)
 
 
 def openai_params(server: FakeOpenAI, **kw: object) -> TeacherParams:

@@ -15,6 +15,7 @@ from stages.ingest import ingest
 from stages.keyframes import select_keyframes
 from stages.sample import sample_pools
 from tests.fake_openai import FakeOpenAI
+from tests.keyframed import keyframed_project
 from tests.revos_factory import simple_video, write_root
 
 VALID = ('{"scene_complexity": 3, "segmentation_challenge": 5, "temporal_ambiguity": 2, '
@@ -48,13 +49,7 @@ def test_levels_and_budgets() -> None:
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    base = tmp_path_factory.mktemp("difficulty")
-    write_root(base / "root", [simple_video(f"S/train/v{i}", n_frames=6) for i in range(3)]
-               + [simple_video("S/valid/w", split="valid")])
-    ingest(IngestParams(), base / "root", base / "index", RunnerParams(kind="serial"))
-    sample_pools(SampleParams(sft_first_k=1, grpo_size=2), 0, base / "index", base / "sample")
-    select_keyframes(KeyframesParams(), 0, base / "root", base / "index", base / "sample", base / "keyframes")
-    return base
+    return keyframed_project(tmp_path_factory.mktemp("difficulty"), 3, 6, sft_first_k=1, grpo_size=2)
 
 
 def test_heuristic_backend(data: Path, tmp_path: Path) -> None:

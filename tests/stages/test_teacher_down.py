@@ -24,24 +24,17 @@ from stages.core.errors import EmptyInput, OneLineError
 from stages.core.params import (
     CotParams,
     DifficultyParams,
-    IngestParams,
-    KeyframesParams,
     ModelParams,
-    SampleParams,
     SftParams,
     TeacherParams,
 )
 from stages.core.progress import ProgressReporter
-from stages.core.runner import RunnerParams
 from stages.cot import generate_cot
 from stages.difficulty import score_difficulty
-from stages.ingest import ingest
-from stages.keyframes import select_keyframes
-from stages.sample import sample_pools
 from stages.teacher.cache import ResponseCache, request_key
 from stages.teacher.client import ChatRequest, TeacherClient, TeacherUnavailable
 from tests.fake_openai import FakeOpenAI
-from tests.revos_factory import simple_video, write_root
+from tests.keyframed import keyframed_project
 
 VALID = ('{"scene_complexity": 3, "segmentation_challenge": 5, "temporal_ambiguity": 2, '
          '"motion_complexity": 4, "linguistic_ambiguity": 10}')
@@ -62,14 +55,8 @@ def teacher(base_url: str, **overrides: object) -> TeacherParams:
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    base = tmp_path_factory.mktemp("teacher_down")
-    write_root(base / "root", [simple_video(f"S/train/v{i}", n_frames=5) for i in range(4)]
-               + [simple_video("S/valid/w", split="valid")])
-    ingest(IngestParams(), base / "root", base / "index", RunnerParams(kind="serial"))
-    sample_pools(SampleParams(sft_first_k=2, grpo_size=2), 0, base / "index", base / "sample")
-    select_keyframes(KeyframesParams(train_size=56), 0, base / "root", base / "index", base / "sample",
-                     base / "keyframes")
-    return base
+    return keyframed_project(tmp_path_factory.mktemp("teacher_down"), 4, 5, sft_first_k=2, grpo_size=2,
+                             train_size=56)
 
 
 def cot(data: Path, tmp_path: Path, params: TeacherParams, **cot_params: object):
