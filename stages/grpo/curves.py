@@ -10,6 +10,7 @@ rollout) and verl's rollout dumps (`rollouts/<step>.jsonl`), which say which rol
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import threading
 from collections.abc import Iterator, Sequence
@@ -139,6 +140,13 @@ def write_curve(rows: Sequence[dict], path: Path) -> None:
     for row in rows:
         lines.append(",".join(_fmt(row.get(c, float("nan"))) for c in columns))
     atomic_write_text(path, "\n".join(lines) + "\n")
+
+
+def read_curve(path: Path) -> list[dict]:
+    """The rows of a curve CSV that `write_curve` wrote (launch.sh's grpo_curve.csv; floats, step as int)."""
+    with open(path) as handle:
+        rows = list(csv.DictReader(handle))
+    return [{k: (int(float(v)) if k == "step" else float(v)) for k, v in row.items()} for row in rows]
 
 
 def _fmt(value: float) -> str:
