@@ -148,8 +148,9 @@ def verl_overrides(grpo: GrpoParams, reward: RewardParams, model_path: str, trai
         # every rollout's vLLM seed from (grpo.seed, step, prompt id, sample index), through verl's agent-loop
         # registry (stages/grpo/verl_agent_loop.py): sampling no longer depends on request timing or restarts
         *seeded_overrides(),
-        # str hashes (set and dict orders keyed by strings) the same in every run, in every Ray worker
-        f"+ray_kwargs.ray_init.runtime_env.env_vars.PYTHONHASHSEED={grpo.seed}",
+        # str hashes (set and dict orders keyed by strings) the same in every run, in every Ray worker; quoted:
+        # hydra reads a bare 0 as an int, and Ray refuses a runtime_env whose env_vars are not all strings
+        f"+ray_kwargs.ray_init.runtime_env.env_vars.PYTHONHASHSEED='{grpo.seed}'",
         # prompt-group uids from (seed, step, position, sample id), not uuid4: the same batch order in every run
         # (stages/grpo/verl_trainer.py, in verl's trainer registry; verl imports it on `import verl` in each worker)
         f"trainer.v1.trainer_mode={TRAINER_MODE}",

@@ -64,7 +64,9 @@ def test_verl_composes_validates_and_registers_the_seeded_loop():
     agent = config.actor_rollout_ref.rollout.agent
     assert agent.default_agent_loop == AGENT_LOOP and config.actor_rollout_ref.rollout.seed == 5
     env = config.ray_kwargs.ray_init.runtime_env.env_vars
-    assert env.PYTHONHASHSEED == 5 and env.VERL_USE_EXTERNAL_MODULES == "stages.grpo.verl_trainer"
+    # Ray's runtime_env takes strings only (an int raised TypeError at ray.init in the first CPU run)
+    assert all(isinstance(value, str) for value in env.values()), dict(env)
+    assert env.PYTHONHASHSEED == "5" and env.VERL_USE_EXTERNAL_MODULES == "stages.grpo.verl_trainer"
     assert config.trainer.v1.trainer_mode == "vrsflow_sync"
     # what verl's AgentLoopWorker.__init__ does with agent_loop_config_path, then hydra's _target_ lookup
     entries = {e.name: e for e in OmegaConf.load(resolve_config_path(agent.agent_loop_config_path))}
