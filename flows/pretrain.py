@@ -16,7 +16,7 @@ def pretrain_flow(params_path: str = "params.yaml") -> dict:
     """Write models/pretrain, metrics/pretrain_curve.tsv and metrics/pretrain.json."""
     params = load_params(params_path)
     report = run_stage("pretrain", pretrain, params.pretrain, params.model, params.keyframes.train_size,
-                       Path(params.pretrain.out_dir), Path("metrics"))
+                       params.synth.scale, Path(params.pretrain.out_dir), Path("metrics"))
     report.write_metrics(Path("metrics/pretrain.json"))
     return report.metrics
 

@@ -44,7 +44,7 @@ from schemas.answer import parse_answer
 from stages.core.io import atomic_write_text, write_json
 from stages.core.lineage import write_lineage
 from stages.core.model_card import write_model_card
-from stages.core.params import ModelParams, PretrainParams
+from stages.core.params import ModelParams, PretrainParams, SynthScale
 from stages.core.progress import track
 from stages.core.report import StageReport, curves_markdown, skipped_report, summary_line
 from stages.core.typed_config import to_dict
@@ -74,7 +74,7 @@ def skipped(params: PretrainParams, model: ModelParams) -> bool:
     return Path(model.path).resolve() != Path(params.out_dir).resolve()
 
 
-def pretrain(params: PretrainParams, model: ModelParams, train_size: int, out_dir: Path,
+def pretrain(params: PretrainParams, model: ModelParams, train_size: int, scale: SynthScale, out_dir: Path,
              metrics_dir: Path) -> StageReport:
     """Pre-train one model per seed on streamed grounding scenes; write the best seed's Qwen2.5-VL folder to
     `out_dir` (bf16) with every seed's figures in `out_dir/seeds.json`.
@@ -83,6 +83,7 @@ def pretrain(params: PretrainParams, model: ModelParams, train_size: int, out_di
         params: the `pretrain` block.
         model: the `model` block (the stage runs only when `model.path` is `pretrain.out_dir`).
         train_size: `keyframes.train_size`: the side of the frames shown, and of the answer's pixels.
+        scale: the synth stage's scale (`synth.<synth.size>`): the synth frames are drawn as the pipeline's are.
         out_dir: `pretrain.out_dir`.
         metrics_dir: where `pretrain_curve.tsv` goes (the kept seed's).
 
@@ -101,11 +102,12 @@ def pretrain(params: PretrainParams, model: ModelParams, train_size: int, out_di
     parallel = parallel_seeds(params.parallel, len(params.seeds), torch.cuda.is_available())
     if parallel > 1:  # a process per seed (`python -m stages.pretrain --job JOB`), `parallel` at once
         results = run_seeds("pretrain", "stages.pretrain", {
-            seed: {"pretrain": to_dict(params), "seed": seed, "train_size": train_size} for seed in params.seeds},
+            seed: {"pretrain": to_dict(params), "seed": seed, "train_size": train_size, "synth": to_dict(scale)}
+            for seed in params.seeds},
             parallel)
     else:  # one after another in this process
-        results = {seed: train_seed(params, seed, train_size) for seed in params.seeds}
-    return _publish(params, model, train_size, results, out_dir, Path(metrics_dir), parallel,
+        results = {seed: train_seed(params, seed, train_size, scale) for seed in params.seeds}
+    return _publish(params, model, train_size, scale, results, out_dir, Path(metrics_dir), parallel,
                     time.perf_counter() - started)
 
 
@@ -114,11 +116,11 @@ def choose(results: dict[int, dict]) -> int:
     return best_seed(results, lambda figures: (figures["box_iou"], figures["on_target"]))
 
 
-def train_seed(params: PretrainParams, seed: int, train_size: int) -> dict:
+def train_seed(params: PretrainParams, seed: int, train_size: int, scale: SynthScale) -> dict:
     """Train one seed to `params.steps` (resuming its saved state); return its figures, measured on its bf16 model
     read back in fp32. A seed that finished earlier under the same settings is not trained again."""
     seed_dir = Path(params.checkpoint_dir) / f"seed-{seed}"
-    state_key = _fingerprint(params, seed, train_size)
+    state_key = _fingerprint(params, seed, train_size, scale)
     done = seed_dir / RESULT
     if done.is_file() and (record := json.loads(done.read_text())).get("fingerprint") == state_key:
         log.info("pretrain: seed %d finished earlier (%s)", seed, done)
@@ -136,7 +138,7 @@ def train_seed(params: PretrainParams, seed: int, train_size: int) -> dict:
     state_path = seed_dir / STATE
     start, curve, earlier_s = load_state(state_path, state_key, model, optimizer, scheduler, CURVE_KEYS)
     loader = torch.utils.data.DataLoader(
-        StepBatches(params, seed, train_size, processor), sampler=range(start, params.steps), batch_size=None,
+        StepBatches(params, seed, train_size, scale, processor), sampler=range(start, params.steps), batch_size=None,
         num_workers=params.loader_workers, prefetch_factor=4 if params.loader_workers else None,
         pin_memory=device == "cuda")
     started = time.perf_counter()
@@ -158,7 +160,7 @@ def train_seed(params: PretrainParams, seed: int, train_size: int) -> dict:
     del model, optimizer
     # the check reads the saved bf16 folder back in fp32, as SFT and evaluation load model.path
     saved, saved_processor = load_vlm(seed_dir / MODEL, "float32", device)
-    check = check_samples(params, train_size)
+    check = check_samples(params, train_size, scale)
     figures = {"seed": seed, "steps": params.steps, "resumed_from_step": start, "batch_size": params.batch_size,
                "train_s": round(earlier_s + sitting_s, 1), "device": describe_device(device),
                "samples_per_s": round((params.steps - start) * params.batch_size / sitting_s, 2) if sitting_s > 0
@@ -292,7 +294,8 @@ def _mean(values: list) -> float:
     return round(float(np.mean(values)), 4) if values else 0.0
 
 
-def _publish(params: PretrainParams, model: ModelParams, train_size: int, results: dict[int, dict], out_dir: Path,
+def _publish(params: PretrainParams, model: ModelParams, train_size: int, scale: SynthScale, results: dict[int, dict],
+             out_dir: Path,
              metrics_dir: Path, parallel: int, wall_s: float) -> StageReport:
     """Write the chosen seed's folder, seeds.json, lineage and card; then drop the checkpoint folder."""
     chosen = choose(results)
@@ -313,8 +316,8 @@ def _publish(params: PretrainParams, model: ModelParams, train_size: int, result
                   inputs={"base_model": Path(params.base)}, counts={"steps": params.steps, "seeds": len(results)},
                   code_modules=["stages.pretrain", "stages.synth", "stages.models"],
                   extra={"device": device, "steps": params.steps, "seeds": list(params.seeds), "chosen_seed": chosen,
-                         "dtype": "bfloat16", "train_size": train_size,
-                         "fingerprint": _fingerprint(params, chosen, train_size)})
+                         "dtype": "bfloat16", "train_size": train_size, "synth_scale": to_dict(scale),
+                         "fingerprint": _fingerprint(params, chosen, train_size, scale)})
     write_model_card(out_dir, "vrsflow tiny Qwen2.5-VL pre-trained on synthetic grounding",
                      metrics={"pretrain": result})
     shutil.rmtree(params.checkpoint_dir, ignore_errors=True)  # finished: a rerun is DVC's cache hit, not a resume
@@ -336,11 +339,12 @@ def _save_bf16(model, processor, folder: Path) -> None:
     partial.rename(folder)
 
 
-def _fingerprint(params: PretrainParams, seed: int, train_size: int) -> str:
-    """What a seed's saved state must match to be resumed: its seed, every training setting, the train size and
-    every file of the base (config, processor; its weights too, though each seed initialises its own)."""
+def _fingerprint(params: PretrainParams, seed: int, train_size: int, scale: SynthScale) -> str:
+    """What a seed's saved state must match to be resumed: its seed, every training setting, the train size, the
+    synth scale its frames are drawn at and every file of the base (config, processor; its weights too, though each
+    seed initialises its own)."""
     settings = {k: v for k, v in to_dict(params).items() if k not in NOT_TRAINING}
-    return fingerprint({"seed": seed, "train_size": train_size, **settings},
+    return fingerprint({"seed": seed, "train_size": train_size, "synth_scale": to_dict(scale), **settings},
                        sorted(p for p in Path(params.base).rglob("*") if p.is_file()))
 
 

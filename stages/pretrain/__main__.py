@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
-from stages.core.params import PretrainParams
+from stages.core.params import PretrainParams, SynthScale
+from stages.core.typed_config import build
 from stages.models.seed_runs import seed_process
 from stages.pretrain import train_seed
 
 if __name__ == "__main__":
     seed_process("pretrain", PretrainParams,
-                 lambda params, job: train_seed(params, int(job["seed"]), int(job["train_size"])))
+                 lambda params, job: train_seed(params, int(job["seed"]), int(job["train_size"]),
+                                                 build(SynthScale, job["synth"], "synth")))

@@ -7,7 +7,9 @@ depends on (seed, step) only — never on what ran before it, how many loader pr
 started — and no scene is shown twice. The held-out check draws from the fixed stream
 `derive_seed(CHECK_SEED, "pretrain", "check", i)` under the last phase with all its colours: the same samples for
 every training seed (so that their figures compare), and apart from every training stream and from the synth
-stage's evaluation videos (seeded `derive_seed(synth.seed, "synth", key)`).
+stage's evaluation videos (seeded `derive_seed(synth.seed, "synth", key)`). Synth frames are drawn at the synth
+stage's own scale (`synth.<synth.size>`: frame size, clip length, objects, look), so the base learns the frames
+the pipeline shows it.
 """
 
 from __future__ import annotations
@@ -51,20 +53,20 @@ def draw_sample(rng: np.random.Generator, name: str, phase: PretrainPhase, colou
     return plain_sample(rng, f"{name}/plain", phase.frames, size, phase.objects, colours, phase.move)
 
 
-def step_samples(params: PretrainParams, seed: int, step: int, size: int) -> list[GroundingSample]:
-    """The `batch_size` samples of optimizer step `step` (0-based) of training seed `seed`."""
+def step_samples(params: PretrainParams, seed: int, step: int, size: int, scale: SynthScale) -> list[GroundingSample]:
+    """The `batch_size` samples of optimizer step `step` (0-based) of training seed `seed`, synth frames at `scale`."""
     phase, within = phase_at(params.curriculum, step)
     colours = colours_at(phase, within)
     return [draw_sample(np.random.default_rng(derive_seed(seed, "pretrain", "train", step, i)),
-                        f"train/{seed}/{step}/{i}", phase, colours, size, SynthScale())
+                        f"train/{seed}/{step}/{i}", phase, colours, size, scale)
             for i in range(params.batch_size)]
 
 
-def check_samples(params: PretrainParams, size: int) -> list[GroundingSample]:
+def check_samples(params: PretrainParams, size: int, scale: SynthScale) -> list[GroundingSample]:
     """The held-out samples: `check_samples` of the last phase with all its colours, from the fixed check stream."""
     phase = params.curriculum[-1]
     return [draw_sample(np.random.default_rng(derive_seed(CHECK_SEED, "pretrain", "check", i)), f"check/{i}",
-                        phase, phase.colours, size, SynthScale()) for i in range(params.check_samples)]
+                        phase, phase.colours, size, scale) for i in range(params.check_samples)]
 
 
 def chat(sample: GroundingSample, with_answer: bool) -> list[dict]:
@@ -88,14 +90,15 @@ class StepBatches(torch.utils.data.Dataset):
     """Item s = step s's batch, rendered and encoded (loss on the answer only), split into `micro_batches` padded
     batches. A map over steps, so DataLoader workers render steps ahead in parallel and hand them back in order."""
 
-    def __init__(self, params: PretrainParams, seed: int, size: int, processor) -> None:
-        self.params, self.seed, self.size, self.processor = params, seed, size, processor
+    def __init__(self, params: PretrainParams, seed: int, size: int, scale: SynthScale, processor) -> None:
+        self.params, self.seed, self.size, self.scale, self.processor = params, seed, size, scale, processor
         self.collate = PadCollator(processor.tokenizer.pad_token_id)
 
     def __len__(self) -> int:
         return self.params.steps
 
     def __getitem__(self, step: int) -> list[dict[str, torch.Tensor]]:
-        encoded = [encode(self.processor, sample) for sample in step_samples(self.params, self.seed, step, self.size)]
+        encoded = [encode(self.processor, sample) for sample in step_samples(self.params, self.seed, step, self.size,
+                                                                                self.scale)]
         per = len(encoded) // self.params.micro_batches
         return [self.collate(encoded[k:k + per]) for k in range(0, len(encoded), per)]

@@ -251,7 +251,7 @@ def test_the_committed_base_still_localises() -> None:
     seeds = json.loads((VLM_DIR / "seeds.json").read_text())
     recorded = seeds["seeds"][str(seeds["chosen_seed"])]
     vlm, processor = load_vlm(VLM_DIR, "float32", "cpu")
-    samples = check_samples(params.pretrain, params.keyframes.train_size)
+    samples = check_samples(params.pretrain, params.keyframes.train_size, params.synth.scale)
     ious = [iou for i in range(0, len(samples), 16)
             for iou in _answer_ious(vlm, processor, samples[i:i + 16], params.pretrain.max_new_tokens)]
     assert float(np.mean(ious)) >= recorded["box_iou"] - VLM_MARGIN, (np.mean(ious), recorded["box_iou"])

@@ -35,6 +35,7 @@ from stages.pretrain.stream import check_samples, colours_at, phase_at, step_sam
 from stages.synth.scene import COLOURS
 
 SIZE = 56
+SCALE = SynthScale()  # the synth default preset: the frames the pipeline shows
 PARAMS_YAML = Path(__file__).resolve().parents[2] / "params.yaml"
 
 
@@ -77,25 +78,25 @@ def test_the_default_curriculum_grows_the_colours_asked(step: int, phase: int, w
 def test_a_step_asks_only_the_colours_grown_so_far() -> None:
     params = replace(PretrainParams(), batch_size=24)
     for step, allowed in ((10, {"red"}), (650, {"red", "green"}), (3500, set(PLAIN_COLOURS))):
-        asked = {s.expression.split()[1] for s in step_samples(params, 0, step, SIZE)}
+        asked = {s.expression.split()[1] for s in step_samples(params, 0, step, SIZE, SCALE)}
         assert asked <= allowed and (len(allowed) > 2 or asked == allowed)
-    late = step_samples(params, 0, 5000, SIZE)  # the last phase: 6 frames, synth frames among the plain ones
+    late = step_samples(params, 0, 5000, SIZE, SCALE)  # the last phase: 6 frames, synth frames among the plain ones
     assert {s.video.rsplit("/", 1)[1] for s in late} == {"plain", "synth"}
     assert all(len(s.images) == 6 for s in late)
 
 
 def test_batches_depend_on_seed_and_step_only_and_never_repeat_or_meet_the_check() -> None:
     params = replace(PretrainParams(), batch_size=4)
-    a, again = step_samples(params, 0, 7, SIZE), step_samples(params, 0, 7, SIZE)
+    a, again = step_samples(params, 0, 7, SIZE, SCALE), step_samples(params, 0, 7, SIZE, SCALE)
     assert [_key(s) for s in a] == [_key(s) for s in again]
     seen = {tuple(_pixels(s)) for s in a}
-    for other in (step_samples(params, 0, 8, SIZE), step_samples(params, 1, 7, SIZE)):
+    for other in (step_samples(params, 0, 8, SIZE, SCALE), step_samples(params, 1, 7, SIZE, SCALE)):
         assert not seen & {tuple(_pixels(s)) for s in other}
-    check = check_samples(replace(params, check_samples=8), SIZE)
+    check = check_samples(replace(params, check_samples=8), SIZE, SCALE)
     assert not seen & {tuple(_pixels(s)) for s in check}
     # the check stream is one fixed set, whatever the training seeds
     assert [_key(s) for s in check] == [_key(s) for s in check_samples(replace(params, check_samples=8, seeds=(5,)),
-                                                                       SIZE)]
+                                                                       SIZE, SCALE)]
 
 
 @pytest.mark.parametrize("move", [0, 3])
@@ -167,7 +168,8 @@ def test_the_best_seed_is_the_best_box_iou_then_the_share_on_target() -> None:
 
 def test_a_real_model_path_skips_the_stage(tmp_path: Path) -> None:
     params = PretrainParams(out_dir=str(tmp_path / "pretrain"), base=str(tmp_path / "absent"))
-    report = pretrain(params, ModelParams(path="/ckpt/Qwen2.5-VL-3B-Instruct"), SIZE, tmp_path / "pretrain", tmp_path)
+    report = pretrain(params, ModelParams(path="/ckpt/Qwen2.5-VL-3B-Instruct"), SIZE, SCALE, tmp_path / "pretrain",
+                      tmp_path)
     assert report.metrics == {"skipped": 1}
     assert json.loads((tmp_path / "pretrain" / SKIPPED).read_text())["skipped"] is True
     assert not (tmp_path / "pretrain" / "config.json").exists()
@@ -180,7 +182,7 @@ def test_a_resumed_seed_or_one_fed_by_loader_workers_ends_byte_identical(tiny_ba
 
     torch.set_num_threads(1)
     whole = _tiny_params(tiny_base, tmp_path / "whole")
-    figures = train_seed(whole, 0, SIZE)
+    figures = train_seed(whole, 0, SIZE, SCALE)
     assert figures["resumed_from_step"] == 0
 
     class Stop(Exception):
@@ -195,10 +197,10 @@ def test_a_resumed_seed_or_one_fed_by_loader_workers_ends_byte_identical(tiny_ba
     stopped = _tiny_params(tiny_base, tmp_path / "stopped")
     monkeypatch.setattr(stage, "_save_state", save_then_stop)
     with pytest.raises(Stop):
-        train_seed(stopped, 0, SIZE)
+        train_seed(stopped, 0, SIZE, SCALE)
     earlier_s = torch.load(next((tmp_path / "stopped").rglob(stage.STATE)), weights_only=True)["elapsed_s"]
     monkeypatch.setattr(stage, "_save_state", save)
-    resumed = train_seed(stopped, 0, SIZE)
+    resumed = train_seed(stopped, 0, SIZE, SCALE)
     assert resumed["resumed_from_step"] == 2
     # the training time counts the stopped sitting (its saved seconds) and the one that finished
     sitting = 2 * stopped.batch_size / resumed["samples_per_s"]
@@ -210,12 +212,12 @@ def test_a_resumed_seed_or_one_fed_by_loader_workers_ends_byte_identical(tiny_ba
         {k: v for k, v in figures.items() if k not in ("resumed_from_step", "train_s", "samples_per_s")}
     # batches rendered ahead by loader processes are the same batches
     workers = _tiny_params(tiny_base, tmp_path / "workers", loader_workers=2)
-    train_seed(workers, 0, SIZE)
+    train_seed(workers, 0, SIZE, SCALE)
     assert (tmp_path / "workers/checkpoints/seed-0/model/model.safetensors").read_bytes() == \
         (tmp_path / "whole/checkpoints/seed-0/model/model.safetensors").read_bytes()
     # a finished seed is not trained again
     monkeypatch.setattr(stage, "train_step", lambda *a: pytest.fail("a finished seed was trained again"))
-    assert train_seed(stopped, 0, SIZE) == resumed
+    assert train_seed(stopped, 0, SIZE, SCALE) == resumed
 
 
 def test_the_stage_keeps_the_best_seed_in_bf16_with_figures_from_the_saved_weights(tiny_base: Path,
@@ -223,7 +225,7 @@ def test_the_stage_keeps_the_best_seed_in_bf16_with_figures_from_the_saved_weigh
     torch.set_num_threads(1)
     params = _tiny_params(tiny_base, tmp_path, seeds=(0, 1))
     out = Path(params.out_dir)
-    report = pretrain(params, ModelParams(path=str(out)), SIZE, out, tmp_path / "metrics")
+    report = pretrain(params, ModelParams(path=str(out)), SIZE, SCALE, out, tmp_path / "metrics")
     seeds = json.loads((out / "seeds.json").read_text())
     results = {int(k): v for k, v in seeds["seeds"].items()}
     assert sorted(results) == [0, 1] and seeds["chosen_seed"] == choose(results) == report.metrics["chosen_seed"]
@@ -236,7 +238,7 @@ def test_the_stage_keeps_the_best_seed_in_bf16_with_figures_from_the_saved_weigh
         assert {weights.get_tensor(k).dtype for k in weights.keys()} == {torch.bfloat16}  # noqa: SIM118
     model, processor = load_vlm(out, "float32", "cpu")  # as SFT and evaluation load model.path
     assert next(model.parameters()).dtype == torch.float32
-    measured = grounding_check(model, processor, check_samples(params, SIZE), params.max_new_tokens)
+    measured = grounding_check(model, processor, check_samples(params, SIZE, SCALE), params.max_new_tokens)
     assert {k: results[seeds["chosen_seed"]][k] for k in measured} == measured
     lineage = json.loads((out / "lineage.json").read_text())
     assert lineage["stage"] == "pretrain"
@@ -251,9 +253,9 @@ def test_the_stage_keeps_the_best_seed_in_bf16_with_figures_from_the_saved_weigh
 def test_seeds_run_in_processes_of_their_own(tiny_base: Path, tmp_path: Path) -> None:
     params = _tiny_params(tiny_base, tmp_path, seeds=(0, 1), parallel=2)
     out = Path(params.out_dir)
-    report = pretrain(params, ModelParams(path=str(out)), SIZE, out, tmp_path / "metrics")
+    report = pretrain(params, ModelParams(path=str(out)), SIZE, SCALE, out, tmp_path / "metrics")
     assert report.metrics["parallel"] == 2 and report.metrics["seeds"] == 2
-    alone = train_seed(replace(params, checkpoint_dir=str(tmp_path / "alone")), 1, SIZE)
+    alone = train_seed(replace(params, checkpoint_dir=str(tmp_path / "alone")), 1, SIZE, SCALE)
     seeds = json.loads((out / "seeds.json").read_text())["seeds"]
     assert {k: v for k, v in seeds["1"].items() if k not in ("train_s", "samples_per_s")} == \
         {k: v for k, v in alone.items() if k not in ("train_s", "samples_per_s")}
@@ -272,10 +274,10 @@ def test_the_pretrained_base_gets_the_grounding_rope_and_a_bad_section_is_named(
     out.mkdir()
     (out / "kept").write_text("an earlier output")
     with pytest.raises(ValueError, match=r"^pretrain\.mrope_section \[2, 15, 15\] must sum to 8 \(head_dim / 2"):
-        pretrain(params, ModelParams(path=str(out)), SIZE, out, tmp_path / "metrics")
+        pretrain(params, ModelParams(path=str(out)), SIZE, SCALE, out, tmp_path / "metrics")
     assert (out / "kept").read_text() == "an earlier output"  # nothing deleted before the check
     with pytest.raises(FileNotFoundError, match=r"^pretrain\.base .*absent is not a model folder"):
-        pretrain(replace(params, base=str(tmp_path / "absent")), ModelParams(path=str(out)), SIZE, out, tmp_path)
+        pretrain(replace(params, base=str(tmp_path / "absent")), ModelParams(path=str(out)), SIZE, SCALE, out, tmp_path)
     assert (out / "kept").exists()
 
 
