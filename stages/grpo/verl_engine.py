@@ -40,6 +40,9 @@ FINISHED = "finished.json"  # written by `finish` at the end of launch.sh
 CLUSTER_VENV = ".venv-cluster"  # scripts/setup_cluster.sh's default; launch.sh activates it when present
 FREEZE_VISION_LIB = "stages.grpo.verl_freeze_vision"  # verl external_lib: full fine-tuning, vision frozen
 TRAINER_MODULE = "stages.grpo.verl_trainer"  # verl's sync trainer with deterministic prompt-group uids
+# verl imports VERL_USE_EXTERNAL_MODULES, in order, before its `verl.plugins` entry points, and the trainer module's
+# verl imports ask for the platform: the CPU platform (inert unless VERL_PLATFORM=cpu) is registered first
+EXTERNAL_MODULES = ("stages.grpo.verl_cpu_platform", TRAINER_MODULE)
 TRAINER_MODE = "vrsflow_sync"  # its name in verl's trainer registry (stages.grpo.verl_trainer.TRAINER_MODE)
 FREEZE_VISION_VENDOR = "vrsflow-frozen-vision"  # its engine's vendor in verl's EngineRegistry (VERL_ENGINE_VENDOR)
 JOB = "job.json"  # the job's SAM2 service and GPU layout, read by check-resources / finish
@@ -154,7 +157,7 @@ def verl_overrides(grpo: GrpoParams, reward: RewardParams, model_path: str, trai
         # prompt-group uids from (seed, step, position, sample id), not uuid4: the same batch order in every run
         # (stages/grpo/verl_trainer.py, in verl's trainer registry; verl imports it on `import verl` in each worker)
         f"trainer.v1.trainer_mode={TRAINER_MODE}",
-        f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES={TRAINER_MODULE}",
+        f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES='{','.join(EXTERNAL_MODULES)}'",
         *(cpu_overrides(grpo) if v.device == "cpu" else []),
     ]
 

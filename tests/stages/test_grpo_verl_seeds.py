@@ -66,7 +66,10 @@ def test_verl_composes_validates_and_registers_the_seeded_loop():
     env = config.ray_kwargs.ray_init.runtime_env.env_vars
     # Ray's runtime_env takes strings only (an int raised TypeError at ray.init in the first CPU run)
     assert all(isinstance(value, str) for value in env.values()), dict(env)
-    assert env.PYTHONHASHSEED == "5" and env.VERL_USE_EXTERNAL_MODULES == "stages.grpo.verl_trainer"
+    # verl imports these in order on `import verl`, before its entry points: the CPU platform before the trainer
+    # (whose verl imports ask for the platform; "Unknown platform 'cpu'" in the first CPU run)
+    assert env.PYTHONHASHSEED == "5"
+    assert env.VERL_USE_EXTERNAL_MODULES == "stages.grpo.verl_cpu_platform,stages.grpo.verl_trainer"
     assert config.trainer.v1.trainer_mode == "vrsflow_sync"
     # what verl's AgentLoopWorker.__init__ does with agent_loop_config_path, then hydra's _target_ lookup
     entries = {e.name: e for e in OmegaConf.load(resolve_config_path(agent.agent_loop_config_path))}
