@@ -3,10 +3,12 @@
     python bench/summary.py            # print the table
     python bench/summary.py --write    # replace the table between the markers in bench/README.md
     python bench/summary.py --write --tracked-only   # only results files already committed
+    python bench/summary.py learning-runs evaluate   # one results file's baseline and measured figures
 
-Every row names the script, the baseline measured in the same run, the target and what was measured;
-every number in it is read from the results file (the targets' wording is the issue's, kept in KNOWN;
-whether a target is met is computed from the file's own target fields, where it has them). The output
+Every row is one line: the results file, its command, the claim it checks and where and at which commit it was
+measured; the baseline measured in the same run and the figures stay in the results file (`python bench/summary.py
+NAME` prints them, every number read from the file; whether a target is met is computed from the file's own target
+fields, where it has them). The output
 depends on the files alone (sorted, no clock), so regenerating it twice gives the same bytes.
 tests/test_bench_readme.py checks that every row of the README's table is a row this prints.
 """
@@ -24,249 +26,67 @@ RESULTS = BENCH / "results"
 README = BENCH / "README.md"
 BEGIN, END = "<!-- figures:begin (bench/summary.py --write) -->", "<!-- figures:end -->"
 
-# name → (script, target as the issue states it); GPU figures come from bench/gpu.sh
+# name → (command, the claim it checks in a line; the issue's full target and every figure are in the results file).
+# GPU figures come from bench/gpu.sh. Studies that informed a decision live in research/, not here.
 KNOWN = {
     "metrics": ("bench_metrics.py", "J+F+R ≥ 2× the published per-frame path, values identical"),
     "shard": ("bench_shard.py", "≥ 4× at 720p sources, bounded memory, same outputs"),
     "sam2_reward": ("bench_sam2_reward.py", "≥ 4× over re-encoding per rollout (hiera_t, CPU), masks equal"),
     "keyframes": ("bench_keyframes.py", "faster than decoding every mask, same frames"),
-    "evaluate": ("bench_evaluate.py", "≥ 3× seconds per video over per-expression evaluation (CPU, tiny models), "
-                 "masks and scores identical"),
-    "ingest": ("bench_ingest.py", "frame check cheaper than a full decode without missing a truncated file; "
-               "RLE areas ≥ 20× over decoding every mask"),
-    "sft": ("bench_sft.py", "processor outputs cached across epochs; a streaming shard reader (bounded memory at "
-            "560 px); gradient checkpointing only where it saves memory that is needed"),
-    "sft-stage": ("bench_sft.py --stage", "the SFT stage after those changes no slower than before them, same data "
-                  "and steps (the issue sets no ratio)"),
-    "sft-stage-c0d26bc": ("bench_sft.py --stage DIR --baseline-commit c0d26bc --repeats 1",
-                          "is today's SFT slower than on 2026-11-23 (sft-stage.json, orchestration-default.json) "
-                          "because of the code? c0d26bc's train_sft against today's, same shards and tiny model"),
+    "evaluate": ("bench_evaluate.py", "≥ 3× per video over per-expression evaluation, masks and scores identical"),
+    "ingest": ("bench_ingest.py", "frame check cheaper than a full decode, no truncated file missed; RLE areas ≥ 20×"),
+    "sft": ("bench_sft.py", "processor outputs cached across epochs; streaming shard reader; checkpointing only where "
+            "needed"),
+    "sft-stage": ("bench_sft.py --stage", "the SFT stage no slower after those changes, same data and steps"),
     "teacher": ("bench_teacher.py", "≥ 0.9 of the ideal request rate at concurrency 32; a rerun sends 0 requests"),
-    "mask_parse": ("bench_mask_dict.py", "mask_dict.json parsed once per pipeline, RLEs identical (the issue sets no "
-                  "ratio)"),
-    "team": ("bench_team.py --profile ci --target sample --dvc-profile default",
-             "issue 45: UI submission → first stage for serve and for the worker on PostgreSQL and SQLite; four runs "
-             "at once all complete, no \"database is locked\"; DVC push/pull seconds and MB over SSH and to a folder"),
-    "sft-packing": ("bench_sft_packing.py --repo DIR",
-                    "issue 46 (CPU part): the default SFT's padding share and samples/s with and without padding-free "
-                    "packing, same loss curve within tolerance"),
-    "pretrain-cpu": ("smoke_pretrain.py --steps 10 --phases 0 1 --set pretrain.seeds=[0] --out FILE",
-                     "issue 47: the pretrain stage's throughput on this machine's CPU, one seed on one core at "
-                     "params.yaml's batch, in the first (one frame) and the last (six frames) curriculum phase"),
+    "mask_parse": ("bench_mask_dict.py", "mask_dict.json parsed once per pipeline, RLEs identical"),
+    "team": ("bench_team.py --profile ci --target sample", "issue 45: UI runs on PostgreSQL and SQLite, four at once; "
+             "DVC push/pull"),
+    "sft-packing": ("bench_sft_packing.py --repo DIR", "issue 46: padding-free packing: less padding, more samples/s, "
+                    "same loss curve"),
+    "pretrain-cpu": ("smoke_pretrain.py --steps 10 --phases 0 1",
+                     "issue 47: the pretrain stage's samples/s on this CPU, first and last phase"),
     "verl-cpu": ("bench_verl_cpu.py --repo DIR --kill-at-step 4",
-                 "issue 43: verl's own trainer takes ≥ 8 GRPO steps on this machine's CPU through the grpo stage; "
-                 "seconds per step by phase, reward and KL per step, peak memory, versions; kill -9 leaves no "
-                 "process 10 s later and the rerun resumes from verl's last checkpoint"),
-    "orchestration": ("bench_orchestration.py --profile ci",
-                      "per-stage overhead down: one Prefect API per repro, imports off each stage's start"),
-    "orchestration-default": ("bench_orchestration.py --profile default",
-                              "orchestration ≤ 5 % of the default run; default run ≤ 6 min on 2 cores"),
-    "orchestration-default-batch4": ("bench_orchestration.py --profile default --modes after --out "
-                                     "bench/results/orchestration-default-batch4.json",
-                                     "issue 24: the default run with GRPO's 48 rounds of 4 prompts, stage by stage "
-                                     "(≤ 10 min on 2 cores, pre-training included)"),
+                 "issue 43: verl's trainer takes ≥ 8 GRPO steps on the CPU; kill -9 resumes"),
+    "orchestration": ("bench_orchestration.py --profile ci", "per-stage overhead down: one Prefect API per repro"),
+    "orchestration-default": ("bench_orchestration.py --profile default", "orchestration ≤ 5 % of the default run; "
+                              "the run ≤ 6 min on 2 cores"),
     "reader_check": ("bench_reader_check.py --mevis-repo … --videolisa-repo … --referformer-repo …",
-                     "train-split readers equal the official MeViS / ReferFormer loaders; MeViS missing predictions "
-                     "scored as the dataset authors' eval_mevis.py, ReasonVOS as its authors' script"),
-    "grounding_probe": ("probe_grounding.py (variants by environment)",
-                        "diagnosis for issue 24: does the tiny Qwen2.5-VL learn where a named shape is on one frame? "
-                        "(TASK=plain: one flat rectangle, or NOBJ named by colour, on a plain background)"),
-    "mixture_scale": ("bench_mixture_scale.py --scale S1 S2",
-                      "ingest → shard on a synthetic MeViS + Ref-YouTube-VOS + ReVOS union at published counts; "
-                      "peak memory bounded by one video, not by the union"),
-    "learning": ("bench_learning.py --seeds 0 1 2 --repo DIR",
-                 "the default run learns to segment (issue 24): pre-trained base → after SFT parse ≥ 95 %, J&F ≥ 40 "
-                 "and ≥ half the ceiling (ground-truth answers, same segmenter)"),
-    "learning-runs": ("bench_learning_runs.py --seeds 0 1 2 --plant mirror-boxes",
-                      "issue 61: the default run per training seed beside the ceiling, the empty and the constant "
-                      "answer, with swapped queries and a planted bug — per seed GRPO ≥ constant + 0.4 × (ceiling − "
-                      "constant), ceiling ≥ 40, GRPO box IoU ≥ 0.30, swap drop ≥ 5, parsed ≥ 95 %, run ≤ 600 s; "
-                      "over the seeds SFT ≥ base + 2, GRPO ≥ SFT + 1, reward rising, planted SFT ≥ 5 below"),
-    "learning-runs-onemask": ("bench_learning_runs.py --seeds 0 1 2 (a candidate checkout whose models/pretrain_sam2 "
-                              "is the one-mask fine-tuned SAM2 of sam2_finetune-batch4-onemask)",
-                              "issue 47 (as learning-runs): the default run with the SAM2 whose ceiling is 46.97"),
-    "learning-runs-8videos": ("bench_learning_runs.py --seeds 0 1 2 (at f764d70: 8 training videos, SFT 8 epochs, "
-                              "GRPO 48 rounds)",
-                              "issue 47 (as learning-runs): the default run before its SFT data grew"),
-    "sft-data": ("bench_sft_data.py --variant NAME KEY=VALUE …",
-                 "issue 47: answers parsed ≥ 95 % after SFT — the SFT data and passes that keep the pre-trained "
-                 "base's answer format, scored on the eval pool"),
-    "learning-rope": ("bench_learning.py --seeds 0 --set pretrain.epochs=12 --out bench/results/learning-rope.json",
-                      "issue 24: the pretrain stage with its grounding M-RoPE (theta 3, [2, 15, 15]), in the "
-                      "evaluation's 6-frame format, 3× the default epochs: does the base localise on held-out synth "
-                      "scenes?"),
-    "tokenizer": ("bench_tokenizer.py --repo DIR",
-                  "issue 24: which tiny tokenizer the default SFT teaches the answer format with (whole-number "
-                  "tokens, the default, or Qwen2's digit by digit)"),
-    "grpo": ("bench_grpo.py --repo DIR --variant NAME [KEY=VALUE …] …",
-             "issue 24: the default run's GRPO fits the budget, its reward still rising (the issue sets no ratio)"),
-    "grpo-seeds": ("bench_grpo.py --repo DIR --variant NAME grpo.seed=S [KEY=VALUE …] …",
-                   "issue 24: the same comparison over two more GRPO seeds (same SFT model)"),
-    "grpo-batch4": ("bench_grpo.py --repo DIR --variant NAME grpo.seed=S grpo.batch_size=4 grpo.max_steps=48 …",
-                    "issue 24: 48 rounds of 4 prompts over GRPO seeds 1 and 2 (same SFT model)"),
-    "sam2_pretrain": ("bench_sam2_pretrain.py --seeds 0 1 2 --repo DIR",
-                      "issue 24: masks that mean something — the pretrain_sam2 stage (default block) per seed: "
-                      "held-out tracking IoU before/after, and the evaluation ceiling (ground-truth answers) with "
-                      "the SAM2 it trains against the tiny random one"),
-    "sam2_pretrain-1500": ("bench_sam2_pretrain.py --seeds 0 --set pretrain_sam2.steps=1500 --repo DIR "
-                           "--out bench/results/sam2_pretrain-1500.json",
-                           "issue 24: does the tiny SAM2 keep improving with 2.5× the default steps?"),
-    "sam2_pretrain-lr1e-3": ("bench_sam2_pretrain.py --seeds 0 1 2 --repo DIR (learning_rate 1e-3, then the default)",
-                             "issue 24: the pretrain_sam2 stage at its first learning rate, per seed, with the "
-                             "evaluation ceiling through each trained SAM2"),
-    "sam2_pretrain-clicks600": ("bench_sam2_pretrain.py --seeds 0 --set pretrain_sam2.steps=600 (clicks: "
-                                "point_prompt_share 0.5, box_noise 0.1)",
-                                "issue 47: SAM2's click prompts in half the clips (boxes jittered by SAM2's "
-                                "sample_box_points) against sam2_pretrain.json's seed 0 at 600 steps"),
-    "sam2_pretrain-clicks1500": ("bench_sam2_pretrain.py --seeds 0 --set pretrain_sam2.steps=1500 --repo DIR "
-                                 "(clicks: point_prompt_share 0.5, box_noise 0.1)",
-                                 "issue 47: the same at the committed model's 1,500 steps, with the ceiling"),
-    "sam2_pretrain-corrections600": ("bench_sam2_pretrain.py --seeds 0 --set pretrain_sam2.steps=600 --repo DIR "
-                                     "(SAM2's recipe: clicks 0.5, box_noise 0.1, correction_clicks 7)",
-                                     "issue 47: SAM2's prompt recipe with its 7 correction clicks on the prompted "
-                                     "frame: does the tiny SAM2 follow its prompt?"),
-    "sam2_pretrain-corrections1500": ("bench_sam2_pretrain.py --seeds 0 --set pretrain_sam2.steps=1500 --repo DIR "
-                                      "(SAM2's recipe: clicks 0.5, box_noise 0.1, correction_clicks 7)",
-                                      "issue 47: SAM2's prompt recipe at the committed model's 1,500 steps: "
-                                      "tracking J and the ceiling (target ≥ 40 J&F)"),
-    "sam2_pretrain-frames8": ("bench_sam2_pretrain.py --seeds 0 --set pretrain_sam2.steps=1500 --set "
-                              "pretrain_sam2.clip_frames=8 --repo DIR (SAM2's recipe: clicks 0.5, box_noise 0.1, "
-                              "correction_clicks 7)",
-                              "issue 47: SAM2's recipe on 8-frame training clips (SAM2's own length) instead of 4: "
-                              "tracking J and the ceiling (target ≥ 40 J&F)"),
-    "sam2_pretrain-distractors": ("bench_sam2_pretrain.py --seeds 0 1 --jobs 2 --set pretrain_sam2.min_objects=6 --set "
-                                  "pretrain_sam2.max_objects=8 --set pretrain_sam2.max_targets=3 --repo DIR (the "
-                                  "committed recipe otherwise: 8-frame clips, 1,500 steps)",
-                                  "issue 47: training scenes of 6–8 objects, 3 of them targets (SAM2 trains a few "
-                                  "targets among many objects), so that three candidate masks cannot cover every "
-                                  "object: do tracked masks keep the target?"),
-    "sam2_pretrain-trunk32": ("bench_sam2_pretrain.py --seeds 0 1 --jobs 2 --architecture "
-                              "++model.image_encoder.trunk.embed_dim=32 --architecture "
-                              "++model.image_encoder.trunk.num_heads=2 --architecture "
-                              "++model.image_encoder.neck.backbone_channel_list=[256,128,64,32] --repo DIR (the "
-                              "committed recipe otherwise)",
-                              "issue 47: an image encoder twice as wide (trunk 32 channels, 13.6 MiB in bf16): do "
-                              "richer features tell the objects apart on tracked frames?"),
-    "sam2_pretrain-iou5": ("bench_sam2_pretrain.py --seeds 0 --set pretrain_sam2.iou_loss_weight=5 --repo DIR (the "
-                           "committed recipe otherwise: 8-frame clips, 1,500 steps)",
-                           "issue 47: a heavier IoU term (SAM2.1's weight is 1): does the IoU head, which picks the "
-                           "candidate kept on a tracked frame, learn to keep the target? (against "
-                           "sam2_pretrain-frames8, seed 0 at weight 1)"),
-    "sam2_pretrain-iou20": ("bench_sam2_pretrain.py --seeds 0 --set pretrain_sam2.iou_loss_weight=20 --repo DIR (the "
-                            "committed recipe otherwise)",
-                            "issue 47: the same at weight 20, run beside iou5"),
-    "sam2_finetune-more": ("bench_sam2_pretrain.py --seeds 10 --init models/pretrain_sam2 --set "
-                           "pretrain_sam2.steps=600 --set pretrain_sam2.learning_rate=0.0001 --repo DIR (the "
-                           "committed recipe and scenes otherwise)",
-                           "issue 47: 600 more steps from the committed SAM2 on new clips of the same scenes: is its "
-                           "tracking limited by steps? (run beside sam2_finetune-crowded)"),
-    "sam2_finetune-batch4": ("bench_sam2_pretrain.py --seeds 10 --init models/pretrain_sam2 --set "
-                             "pretrain_sam2.steps=400 --set pretrain_sam2.learning_rate=0.0001 --set "
-                             "pretrain_sam2.clips_per_step=4 --repo DIR",
-                             "issue 47: sam2_finetune-more with four clips a step (400 steps: 1,600 clips against "
-                             "600, a quarter of the gradient noise): is the plateau the noise of one clip a step?"),
-    "sam2_finetune-batch4-onemask": ("bench_sam2_pretrain.py --seeds 10 --init models/pretrain_sam2 --architecture "
-                                     "++model.multimask_output_for_tracking=false --set pretrain_sam2.steps=400 --set "
-                                     "pretrain_sam2.learning_rate=0.0001 --set pretrain_sam2.clips_per_step=4 "
-                                     "--repo DIR",
-                                     "issue 47: sam2_finetune-batch4 with one mask on tracked frames, so the loss "
-                                     "falls on the mask that is kept (run beside it)"),
-    "sam2_finetune-crowded": ("bench_sam2_pretrain.py --seeds 10 --init models/pretrain_sam2 --set "
-                              "pretrain_sam2.steps=600 --set pretrain_sam2.learning_rate=0.0001 --set "
-                              "pretrain_sam2.min_objects=4 --set pretrain_sam2.max_objects=6 --set "
-                              "pretrain_sam2.max_targets=3 --repo DIR",
-                              "issue 47: a curriculum — the committed SAM2, which segments, fine-tuned on scenes of "
-                              "4–6 objects, 3 of them targets: more objects than candidate masks, so tracked masks "
-                              "must keep the target"),
-    "sam2_pretrain-memattn1": ("bench_sam2_pretrain.py --seeds 0 --set pretrain_sam2.steps=600 --repo DIR (SAM2's "
-                               "recipe: clicks 0.5, box_noise 0.1, correction_clicks 7; the tiny memory attention, "
-                               "1 layer)",
-                               "issue 47: the baseline of sam2_pretrain-memattn4, run beside it on the same commit"),
-    "sam2_pretrain-memattn4": ("bench_sam2_pretrain.py --seeds 0 --set pretrain_sam2.steps=600 --architecture "
-                               "++model.memory_attention.num_layers=4 --repo DIR (SAM2's recipe)",
-                               "issue 47: does SAM2-tiny's own memory-attention depth (4 layers, not 1) lift the "
-                               "tracked frames' masks?"),
-    "sam2-prompt-check": ("sam2_prompt_check.py --model NAME=PATH …",
-                          "issue 47: does the tiny SAM2 segment what its box points at, or another object?"),
-    "model-budget": ("model_budget.py (after the fine-tuned SAM2 was committed; --candidate NAME=DIR adds what a "
-                     "folder not yet committed would cost)",
-                     "issue 47: the committed models grow the repository by at most 40 MB in all (every version "
-                     "ever committed): how much is used, how much is left"),
-    "sam2-inference-settings": ("sam2_inference_settings.py --repo DIR (SAM2's own inference-only config settings)",
-                                "issue 47: can the evaluation's SAM2 settings, not its weights, close the ceiling "
-                                "gap (35.73 against ≥ 40)?"),
-    "sam2-inference-settings-trunk32": ("sam2_inference_settings.py --repo DIR --setting one_mask=… (DIR's "
-                                        "models/pretrain_sam2: the stage's 32-wide SAM2 of the local branch "
-                                        "issue47-trunk32-sam2, by its sha256)",
-                                        "issue 47: the ceiling through the wider SAM2 that `vrsflow repro` trained "
-                                        "(tiny_models.sam2_encoder_width=32, kept seed 1), not yet adopted"),
-    "sam2-inference-settings-trunk32-seeds23": ("sam2_inference_settings.py --repo DIR --setting one_mask=… (DIR's "
-                                                "models/pretrain_sam2: the stage's 32-wide SAM2 of seeds 2 and 3, "
-                                                "kept seed 2, by its sha256; its seeds.json in the record)",
-                                                "issue 47: the ceiling through the wider SAM2 trained by the stage "
-                                                "over two more seeds (tiny_models.sam2_encoder_width=32), not "
-                                                "adopted"),
-    "sam2-track-by-distance": ("sam2_track_by_distance.py --model NAME=PATH …",
-                               "issue 47: does a tiny SAM2's tracking drift away from the object over the frames, "
-                               "or lose it at once, on the first frame it tracks; where do its tracked masks land, "
-                               "and was the object among its candidate masks?"),
-    "sam2-track-one-mask-step750": (
-        "sam2_track_by_distance.py --model NAME=PATH … (two one-mask states at step 750, the 8-frame recipe, the "
-        "committed SAM2)",
-        "issue 47: do tracked masks land on another object, was the object among SAM2's three candidates, and does "
-        "tracking with one mask (multimask_output_for_tracking=false, training stopped at step 750) do better?"),
-    "pretrain-progress-cpu": ("pretrain_progress.py --params FILE --out FILE (rows added per sitting)",
-                              "issue 47: the pretrain stage's held-out grounding per seed while it trains on this "
-                              "CPU (box IoU against the mean box's; share of landed boxes on the asked target, "
-                              "chance 1/3)"),
-    "sam2_lr3e-4": ("bench_sam2_pretrain.py --seeds 1 --set pretrain_sam2.learning_rate=3e-4 --out "
-                    "bench/results/sam2_lr3e-4.json",
-                    "issue 24: does seed 1, which did not learn at learning rate 1e-3, learn at 3e-4?"),
-    "sam2_lr1e-4": ("bench_sam2_pretrain.py --seeds 1 --set pretrain_sam2.learning_rate=1e-4 --out "
-                    "bench/results/sam2_lr1e-4.json",
-                    "issue 24: does seed 1, which did not learn at learning rate 1e-3, learn at 1e-4?"),
-    "mutation": ("scripts/mutation.sh [MODULE ...]", "≥ 90 % of mutants killed in stages/rewards and "
-                 "stages/evaluate/metrics.py, ≥ 85 % in every other listed module (issue 30)"),
-    "gpu-sam2_reward": ("gpu.sh → bench_sam2_reward.py", "SAM2.1-large consistency reward: ≥ 10× over re-encoding "
-                        "per rollout (H100 anchors: 4.95 s re-encoding, 1.45 s as objects of one state)"),
+                     "train readers equal the official loaders; scores equal the authors' scripts"),
+    "mixture_scale": ("bench_mixture_scale.py --scale S1 S2", "ingest → shard at published counts: peak memory "
+                      "bounded by one video"),
+    "learning": ("bench_learning.py --seeds 0 1 2 --repo DIR", "issue 24: the pre-trained base localises; the "
+                 "evaluation's ceiling per segmenter"),
+    "learning-runs": ("bench_learning_runs.py --seeds 0 1 2 --plant mirror-boxes", "issue 61: the default run per seed "
+                      "beats the constant answer, drops on swapped queries, shows a planted bug"),
+    "sam2_pretrain": ("bench_sam2_pretrain.py --seeds 0 1 2 --repo DIR", "issue 24: the pretrain_sam2 stage learns to "
+                      "track; the ceiling through the SAM2 it trains"),
+    "model-budget": ("model_budget.py", "issue 47: the committed models grow the repository by at most 40 MB in all"),
+    "mutation": ("scripts/mutation.sh [MODULE ...]", "issue 30: ≥ 90 % of mutants killed in rewards and metrics, "
+                 "≥ 85 % elsewhere"),
+    "gpu-sam2_reward": ("gpu.sh → bench_sam2_reward.py", "SAM2.1-large consistency reward ≥ 10× over re-encoding per "
+                        "rollout"),
     "gpu-sam2_reward-fp32": ("gpu.sh sam2fp32 → bench_sam2_reward.py --precision fp32",
-                             "the same in fp32 without TF32: how far the two paths' masks differ without bf16"),
-    "gpu-sft": ("gpu.sh → bench_sft.py --gpu", "3B-shaped LoRA step: MFU ≥ 35 % (plain HF + PEFT anchor: 0.59 s, "
-                "MFU 9 %, 31.6 GiB)"),
-    "gpu-stages": ("bench_gpu_stages.py --repo DIR", "issue 27: the default run's tiny_models → sft → grpo on a GPU, "
-                   "timed per stage"),
+                             "how far the two paths' masks differ without bf16"),
+    "gpu-sft": ("gpu.sh → bench_sft.py --gpu", "3B-shaped LoRA step: MFU ≥ 35 %"),
+    "gpu-stages": ("bench_gpu_stages.py --repo DIR", "issue 27: the default run's tiny_models → sft → grpo on a GPU"),
     "gpu-evaluate": ("gpu.sh → bench_metrics.py --gpu", "≤ 5 s per 100-frame video (published 31–36 s, L20)"),
-    "sam2-clips-per-step-cpu": ("sam2_clips_per_step.py --clips 1 4",
-                                "issue 47: seconds per training clip of the tiny SAM2 with clips batched per step "
-                                "(the GPU's sizing; on the CPU, one clip per step is the baseline)"),
+    "sam2-clips-per-step-cpu": ("sam2_clips_per_step.py --clips 1 4", "issue 47: seconds per SAM2 training clip with "
+                                "clips batched per step (GPU sizing)"),
     "gpu-h200-sft": ("gpu.sh → bench_sft.py --gpu (H200)", "3B-shaped LoRA step: MFU ≥ 35 %"),
-    "gpu-h200-sft-packed": ("bench_sft.py --gpu --variants 4p 4pl --profile (H200)",
-                            "3B-shaped LoRA step, packed rows: MFU ≥ 35 %"),
-    "gpu-h200-sam2_reward": ("gpu.sh → bench_sam2_reward.py (H200)",
-                             "SAM2.1-large consistency reward: ≥ 10× at 1 keyframe, ≥ 8× at 6"),
+    "gpu-h200-sft-packed": ("bench_sft.py --gpu --variants 4p 4pl (H200)", "3B-shaped LoRA step, packed rows: "
+                            "MFU ≥ 35 %"),
+    "gpu-h200-sam2_reward": ("gpu.sh → bench_sam2_reward.py (H200)", "consistency reward ≥ 10× at 1 keyframe, ≥ 8× "
+                             "at 6"),
     "gpu-h200-evaluate": ("gpu.sh → bench_metrics.py --gpu (H200)", "≤ 5 s per 100-frame video"),
-    "gpu-h200-pretrain-throughput": ("gpu_pretrain.py probe --sam2-only (H200)",
-                                     "issue 47: what pre-training the tiny SAM2 costs on a GPU, to size the run"),
-    "segment": ("bench_segment.py", "`vrsflow segment`: seconds per frame (decode, generate, propagate) at 480p and "
-                "1080p; peak RSS of a 10 s and a 60 s 1080p clip within 20 %"),
-    "gpu-segment": ("gpu.sh → bench_segment.py --gpu", "`vrsflow segment` on a GPU: seconds per frame, peak RSS; "
-                    "the published seconds per 100-frame video beside it (31–36 s, L20)"),
+    "gpu-h200-pretrain-throughput": ("gpu_pretrain.py probe --sam2-only (H200)", "issue 47: what pre-training the tiny "
+                                     "SAM2 costs on a GPU"),
+    "segment": ("bench_segment.py", "`vrsflow segment`: seconds per frame; peak RSS of 10 s and 60 s clips within "
+                "20 %"),
+    "gpu-segment": ("gpu.sh → bench_segment.py --gpu", "`vrsflow segment` on a GPU: seconds per frame, peak RSS"),
 }
 ORCHESTRATION_MODES = {"before": "temporary server per stage", "shared": "one shared server",
                        "after": "shared server + warm forks (vrsflow repro)"}
-
-
-def _landing(model: dict) -> str:
-    """sam2-track-by-distance: where a model's tracked masks land, and its kept mask against its best candidate."""
-    land, cand = model.get("where tracked masks land"), model.get("candidates")
-    if not land:
-        return ""
-    out = (f", tracked masks on the object {land['on the object']['share']:.0%} / on another object "
-           f"{land['on another object']['share']:.0%}")
-    if cand:
-        out += (f", kept mask {cand['kept_mask_iou']:.3f} vs best of {max(cand['candidates_per_frame'])} "
-                f"candidate(s) {cand['best_candidate_iou']:.3f}")
-    return out
 
 
 def _x(value: float) -> str:
@@ -475,36 +295,12 @@ def measured(name: str, figures: dict) -> str:
                    f"{_x(figures['speedup_every_box_tracked'])}" if "speedup_every_box_tracked" in figures else "")
                 + (f"; target {_met(figures['speedup'] >= figures['target_speedup'])}"
                    if "target_speedup" in figures else ""))
-    if name in ("learning", "learning-rope"):
+    if name == "learning":
         return _learning(figures)
-    if name in ("learning-runs", "learning-runs-8videos", "learning-runs-onemask"):
+    if name == "learning-runs":
         return _learning_runs(figures)
-    if name == "sft-data":
-        return "; ".join(f"{k} ({', '.join(f'{o}={w}' for o, w in v['overrides'].items())}): "
-                         f"{v['sft']['train_samples']} samples, {v['sft']['steps']} steps, final loss "
-                         f"{v['sft']['final_loss']}, J&F {v['eval']['JF_overall']:.2f}, answers parsed "
-                         f"{100 * (1 - v['eval']['parse_failure_rate']):.0f} %" for k, v in figures["variants"].items())
-    if name.startswith(("sam2_pretrain", "sam2_lr", "sam2_finetune")):
+    if name == "sam2_pretrain":
         return _sam2_pretrain(figures)
-    if name == "tokenizer":
-        return "; ".join(f"{k}: held-out format rate after SFT {v['format_rate_after']} (before "
-                         f"{v['format_rate_before']}), final loss {v['final_loss']}, a box in {len(v['box_tokens'])} "
-                         f"tokens, {v['wall_s']} s" for k, v in figures.items())
-    if name in ("grpo", "grpo-seeds", "grpo-batch4"):
-        return "; ".join(f"{k} ({', '.join(v['overrides']) or 'params.yaml'}: {v['optimizer_steps']} optimizer steps, "
-                         f"{v['rollouts']} rollouts): {v['stage_wall_s']} s, reward {v['reward_first']} → "
-                         f"{v['reward_last']} (first → last pass), by quarter "
-                         f"{' / '.join(str(q) for q in v['reward_by_quarter'])}"
-                         for k, v in figures["variants"].items())
-    if name == "grounding_probe":
-        return ("; ".join(
-            f"{tag} (`{r['command'].split(' python')[0]}`, {r['steps_done']} steps): held-out "
-            + ("colour accuracy " if r.get("task") == "colour" else "box IoU ")
-            + ", ".join(f"{v.get('box_iou', v.get('accuracy'))} at {k}" for k, v in r["eval_96_held_out"].items())
-            for tag, r in sorted(figures["runs"].items())) + f"; mean box {figures['mean_box_iou_192_held_out']}"
-            + f"; majority colour {figures['colour_baseline']['majority_colour_accuracy_108_held_out']}"
-            + "".join(f"; plain mean box {k} {v}" for k, v in
-                      figures.get("plain_baseline", {}).get("mean_box_iou_96_held_out", {}).items()))
     if name == "ingest":
         return _ingest(figures)
     if name == "sft":
@@ -530,34 +326,6 @@ def measured(name: str, figures: dict) -> str:
         return (f"{figures['used_bytes'] / 1e6:.1f} MB of models in git's history, "
                 f"{figures['left_bytes'] / 1e6:.1f} MB of {figures['budget_bytes'] / 1e6:.0f} MB left"
                 + (f"; {', '.join(candidates)}" if candidates else ""))
-    if name.startswith("sam2-inference-settings"):
-        return "ceiling J&F (ground-truth answers) through " + figures["sam2"]["checkpoint"] + ": " + ", ".join(
-            f"{k} {v['JF_overall']:.2f}" for k, v in figures["ceiling"].items())
-    if name == "sam2-prompt-check":
-        models = figures["models"]
-        rows = [f"{k}: prompted-frame IoU {v['with_fallback']['prompted_iou']:.3f} (single mask only "
-                f"{v['single_mask_only']['prompted_iou']:.3f}), mask on another object "
-                f"{v['with_fallback']['elsewhere']:.0%}" for k, v in models.items()]
-        if models:
-            rows.append(f"the box as the mask: {next(iter(models.values()))['with_fallback']['box_as_mask_iou']:.3f}")
-        return "; ".join(rows)
-    if name.startswith("sam2-track-"):
-        return "; ".join(
-            f"{k}: prompted frame {v['prompted']['tracked_iou']:.3f}, tracked frames 1 / 2 / 3 / 4+ forward "
-            + " / ".join(f"{v[f'forward {d}']['tracked_iou']:.3f}" for d in ("1", "2", "3", "4+"))
-            + f", every tracked frame {v['every tracked frame']['tracked_iou']:.3f} (standing still "
-            f"{v['every tracked frame']['standing_still_iou']:.3f})" + _landing(v)
-            for k, v in figures["models"].items())
-    if name == "pretrain-progress-cpu":
-        latest: dict[int, int] = {}  # seed → its last step checked
-        for row in figures["rows"]:
-            latest[row["seed"]] = max(latest.get(row["seed"], 0), row["step"])
-        return "; ".join(
-            f"seed {s} at step {step}: " + ", ".join(
-                f"phase {r['phase']} box IoU {r['box_iou']:.3f} (mean box {r['mean_box_iou']:.3f}), {r['landed']} "
-                f"landed, {r['on_target']:.0%} on the asked one"
-                for r in figures["rows"] if r["seed"] == s and r["step"] == step and r["parse_rate"] > 0)
-            for s, step in sorted(latest.items()))
     if name == "pretrain-cpu":
         return "; ".join(f"phase {k}: {v['metrics']['samples_per_s']} samples/s at batch {v['metrics']['batch_size']} "
                          f"({v['metrics']['device']})" for k, v in figures["runs"].items())
@@ -770,37 +538,48 @@ def _tracked() -> set[str]:
     return {Path(line).stem for line in out.splitlines() if line.endswith(".json")}
 
 
+def row_facts(name: str) -> tuple[str, str, str, str]:
+    """(command, claim, baseline, machine and commit) of one results file, every fact read from it or KNOWN."""
+    script, target = KNOWN.get(name, ("", ""))
+    record = json.loads((RESULTS / f"{name}.json").read_text())
+    machine = record.get("machine", {})
+    if isinstance(machine, dict):
+        load = f", load {machine['load_avg_1m']}" if "load_avg_1m" in machine else ""
+        where = machine.get("gpu") or f"{machine.get('cpus', '?')} CPUs{load}"
+    else:
+        where = str(machine)
+    commit = record.get("commit", {})
+    if not isinstance(commit, dict):  # a file written by another script: {"commit": sha, "dirty": …}
+        commit = {"sha": commit, "dirty": record.get("dirty")}
+    sha = str(commit.get("sha", "?"))[:8] + (" (modified)" if commit.get("dirty") else "")
+    if not target:  # a results file no entry of KNOWN describes yet: its own target field
+        figures = record.get("figures", record)
+        own = figures.get("target", record.get("target", ""))
+        target = "; ".join(f"{k}: {v}" for k, v in own.items()) if isinstance(own, dict) else str(own)
+    return script or record.get("command", ""), target, baseline(name, record), f"{where}, {sha}"
+
+
+def headline(name: str) -> str:
+    """The measured figures of one results file in a paragraph (`python bench/summary.py NAME`)."""
+    record = json.loads((RESULTS / f"{name}.json").read_text())
+    return measured(name, record.get("figures", record))
+
+
 def table(tracked_only: bool = False) -> str:
-    rows = ["| results file | script | baseline (same run) | target | measured | machine, commit |",
-            "|---|---|---|---|---|---|"]
+    """One line a row: the file, its command, the claim it checks, where and at which commit it was measured."""
+    rows = ["| results file | command | claim it checks | machine, commit |", "|---|---|---|---|"]
     present = {p.stem for p in RESULTS.glob("*.json")}
     if tracked_only:
         present &= _tracked()
     for name in sorted(present | set(KNOWN)):
-        path = RESULTS / f"{name}.json"
-        script, target = KNOWN.get(name, ("", ""))
         if name not in present:
+            script, target = KNOWN[name]
             why = (NOT_MEASURED.get(name, "not measured: no GPU was available") if name.startswith("gpu-")
                    else "no results file")
-            rows.append(f"| `{name}.json` | {script} | — | {target} | {why} | — |")
+            rows.append(f"| `{name}.json` | {script} | {target} | {why} |")
             continue
-        record = json.loads(path.read_text())
-        machine = record.get("machine", {})
-        if isinstance(machine, dict):
-            load = f", load {machine['load_avg_1m']}" if "load_avg_1m" in machine else ""
-            where = machine.get("gpu") or f"{machine.get('cpus', '?')} CPUs{load}"
-        else:
-            where = str(machine)
-        commit = record.get("commit", {})
-        if not isinstance(commit, dict):  # a file written by another script: {"commit": sha, "dirty": …}
-            commit = {"sha": commit, "dirty": record.get("dirty")}
-        sha = str(commit.get("sha", "?"))[:8] + (" (modified)" if commit.get("dirty") else "")
-        figures = record.get("figures", record)
-        if not target:  # a results file no entry of KNOWN describes yet: its own target field
-            own = figures.get("target", record.get("target", ""))
-            target = "; ".join(f"{k}: {v}" for k, v in own.items()) if isinstance(own, dict) else str(own)
-        rows.append(f"| `{name}.json` | {script or record.get('command', '')} | {baseline(name, record)} | "
-                    f"{target} | {measured(name, figures)} | {where}, {sha} |")
+        script, target, _, where = row_facts(name)
+        rows.append(f"| [`{name}.json`](results/{name}.json) | {script} | {target} | {where} |")
     return "\n".join(rows)
 
 
@@ -808,7 +587,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--write", action="store_true", help="replace the table in bench/README.md")
     parser.add_argument("--tracked-only", action="store_true", help="only results files git already tracks")
+    parser.add_argument("names", nargs="*", help="print these results files' measured figures instead")
     args = parser.parse_args()
+    if args.names:
+        sys.stdout.write("".join(f"{name}: {baseline(name, json.loads((RESULTS / f'{name}.json').read_text()))}\n"
+                                 f"  measured: {headline(name)}\n" for name in args.names))
+        return
     text = table(args.tracked_only)
     if not args.write:
         sys.stdout.write(text + "\n")

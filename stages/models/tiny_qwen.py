@@ -89,8 +89,9 @@ def build_tokenizer(vocab_size: int, seed: int, digits: bool = False) -> PreTrai
     `digits`: Qwen2's own pre-tokenizer (NFC, Qwen2's split regex, then byte-level without GPT-2's regex), which
     writes every number digit by digit as a real Qwen2.5 does; otherwise GPT-2's byte-level regex, which makes each
     number seen in training one token (with and without its leading space). The tiny model learns to box one
-    rectangle about twice as fast with digits (bench/results/grounding_probe.json, D2 against P3), but the default
-    SFT then stops teaching the answer format (bench/results/tokenizer.json): the default keeps whole numbers.
+    rectangle about twice as fast with digits (research/issue24/results/grounding_probe.json, D2 against P3), but
+    the default SFT then stops teaching the answer format (research/issue24/results/tokenizer.json): the default
+    keeps whole numbers.
     """
     tokenizer = Tokenizer(models.BPE())
     if digits:

@@ -1,14 +1,14 @@
 """Plain grounding scenes: flat, untextured rectangles of distinct colours on a plain background, one named by its
 colour ("the red rectangle"), as a clip of N frames in the evaluation's question format.
 
-The simplest frames the tiny model learns to localise in (`bench/probe_grounding.py`: one rectangle, held-out box
-IoU 0.64 at 2,250 steps; three with the colour curriculum, the colour word bound in one seed of four), the first
+The simplest frames the tiny model learns to localise in (`research/issue24/probe_grounding.py`: one rectangle, held-out
+box IoU 0.64 at 2,250 steps; three with the colour curriculum, the colour word bound in one seed of four), the first
 rung of the pre-training curriculum before the synth frames. Rectangles are drawn at the train size directly (no
 resampling, so every pixel of a rectangle has its colour exactly), in the synth palette's RGB values (a colour word
-names the same pixels as in the synth frames), 1/8 to 1/3 of the frame a side; with `move` > 0 each drifts in a
-straight line, at most `move` pixels per clip frame, and stays inside the frame. Their paths are placed apart where a
-few tries allow, so a rectangle is rarely hidden; the answer's box is the bounding box of the target's visible pixels
-at the keyframe, the shown frame where that area is largest (the first of equal ones), as for the synth frames.
+names the same pixels as in the synth frames), 1/8 to 1/3 of the frame a side; with `move` > 0 each drifts in a straight
+line, at most `move` pixels per clip frame, and stays inside the frame. Their paths are placed apart where a few tries
+allow, so a rectangle is rarely hidden; the answer's box is the bounding box of the target's visible pixels at the
+keyframe, the shown frame where that area is largest (the first of equal ones), as for the synth frames.
 """
 
 from __future__ import annotations

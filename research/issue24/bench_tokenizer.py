@@ -6,7 +6,7 @@ GPT-2's byte-level regex (each number one token; the default) and Qwen2's pre-to
 Per tokenizer: the stage's metrics (held-out format rate before and after, final loss, steps), the tokens of one
 example box, and the wall time. Same machine, one after the other.
 
-    python bench/bench_tokenizer.py --repo /tmp/copy     # a copy where `dvc repro shard` has run
+    python research/issue24/bench_tokenizer.py --repo /tmp/copy     # a copy where `dvc repro shard` has run
 """
 
 from __future__ import annotations
@@ -20,10 +20,12 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.results_io import write_result  # noqa: E402
 from stages.core.params import load_params  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"  # this study's results, beside it
 
 TOKENIZERS = {"whole_numbers": False, "digits": True}  # name → build_tokenizer(digits=…)
 
@@ -50,10 +52,10 @@ def run(repo: Path, digits: bool, tmp: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repo", type=Path, required=True, help="project copy where `dvc repro shard` has run")
-    parser.add_argument("--out", type=Path, help="results file, named as its record; default tokenizer.json")
+    parser.add_argument("--out", type=Path, help="results file; default results/tokenizer.json here")
     args = parser.parse_args()
     repo = args.repo.resolve()
-    out = args.out.resolve() if args.out else None  # before the chdir below: relative to where it was run
+    out = args.out.resolve() if args.out else RESULTS / "tokenizer.json"  # before the chdir: relative to where it ran
     os.chdir(repo)  # the SFT processes read the shards and write by the params' relative paths
     figures: dict = {}
     for name, digits in TOKENIZERS.items():

@@ -18,8 +18,8 @@ one, so that the words never change and finding the target among several needs n
 frames; NOBJ rectangles per frame, default 1: no binding of words to what is seen, only where it is; NOBJ=1,3
 alternates the counts in training and holds out frames with the
 last), so that what is left is reading a position out of the image.
-Logs the mean loss per 100 steps and an evaluation every 500; bench/results/grounding_probe.json holds the figures
-of the runs made. Usage: TAG=A ORDER=img_first THETA=10 python bench/probe_grounding.py
+Logs the mean loss per 100 steps and an evaluation every 500; research/issue24/results/grounding_probe.json holds
+the figures of the runs made. Usage: TAG=A ORDER=img_first THETA=10 python research/issue24/probe_grounding.py
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from stages.core.params import SynthScale, TinyModelsParams  # noqa: E402
 from stages.models import load_vlm  # noqa: E402

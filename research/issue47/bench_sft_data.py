@@ -12,7 +12,7 @@ stage's own `evaluate` on the eval pool (bench_learning_runs' `score_model`: J&F
 parse, and why they do not). The eval pool is the same in every variant: the synth generator seeds each video by
 its key, so more training videos leave the validation videos as they are.
 
-    python bench/bench_sft_data.py \\
+    python research/issue47/bench_sft_data.py \\
         --variant 8v-8ep synth.default.n_videos_train=8 sft.epochs=8 \\
         --variant 48v-2ep synth.default.n_videos_train=48 sft.epochs=2
 """
@@ -29,12 +29,14 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_learning_runs import answer_statuses, score_model  # noqa: E402
 from bench.results_io import write_result  # noqa: E402
 from tests.pipeline_repo import env_with_venv, make_repo, override_params  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"  # this study's results, beside it
 
 
 def parse_variant(items: list[str]) -> tuple[str, dict[str, object]]:
@@ -109,7 +111,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variant", nargs="+", action="append", required=True, metavar="NAME KEY=VALUE",
                         help="a variant: its name, then params overrides")
-    parser.add_argument("--out", type=Path, help="results file; default bench/results/sft-data.json")
+    parser.add_argument("--out", type=Path, help="results file; default research/issue47/results/sft-data.json")
     args = parser.parse_args()
     variants = dict(parse_variant(items) for items in args.variant)
     results: dict = {}
@@ -118,7 +120,7 @@ def main() -> None:
         for name, overrides in variants.items():
             results[name] = run_variant(name, overrides, Path(tmp), repos)
             print(json.dumps({name: results[name]}), flush=True)
-    out = args.out or ROOT / "bench" / "results" / "sft-data.json"
+    out = args.out or RESULTS / "sft-data.json"
     first = next(iter(variants))  # the file's keys are sorted: name the baseline
     write_result(out.stem, {"variants": results}, f"the first variant given ({first}; the default before the change)",
                  out=out)

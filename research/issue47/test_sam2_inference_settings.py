@@ -1,12 +1,12 @@
-"""bench/sam2_inference_settings.py: each setting reaches the SAM2 that sam2's own builder makes, and only it."""
+"""sam2_inference_settings.py: each setting reaches the SAM2 that sam2's own builder makes, and only it."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from sam2_inference_settings import config_with
 
-from bench.sam2_inference_settings import config_with
 from stages.models.tiny_sam2 import build_tiny_sam2
 from stages.segment import load_video_predictor
 
@@ -32,7 +32,7 @@ def test_a_setting_reaches_the_predictor_sam2_builds(tiny_sam2: Path, tmp_path: 
 
 
 def test_the_record_keeps_what_trained_a_pretrain_sam2_folder(tmp_path: Path) -> None:
-    from bench.sam2_inference_settings import training_record
+    from sam2_inference_settings import training_record
 
     assert training_record(tmp_path) is None  # a checkpoint from elsewhere: nothing to keep
     (tmp_path / "seeds.json").write_text('{"chosen_seed": 3, "seeds": {"3": {"track_iou_after": 0.4}}}')

@@ -10,7 +10,8 @@ target), next to the mean box's IoU: a model that has learned only where things 
 Each call adds one row per seed and step to `--out` (rows already there are kept), so the file is the run's
 learning curve on held-out samples.
 
-    python bench/pretrain_progress.py --params run.yaml --out bench/results/pretrain-progress-cpu.json
+    python research/issue47/pretrain_progress.py --params run.yaml \
+        --out research/issue47/results/pretrain-progress-cpu.json
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.results_io import write_result  # noqa: E402
 from stages.core.io import derive_seed  # noqa: E402

@@ -12,7 +12,7 @@ What each setting asks (sam2's `SAM2Base` / `SAM2VideoPredictor` options):
 - `fill_hole_area=0`: SAM2's hole filling of the output masks off (8 pixels in its builder; it needs sam2's CUDA
   extension, and where that is missing — any CPU — SAM2 skips it with a warning, so on the CPU both are the same).
 
-    python bench/sam2_inference_settings.py --repo DIR \
+    python research/issue47/sam2_inference_settings.py --repo DIR \
         --setting one_mask=++model.multimask_output_for_tracking=false …
 """
 
@@ -28,12 +28,14 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.bench_learning import ceiling  # noqa: E402
 from bench.results_io import write_result  # noqa: E402
 from stages.core.params import load_params  # noqa: E402
 from stages.segment import resolve_config  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"  # this study's results, beside it
 
 DEFAULT_SETTINGS = (
     "one_mask=++model.multimask_output_for_tracking=false",
@@ -71,7 +73,7 @@ def main() -> None:
                         help="project copy where `dvc repro keyframes tiny_models` has run (its params name the SAM2)")
     parser.add_argument("--setting", action="append", default=[],
                         help=f"NAME=HYDRA_OVERRIDE (repeatable); default: {', '.join(DEFAULT_SETTINGS)}")
-    parser.add_argument("--out", type=Path, help="results file; default bench/results/sam2-inference-settings.json")
+    parser.add_argument("--out", type=Path, help="results file; default results/sam2-inference-settings.json here")
     args = parser.parse_args()
     import torch
 
@@ -99,7 +101,8 @@ def main() -> None:
                                         **ceiling(dataclasses.replace(params, sam2=sam2), repo, "sam2", folder)}
             print(name, figures["ceiling"][name], flush=True)
     name = args.out.stem if args.out else "sam2-inference-settings"
-    write_result(name, figures, "the SAM2 as configured (its own config, no override)", out=args.out)
+    write_result(name, figures, "the SAM2 as configured (its own config, no override)",
+                 out=args.out or RESULTS / f"{name}.json")
 
 
 if __name__ == "__main__":

@@ -1,12 +1,11 @@
-"""bench/sam2_track_by_distance.py: where a tracked mask lands (empty, on the object, on another one, elsewhere)."""
+"""sam2_track_by_distance.py: where a tracked mask lands (empty, on the object, on another one, elsewhere)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
-
-from bench.sam2_track_by_distance import landings, lands
+from sam2_track_by_distance import landings, lands
 
 
 def square(y0: int, x0: int, side: int = 4, size: int = 16) -> np.ndarray:
@@ -50,14 +49,14 @@ def test_the_kept_candidate_is_the_mask_sam2_gave() -> None:
     """The decoder hook reads the mask SAM2 kept on each tracked frame: its IoU is the tracked mask's (within the
     upsampling paths' difference), and no better than the best candidate's."""
     import torch
+    from sam2_track_by_distance import candidate_ious, tracked_ious
 
-    from bench.sam2_track_by_distance import candidate_ious, tracked_ious
     from stages.core.params import SynthScale
     from stages.pretrain_sam2.clips import check_videos
     from stages.segment import load_video_predictor
 
     torch.set_num_threads(1)
-    committed = Path(__file__).resolve().parents[1] / "models" / "pretrain_sam2"  # whatever the worker's cwd
+    committed = Path(__file__).resolve().parents[2] / "models" / "pretrain_sam2"  # whatever the worker's cwd
     predictor = load_video_predictor(str(committed / "model.pt"), str(committed / "config.yaml"), "cpu")
     videos = check_videos(0, 2, SynthScale())
     all_rows = tracked_ious(predictor, videos)

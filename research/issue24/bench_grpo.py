@@ -6,7 +6,8 @@ the stage's wall time, its summary (reward over the first and last pass over the
 length), and the curve's mean reward per quarter of the run. The variants run one after another on the same
 machine, each with the stage's own processes (grpo.processes), so their times compare.
 
-    python bench/bench_grpo.py --repo /tmp/copy --variant default --variant ppo2 grpo.ppo_epochs=2 grpo.max_steps=48
+    python research/issue24/bench_grpo.py --repo /tmp/copy --variant default \
+        --variant ppo2 grpo.ppo_epochs=2 grpo.max_steps=48
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.results_io import write_result  # noqa: E402
 from stages.core.live import read_live  # noqa: E402
 from stages.core.params import apply_overrides, read_params_file  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"  # this study's results, beside it
 
 SUMMARY_KEYS = ("reward_first", "reward_last", "reward_gain", "reward_format_first", "reward_format_last",
                 "reward_keyframe_first", "reward_keyframe_last", "reward_spatial_first", "reward_spatial_last",
@@ -58,10 +61,10 @@ def main() -> None:
     parser.add_argument("--repo", type=Path, required=True, help="project copy where `dvc repro sft` has run")
     parser.add_argument("--variant", nargs="+", action="append", required=True, metavar="NAME [KEY=VALUE ...]",
                         help="a name and its overrides; repeat for more variants")
-    parser.add_argument("--out", type=Path, help="results file, named as its record; default grpo.json")
+    parser.add_argument("--out", type=Path, help="results file, named as its record; default results/grpo.json here")
     args = parser.parse_args()
     repo = args.repo.resolve()
-    out = args.out.resolve() if args.out else None  # before the chdir below: relative to where it was run
+    out = args.out.resolve() if args.out else RESULTS / "grpo.json"  # before the chdir: relative to where it ran
     figures: dict = {"variants": {}}
     os.chdir(repo)  # the stage reads its shards and model by the params' relative paths
     for name, *overrides in args.variant:

@@ -1,8 +1,7 @@
-"""bench/bench_sft_data.py's variant arguments: NAME then KEY=VALUE pairs, values read as YAML."""
+"""research/issue47/bench_sft_data.py's variant arguments: NAME then KEY=VALUE pairs, values read as YAML."""
 
 import pytest
-
-from bench.bench_sft_data import data_overrides, parse_variant
+from bench_sft_data import data_overrides, parse_variant
 
 
 def test_a_variant_is_its_name_and_typed_overrides() -> None:

@@ -8,8 +8,8 @@ and the same with SAM2's inference fallback switched off (`dynamic_multimask_via
 is unstable takes the best of the three candidates SAM2 gives a click). The box itself filled as the mask is the
 baseline. IoU is written here from its definition, not taken from the stage.
 
-    python bench/sam2_prompt_check.py --model committed=models/pretrain_sam2/model.pt \
-        --out bench/results/sam2-prompt-check.json
+    python research/issue47/sam2_prompt_check.py --model committed=models/pretrain_sam2/model.pt \
+        --out research/issue47/results/sam2-prompt-check.json
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.results_io import portable_path, write_result  # noqa: E402
 from stages.core.params import SynthScale  # noqa: E402

@@ -17,8 +17,8 @@ candidate masks and keeps the one its IoU head rates highest (`multimask_output_
 mask against the best of the three, read from the mask decoder's outputs by a forward hook (each object tracked
 alone, so the decoder's calls follow the frames: the prompted one, forward, then backward).
 
-    python bench/sam2_track_by_distance.py --model committed=models/pretrain_sam2/model.pt \
-        --out bench/results/sam2-track-by-distance.json
+    python research/issue47/sam2_track_by_distance.py --model committed=models/pretrain_sam2/model.pt \
+        --out research/issue47/results/sam2-track-by-distance.json
 """
 
 from __future__ import annotations
@@ -28,10 +28,11 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from sam2_prompt_check import checkpoint_config, held_out_command, iou  # noqa: E402
 
 from bench.results_io import portable_path, write_result  # noqa: E402
-from bench.sam2_prompt_check import checkpoint_config, held_out_command, iou  # noqa: E402
 from stages.pretrain_sam2.clips import mask_box  # noqa: E402
 from stages.segment import BoxGroup, load_video_predictor, propagate_groups  # noqa: E402
 
