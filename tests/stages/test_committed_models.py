@@ -239,20 +239,57 @@ def _iou(a: list[float], b: list[float]) -> float:
     return w * h / union if union > 0 else 0.0
 
 
-@pytest.mark.skipif(not (VLM_DIR / "seeds.json").is_file(),
-                    reason="no pre-trained base committed yet (issue 47: it is trained on a GPU)")
-def test_the_committed_base_still_localises() -> None:
-    """The committed base, read from git's copy as SFT loads it, boxes the held-out samples of the stage's fixed
-    check stream about as well as its seeds.json records, and better than one constant box for every sample."""
+@pytest.fixture(scope="module")
+def base_check() -> dict:
+    """The committed base, read from git's copy as SFT loads it, answering the stage's fixed held-out check stream
+    (synth samples drawn at synth.<size>): each sample's box IoU, the samples, and the recorded figures."""
+    if not (VLM_DIR / "seeds.json").is_file():
+        pytest.skip("no pre-trained base committed yet (issue 47: it is trained on a GPU)")
     from stages.models import load_vlm
     from stages.pretrain.stream import check_samples
 
     params = load_params(ROOT / "params.yaml")
     seeds = json.loads((VLM_DIR / "seeds.json").read_text())
-    recorded = seeds["seeds"][str(seeds["chosen_seed"])]
     vlm, processor = load_vlm(VLM_DIR, "float32", "cpu")
     samples = check_samples(params.pretrain, params.keyframes.train_size, params.synth.scale)
     ious = [iou for i in range(0, len(samples), 16)
             for iou in _answer_ious(vlm, processor, samples[i:i + 16], params.pretrain.max_new_tokens)]
+    synth = [(iou, s.boxes[0]) for iou, s in zip(ious, samples, strict=True) if s.video.endswith("/synth")]
+    return {"ious": ious, "synth_ious": [iou for iou, _ in synth], "synth_boxes": [box for _, box in synth],
+            "recorded": seeds["seeds"][str(seeds["chosen_seed"])], "size": params.keyframes.train_size}
+
+
+def test_the_committed_base_still_localises(base_check: dict) -> None:
+    """The committed base boxes the held-out samples about as well as its seeds.json records (all of them, and the
+    default's own synth frames apart), and better than one constant box for every sample."""
+    recorded, ious, synth = base_check["recorded"], base_check["ious"], base_check["synth_ious"]
     assert float(np.mean(ious)) >= recorded["box_iou"] - VLM_MARGIN, (np.mean(ious), recorded["box_iou"])
     assert float(np.mean(ious)) > recorded["mean_box_iou"], "no better than one constant box"
+    assert float(np.mean(synth)) >= recorded["box_iou_synth"] - VLM_MARGIN, (np.mean(synth), recorded["box_iou_synth"])
+
+
+@pytest.mark.xfail(strict=True, reason="issue 61: the committed base does not ground the default's frames yet "
+                   "(synth box IoU 0.046 against 0.062 for the best fixed box); strict, so a base that does "
+                   "makes this fail until the marker goes")
+def test_the_committed_base_grounds_the_default_frames_better_than_any_fixed_box(base_check: dict) -> None:
+    """On the check's synth frames (the default's look and scale) the base's boxes beat the best single box on a
+    grid given to every sample: it has looked at the frame."""
+    best = _best_constant_iou(base_check["synth_boxes"], base_check["size"])
+    assert float(np.mean(base_check["synth_ious"])) > best, (np.mean(base_check["synth_ious"]), best)
+
+
+def _best_constant_iou(boxes: list[list[int]], size: int, step: int = 8) -> float:
+    """The highest mean IoU one fixed box [x1, y1, x2, y2] on a grid of `step` pixels reaches over `boxes`."""
+    grid = np.arange(0, size + 1, step)
+    targets = np.array(boxes, dtype=float)
+    best = 0.0
+    for x1 in grid:
+        for x2 in grid[grid > x1]:
+            for y1 in grid:
+                for y2 in grid[grid > y1]:
+                    w = np.clip(np.minimum(x2, targets[:, 2]) - np.maximum(x1, targets[:, 0]), 0, None)
+                    h = np.clip(np.minimum(y2, targets[:, 3]) - np.maximum(y1, targets[:, 1]), 0, None)
+                    inter = w * h
+                    union = (x2 - x1) * (y2 - y1) + (targets[:, 2] - targets[:, 0]) * (targets[:, 3] - targets[:, 1])
+                    best = max(best, float(np.mean(inter / (union - inter))))
+    return best
