@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.results_io import write_result  # noqa: E402
 from stages.core.live import read_live  # noqa: E402
-from stages.core.params import apply_overrides, read_params_file  # noqa: E402
+from stages.params import apply_overrides, read_params_file  # noqa: E402
 
 SUMMARY_KEYS = ("reward_first", "reward_last", "reward_gain", "reward_format_first", "reward_format_last",
                 "reward_keyframe_first", "reward_keyframe_last", "reward_spatial_first", "reward_spatial_last",

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from bench.bench_sam2_pretrain import pretrain_seed
-from stages.core.params import read_params_file
+from stages.params import read_params_file
 from stages.pretrain_sam2 import CHECKPOINT, CONFIG
 from stages.segment import load_video_predictor
 

@@ -52,7 +52,7 @@ def test_the_kept_candidate_is_the_mask_sam2_gave() -> None:
     import torch
 
     from bench.sam2_track_by_distance import candidate_ious, tracked_ious
-    from stages.core.params import SynthScale
+    from stages.params.synth import SynthScale
     from stages.pretrain_sam2.clips import check_videos
     from stages.segment import load_video_predictor
 

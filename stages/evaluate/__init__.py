@@ -35,7 +35,6 @@ from stages.core import mask_table, revos
 from stages.core.io import read_table, write_table
 from stages.core.lineage import write_lineage
 from stages.core.model_card import write_model_card
-from stages.core.params import EvaluateParams, ModelParams, Sam2Params
 from stages.core.pixel_box import boxes_mask
 from stages.core.progress import track
 from stages.core.report import StageReport
@@ -46,6 +45,10 @@ from stages.evaluate.infer import JUDGE_VERSION, Query, Reply, answer_queries, u
 from stages.evaluate.metrics import aggregate
 from stages.evaluate.report import write_report
 from stages.evaluate.scorer import GroundTruth, load_ground_truth, score_predictions
+from stages.params import default_params
+from stages.params.evaluate import EvaluateParams
+from stages.params.model import ModelParams
+from stages.params.sam2 import Sam2Params
 from stages.teacher.prompts import QUESTION_VERSION
 
 log = logging.getLogger(__name__)
@@ -144,7 +147,8 @@ def evaluate(params: EvaluateParams, model: ModelParams, sam2: Sam2Params, train
                   extra={"model_path": str(model_path), "frame_size": size, "question_prompt": QUESTION_VERSION,
                          **({"judge_prompt": JUDGE_VERSION} if params.mode == "rcot" else {})})
     # the released model's card: the evaluated checkpoint's whole chain (raw data → weights) + eval metrics
-    write_model_card(out_dir, f"vrsflow model card: {model_path}", metrics={"evaluation": metrics})
+    write_model_card(out_dir, f"vrsflow model card: {model_path}", default_params(),
+                     metrics={"evaluation": metrics})
     markdown = write_report(report_path, metrics, scores, answers_df, data_root, pred_dir, gt,
                             params.report_examples, model_label=str(model_path), segmenter=params.segmenter)
     table = scores[["expression_id", "type_id", "status", "J", "F", "JF", "R_visa", "R_binary"]]

@@ -24,12 +24,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from stages.core.params import GrpoParams, RewardParams, Sam2Params
 from stages.grpo.verl_agent_loop import seeded_overrides
 from stages.grpo.verl_cpu import PLATFORM, VENV_ENV, cpu_overrides
 from stages.grpo.verl_cpu import VENV as CPU_VENV
 from stages.models.adapter import publish_adapter
 from stages.models.trainable import lora_targets
+from stages.params.grpo import GrpoParams
+from stages.params.reward import RewardParams
+from stages.params.sam2 import Sam2Params
 from stages.rewards import check_params
 
 VLLM_MAX_LORA_RANK = 512  # verl vllm_rollout/utils.py fallback when vLLM is absent
@@ -603,7 +605,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         if args.command == "prepare":
-            from stages.core.params import load_params
+            from stages.params import load_params
 
             params = load_params(args.params)
             if params.grpo.engine != "verl":

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from stages.core.params import Sam2EncoderWidth
+from stages.params.tiny_models import Sam2EncoderWidth
 
 BASE_CONFIG = "configs/sam2.1/sam2.1_hiera_t.yaml"
 # d_model stays 256 (prompt encoder / mask decoder width); a global-attention block must not be the

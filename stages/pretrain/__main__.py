@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from stages.core.params import PretrainParams
 from stages.models.seed_runs import seed_process
+from stages.params.pretrain import PretrainParams
 from stages.pretrain import train_seed
 
 if __name__ == "__main__":

@@ -37,13 +37,16 @@ import yaml
 from stages.core.io import atomic_write_text, derive_seed, write_json
 from stages.core.lineage import write_lineage
 from stages.core.model_card import write_model_card
-from stages.core.params import PretrainSam2Params, Sam2Params, SynthScale
 from stages.core.progress import track
 from stages.core.report import StageReport, curves_markdown, skipped_report, summary_line
 from stages.core.typed_config import to_dict
 from stages.models.seed_runs import best_seed, describe_device, parallel_seeds, run_seeds
 from stages.models.train_state import fingerprint, load_state, warmup_cosine
 from stages.models.train_state import save_state as _save_state
+from stages.params import default_params
+from stages.params.pretrain_sam2 import PretrainSam2Params
+from stages.params.sam2 import Sam2Params
+from stages.params.synth import SynthScale
 from stages.pretrain_sam2.clips import Clip, check_videos, mask_box, training_clip
 from stages.pretrain_sam2.loss import IOU, frame_loss
 
@@ -161,7 +164,7 @@ def _publish(stage: str, params: PretrainSam2Params, results: dict[int, dict], o
                   code_modules=[*code_modules, "stages.synth", "stages.segment", "stages.evaluate.metrics"],
                   extra={"device": device, "steps": params.steps, "seeds": list(params.seeds), "chosen_seed": chosen,
                          "dtype": "bfloat16", "fingerprint": _fingerprint(params, chosen, architecture)})
-    write_model_card(out_dir, title, metrics={stage: result})
+    write_model_card(out_dir, title, default_params(), metrics={stage: result})
     shutil.rmtree(params.checkpoint_dir, ignore_errors=True)  # finished: a rerun is DVC's cache hit, not a resume
     log.info(summary_line(stage, result))
     return StageReport(stage, metrics=result, markdown=_curves(metrics_dir / curve, stage))

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from schemas.answer import DEGENERATE_BOXES, NO_BOXES, GroundTruth, box_status
-from stages.core.params import RewardParams, load_params
+from stages.params import load_params
+from stages.params.reward import RewardParams
 from stages.rewards import components as c
 from stages.tasks import Task, get_task
 

@@ -19,7 +19,8 @@ import pytest
 import torch
 import yaml
 
-from stages.core.params import SynthScale, load_params
+from stages.params import load_params
+from stages.params.synth import SynthScale
 from stages.pretrain_sam2 import CHECK_SEED
 from stages.pretrain_sam2.clips import check_videos
 from stages.segment import BoxGroup, load_video_predictor, propagate_groups

@@ -17,11 +17,16 @@ from flows.cli import main as cli_main
 from schemas.answer import parse_answer
 from schemas.evaluate import ExpressionScoresSchema, InferenceSchema
 from stages.core.io import read_table
-from stages.core.params import EvaluateParams, KeyframesParams, ModelParams, Sam2Params, SampleParams, TinyModelsParams
 from stages.core.runner import RunnerParams
 from stages.evaluate import evaluate, predict_masks, read_answers, select_prompt, write_prediction
 from stages.evaluate import infer as I
 from stages.evaluate.scorer import load_ground_truth, score_predictions
+from stages.params.evaluate import EvaluateParams
+from stages.params.keyframes import KeyframesParams
+from stages.params.model import ModelParams
+from stages.params.sam2 import Sam2Params
+from stages.params.sample import SampleParams
+from stages.params.tiny_models import TinyModelsParams
 from tests.revos_factory import VideoSpec, rect_mask, simple_video, write_root
 from tests.sam2_probe import count_encoded_frames
 
@@ -450,8 +455,8 @@ def test_the_empty_answer_makes_empty_masks_without_running_sam2(tmp_path: Path)
 def test_a_benchmark_stage_scores_the_empty_answer_row(tiny_models, tmp_path: Path) -> None:
     """`bench@revos` with benchmarks.reference: a `ground_truth` and an `empty_answer` row beside the models; the
     empty answer's row is what empty masks score (the oracle above), every answer parsed with no boxes."""
-    from stages.core.params import BenchmarksParams
     from stages.evaluate.suite import run_benchmark
+    from stages.params.benchmarks import BenchmarksParams
 
     root = write_root(tmp_path / "root", [EMPTY_SPEC])
     params = BenchmarksParams(names=("revos",), models={"tiny": str(tiny_models[0])}, videos=0, expressions=0)

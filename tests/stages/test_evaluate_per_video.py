@@ -11,9 +11,9 @@ import pytest
 import torch
 from PIL import Image
 
-from stages.core.params import TinyModelsParams
 from stages.evaluate import infer as I
 from stages.evaluate import predict_masks
+from stages.params.tiny_models import TinyModelsParams
 
 FRAMES = [Image.fromarray(np.random.default_rng(t).integers(0, 255, (56, 56, 3), dtype=np.uint8)) for t in range(3)]
 TEXTS = ["the dog", "the red car that turns left at the end of the road", "a cup", "what the child is holding"]

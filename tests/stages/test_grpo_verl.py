@@ -33,13 +33,10 @@ import yaml
 pytest.importorskip("verl")
 ray = pytest.importorskip("ray")
 
-from stages.core.params import (  # noqa: E402
-    GrpoParams,
-    GrpoVerlParams,
-    RewardParams,
-    Sam2Params,
-    TinyModelsParams,
-)
+from stages.params.grpo import GrpoParams, GrpoVerlParams  # noqa: E402
+from stages.params.reward import RewardParams  # noqa: E402
+from stages.params.sam2 import Sam2Params  # noqa: E402
+from stages.params.tiny_models import TinyModelsParams  # noqa: E402
 from tests.stages.test_shard import build_upstream, shard  # noqa: E402
 
 PROJECT = Path(__file__).resolve().parents[2]

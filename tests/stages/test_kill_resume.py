@@ -23,8 +23,11 @@ import psutil
 import pytest
 
 from stages.core.live import METRICS_DIR, live_dir
-from stages.core.params import GrpoParams, ModelParams, SftParams, TinyModelsParams
 from stages.core.typed_config import to_dict
+from stages.params.grpo import GrpoParams
+from stages.params.model import ModelParams
+from stages.params.sft import SftParams
+from stages.params.tiny_models import TinyModelsParams
 from tests.pipeline_repo import env_with_venv
 
 pytestmark = pytest.mark.slow  # six short 2-process training runs: minutes of CPU

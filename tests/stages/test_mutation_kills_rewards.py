@@ -16,7 +16,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from stages.core import rle
-from stages.core.params import RewardParams, RewardWeights
+from stages.params.reward import RewardParams, RewardWeights
 from stages.rewards import check_params, compute_score, length_penalty, reasoning_counter
 from stages.rewards import score as score_module
 from stages.rewards.geometry import box_centres

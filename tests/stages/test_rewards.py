@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from schemas.answer import MAX_BOXES, GroundTruth, parse_answer
 from stages.core import rle
-from stages.core.params import RewardParams, RewardWeights
+from stages.params.reward import RewardParams, RewardWeights
 from stages.rewards import (
     REGISTRY,
     check_params,

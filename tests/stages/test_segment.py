@@ -12,7 +12,7 @@ from PIL import Image
 
 pytest.importorskip("sam2")
 
-from stages.core.params import RewardParams  # noqa: E402
+from stages.params.reward import RewardParams  # noqa: E402
 from stages.segment import BoxGroup, load_video_predictor, propagate_boxes, propagate_groups  # noqa: E402
 from tests.sam2_probe import count_encoded_frames
 from tests.stages.grpo_factory import answer, frames, ground_truth  # noqa: E402

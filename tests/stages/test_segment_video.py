@@ -23,7 +23,9 @@ import torch
 from PIL import Image
 
 from schemas.answer import parse_answer
-from stages.core.params import EvaluateParams, Params, Sam2Params
+from stages.params import Params
+from stages.params.evaluate import EvaluateParams
+from stages.params.sam2 import Sam2Params
 from tests.revos_factory import VideoSpec, rect_mask, write_root
 
 av = pytest.importorskip("av")
@@ -65,9 +67,9 @@ def oracle(queries):
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
-    from stages.core.params import TinyModelsParams
     from stages.models.tiny_qwen import build_tiny_qwen
     from stages.models.tiny_sam2 import build_tiny_sam2
+    from stages.params.tiny_models import TinyModelsParams
 
     torch.set_num_threads(2)
     base = tmp_path_factory.mktemp("models")

@@ -9,7 +9,7 @@ import re
 import numpy as np
 from PIL import Image
 
-from stages.core.params import TeacherParams
+from stages.params.teacher import TeacherParams
 from stages.tasks.inference import HtfsParams, htfs, htfs_answer, openai_generate, parse_interval, parse_percent
 from tests.fake_openai import FakeOpenAI
 
