@@ -33,7 +33,7 @@ def time_clips_per_step(clips_per_step: int, steps: int, device: str) -> dict:
     import stages.pretrain_sam2 as stage
     from stages.params import load_params
     from stages.params.synth import SynthScale
-    from stages.segment import load_video_predictor
+    from stages.sam2_wrapper import load_video_predictor
 
     params = replace(load_params(REPO / "params.yaml").pretrain_sam2, clips_per_step=clips_per_step)
     base = REPO / params.base

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.bench_learning import ceiling  # noqa: E402
 from bench.results_io import write_result  # noqa: E402
 from stages.params import load_params  # noqa: E402
-from stages.segment import resolve_config  # noqa: E402
+from stages.sam2_wrapper import resolve_config  # noqa: E402
 
 DEFAULT_SETTINGS = (
     "one_mask=++model.multimask_output_for_tracking=false",

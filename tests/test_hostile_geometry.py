@@ -153,7 +153,7 @@ def test_the_reward_scores_the_hostile_boxes(hostile: Path) -> None:
     from stages.grpo.data import read_grpo_shards
     from stages.grpo.trl_engine import GroupReward
     from stages.params import load_params
-    from stages.segment import load_video_predictor
+    from stages.sam2_wrapper import load_video_predictor
     from stages.tasks import answer_text
 
     params = load_params(hostile / "params.yaml")

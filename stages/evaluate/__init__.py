@@ -143,7 +143,7 @@ def evaluate(params: EvaluateParams, model: ModelParams, sam2: Sam2Params, train
                           **({"masks": Path(index_dir) / mask_table.FILE} if index_dir else {}),
                           **({"sam2": Path(sam2.checkpoint)} if params.segmenter == "sam2" else {})},
                   counts={"expressions": len(answers_df), "videos": len(seconds)},
-                  code_modules=["stages.evaluate", "stages.segment", "schemas.evaluate"],
+                  code_modules=["stages.evaluate", "stages.sam2_wrapper", "schemas.evaluate"],
                   extra={"model_path": str(model_path), "frame_size": size, "question_prompt": QUESTION_VERSION,
                          **({"judge_prompt": JUDGE_VERSION} if params.mode == "rcot" else {})})
     # the released model's card: the evaluated checkpoint's whole chain (raw data → weights) + eval metrics
@@ -312,7 +312,7 @@ def segmenter(params: EvaluateParams, sam2: Sam2Params) -> Segmenter:
                         "sam2.checkpoint %s does not make them (set evaluate.segmenter=sam2 for SAM2's tracking)",
                         sam2.checkpoint)
         return box_masks
-    from stages.segment import load_video_predictor
+    from stages.sam2_wrapper import load_video_predictor
 
     # many objects per frame: memory attention's self-attention runs once per frame for all of them
     predictor = load_video_predictor(sam2.checkpoint, sam2.config, share_frame_self_attention=True)
@@ -512,7 +512,7 @@ def predict_masks(predictor, frames: list[np.ndarray], prompts: list[tuple[int, 
     ablation). With `sink`, each prompt's mask of each frame goes to `sink(prompt, t, mask)` as SAM2 tracks it
     and nothing is returned or held (`spill_dir`: where SAM2's shared encoding is kept; see `propagate_groups`).
     """
-    from stages.segment import propagate_groups
+    from stages.sam2_wrapper import propagate_groups
 
     height, width = frames[0].shape[:2]
     objects: dict[int, dict[tuple, int]] = {}  # keyframe → distinct (box, points) → position in its group
@@ -544,7 +544,7 @@ def predict_masks(predictor, frames: list[np.ndarray], prompts: list[tuple[int, 
 
 
 def _groups(objects: dict[int, dict[tuple, int]], keys: list[int]) -> list:
-    from stages.segment import BoxGroup
+    from stages.sam2_wrapper import BoxGroup
 
     return [BoxGroup(key, [list(box) for box, _, _ in objects[key]],
                      [[(x, y, int(label)) for x, y, label in pts] for _, pts, _ in objects[key]]
@@ -557,7 +557,7 @@ def _stream_masks(predictor, frames, prompts, objects: dict[int, dict[tuple, int
                   spill_dir: Path | None) -> None:
     """`predict_masks` with a sink: each prompt's union mask of frame t, made as SAM2 tracks frame t of the
     prompt's keyframe group (a prompt's boxes all share its keyframe), given to `sink` at once."""
-    from stages.segment import propagate_groups
+    from stages.sam2_wrapper import propagate_groups
 
     height, width = frames[0].shape[:2]
     empty = np.zeros((height, width), dtype=bool)

@@ -87,7 +87,7 @@ def _run_grpo(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, live_dir
                   inputs={"shards": Path(grpo.shards_dir), "model": Path(grpo.model_path),
                           **({"sam2": Path(sam2.checkpoint)} if "consistency" in reward.components else {})},
                   counts={"samples": len(samples), "steps": result["global_step"]},
-                  code_modules=["stages.grpo", "stages.rewards", "stages.segment", "schemas.answer"])
+                  code_modules=["stages.grpo", "stages.rewards", "stages.sam2_wrapper", "schemas.answer"])
     write_model_card(out_dir, "vrsflow GRPO checkpoint (Qwen2.5-VL, verifiable reward)", default_params(),
                      metrics={"grpo": summary})
     log.info("grpo: reward %.3f → %.3f over %d steps", summary.get("reward_first", float("nan")),
@@ -112,7 +112,7 @@ def _run_verl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, live_dir
     from stages.grpo.curves import curve_from_verl, following_verl
     from stages.grpo.verl_engine import cuda_available, finished_run, merge_in_job_venv, prepare_job, write_models
     from stages.models.trainable import lora_targets
-    from stages.segment import config_identity
+    from stages.sam2_wrapper import config_identity
 
     job = prepare_job(grpo, reward, sam2, params_path)
     job_dir = Path(grpo.verl.out_dir)
@@ -156,7 +156,7 @@ def _run_verl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, live_dir
     write_lineage(out_dir, "grpo", {"grpo": grpo, "reward": reward, "sam2": sam2}, seed=grpo.seed,
                   inputs={"parquet": Path(grpo.verl_parquet), "model": Path(grpo.model_path)},
                   counts={"samples": pool_size, "steps": int(record["step"])},
-                  code_modules=["stages.grpo", "stages.rewards", "stages.segment", "schemas.answer"],
+                  code_modules=["stages.grpo", "stages.rewards", "stages.sam2_wrapper", "schemas.answer"],
                   extra={"engine": "verl", "verl_device": grpo.verl.device,
                          "verl_versions": record.get("versions") or versions,
                          "verl_checkpoint": record["actor"], "lora_adapter": written["adapter"],

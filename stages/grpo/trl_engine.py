@@ -145,7 +145,7 @@ def train_trl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, dataset,
     if reward_fn is None:
         predictor = None
         if "consistency" in reward.components:
-            from stages.segment import load_video_predictor
+            from stages.sam2_wrapper import load_video_predictor
 
             predictor = load_video_predictor(sam2.checkpoint, sam2.config)
         reward_fn = GroupReward(reward, predictor)

@@ -373,7 +373,7 @@ def launch_script(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, over
 
 def _sam2_config(config: str) -> str:
     # a project file (a full SAM2 config or a vrsflow one) by absolute path; a sam2 package config name as is
-    from stages.segment import config_form
+    from stages.sam2_wrapper import config_form
 
     return config if config_form(config) == "package" else str(Path(config).resolve())
 

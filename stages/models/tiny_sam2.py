@@ -1,6 +1,6 @@
 """A micro SAM2 (hiera-t shrunk by Hydra overrides) with random weights, saved as a checkpoint file
 ({"model": state_dict}, the official format) plus a vrsflow config file naming the base config and
-overrides, so `stages.segment.load_video_predictor` loads it exactly like a real checkpoint."""
+overrides, so `stages.sam2_wrapper.load_video_predictor` loads it exactly like a real checkpoint."""
 
 from __future__ import annotations
 

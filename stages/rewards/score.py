@@ -212,7 +212,7 @@ def precompute_masks(texts: Sequence[str], gt: GroundTruth, frames: Sequence[np.
     keyframe are tracked as objects of one SAM2 state; identical requests are computed once. A VideoSeg-R1
     answer's positive and negative points prompt SAM2 with its boxes (`components.prompt_points`).
     """
-    from stages.segment import BoxGroup, propagate_groups
+    from stages.sam2_wrapper import BoxGroup, propagate_groups
 
     height, width = gt.image_size
     if frames and tuple(frames[0].shape[:2]) != (height, width):

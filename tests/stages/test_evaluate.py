@@ -237,7 +237,7 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, P
 
 
 def test_sam2_prompt_from_a_parsed_answer_fills_every_frame(root: Path, tiny_models, tmp_path: Path) -> None:
-    from stages.segment import load_video_predictor
+    from stages.sam2_wrapper import load_video_predictor
 
     _, checkpoint, config = tiny_models
     predictor = load_video_predictor(str(checkpoint), str(config), device="cpu")
@@ -573,7 +573,7 @@ def test_reference_row_falls_when_the_parsed_boxes_swap_x_and_y(tmp_path: Path, 
 
 def test_oracle_prompts_reach_sam2_at_the_original_resolution_and_frame(tiny_models, tmp_path: Path) -> None:
     from stages.evaluate.suite import evaluate_benchmark
-    from stages.segment import load_video_predictor
+    from stages.sam2_wrapper import load_video_predictor
 
     _, checkpoint, config = tiny_models
     predictor = load_video_predictor(str(checkpoint), str(config), device="cpu")
@@ -610,7 +610,7 @@ def test_a_videos_expressions_are_encoded_once_and_match_per_expression_tracking
     encoder once per frame for all of them, and its masks equal SAM2 run afresh for each expression alone."""
     from stages.evaluate import evaluate_video
     from stages.evaluate.infer import Reply
-    from stages.segment import BoxGroup, load_video_predictor, propagate_groups
+    from stages.sam2_wrapper import BoxGroup, load_video_predictor, propagate_groups
 
     _, checkpoint, config = tiny_models
     predictor = load_video_predictor(str(checkpoint), str(config), device="cpu")

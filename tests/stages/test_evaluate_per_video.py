@@ -122,7 +122,7 @@ def test_a_videos_batch_generates_what_each_expression_generates_alone(vlm) -> N
 
 def test_identical_prompts_are_tracked_once_with_the_masks_of_each_prompt_alone(
         tiny_models, monkeypatch: pytest.MonkeyPatch) -> None:
-    from stages.segment import load_video_predictor
+    from stages.sam2_wrapper import load_video_predictor
 
     _, checkpoint, config = tiny_models
     predictor = load_video_predictor(str(checkpoint), str(config), device="cpu", share_frame_self_attention=True)
@@ -166,8 +166,8 @@ def test_identical_prompts_are_tracked_once_with_the_masks_of_each_prompt_alone(
 def test_shared_self_attention_equals_sam2s_on_every_row(tiny_models) -> None:
     from sam2.modeling.memory_attention import MemoryAttentionLayer
 
-    from stages.segment import load_video_predictor
-    from stages.segment.predictor import SharedFrameSelfAttentionLayer
+    from stages.sam2_wrapper import load_video_predictor
+    from stages.sam2_wrapper.predictor import SharedFrameSelfAttentionLayer
 
     _, checkpoint, config = tiny_models
     predictor = load_video_predictor(str(checkpoint), str(config), device="cpu", share_frame_self_attention=True)

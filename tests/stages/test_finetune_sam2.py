@@ -20,7 +20,7 @@ from stages.models.tiny_sam2 import build_tiny_sam2
 from stages.params.finetune_sam2 import FinetuneSam2Params
 from stages.params.pretrain_sam2 import PretrainSam2Params
 from stages.params.sam2 import Sam2Params
-from stages.segment import load_video_predictor
+from stages.sam2_wrapper import load_video_predictor
 
 ONE_MASK = "++model.multimask_output_for_tracking=false"
 

@@ -261,7 +261,7 @@ def test_verl_dataset_keeps_every_row(world: dict, verl_run: dict):
 def test_verl_reward_loop_scores_equal_trl_score_group(world: dict, verl_run: dict):
     from stages.grpo.data import build_dataset, read_grpo_shards
     from stages.rewards import score_group
-    from stages.segment import load_video_predictor
+    from stages.sam2_wrapper import load_video_predictor
 
     reward, sam2 = world["reward"], world["sam2"]
     rows = {r["sample_id"]: r for r in build_dataset(read_grpo_shards(Path(world["grpo"].shards_dir)))}

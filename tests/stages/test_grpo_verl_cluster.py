@@ -75,7 +75,7 @@ def _full_config_file(vrsflow_config: Path, target: Path) -> Path:
     from hydra import compose
     from omegaconf import OmegaConf
 
-    from stages.segment import resolve_config
+    from stages.sam2_wrapper import resolve_config
 
     name, overrides = resolve_config(str(vrsflow_config))
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -320,7 +320,7 @@ def test_sam2_config_forms_two_jobs_one_ray_head(world: dict, cluster: dict):
 
     from stages.grpo.verl_engine import main as verl_main
     from stages.rewards.sam2_service import NAMESPACE
-    from stages.segment import config_identity, load_video_predictor
+    from stages.sam2_wrapper import config_identity, load_video_predictor
 
     base = world["base"]
     full = str(world["full_config"])

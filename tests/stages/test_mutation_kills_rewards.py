@@ -241,7 +241,7 @@ def test_rollout_groups_names_each_rollouts_request():
 
 
 class FakePropagation:
-    """Stands in for `stages.segment.propagate_groups`: records its calls; group i's masks are (2 objects, 1 frame,
+    """Stands in for `stages.sam2_wrapper.propagate_groups`: records its calls; group i's masks are (2 objects, 1 frame,
     H, W) with one pixel each, so the union over objects is known."""
 
     def __init__(self):

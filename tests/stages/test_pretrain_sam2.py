@@ -24,7 +24,7 @@ from stages.params.sam2 import Sam2Params
 from stages.params.synth import SynthScale
 from stages.pretrain_sam2.clips import check_videos, mask_box, training_clip
 from stages.pretrain_sam2.loss import frame_loss
-from stages.segment import load_video_predictor
+from stages.sam2_wrapper import load_video_predictor
 
 SCALE = SynthScale()
 # the slow test's bars: about half the smallest gain over the seeds of bench/results/sam2_pretrain.json (tracking J

@@ -183,7 +183,7 @@ def test_streamed_masks_equal_held_masks_on_a_clip_longer_than_sams_memory(tiny,
     """A clip longer than twice SAM2's memory reach: masks given to a sink as they are tracked, the encoding in a
     file and the memory bank pruned, equal the masks `predict_masks` holds, frame for frame."""
     from stages.evaluate import predict_masks
-    from stages.segment import load_video_predictor
+    from stages.sam2_wrapper import load_video_predictor
 
     predictor = load_video_predictor(str(tiny[1]), str(tiny[2]), device="cpu")
     predictor.max_obj_ptrs_in_encoder = 6  # memory reach 7 frames (SAM2.1: 16): a short clip shows the pruning
