@@ -325,7 +325,8 @@ def bench_cpu(args: argparse.Namespace) -> dict:
 STAGE_SNIPPET = """
 import json, sys, time
 from pathlib import Path
-from stages.core.params import ModelParams, SftParams
+from stages.params.model import ModelParams
+from stages.params.sft import SftParams
 from stages.sft import train_sft
 out = Path(sys.argv[1])
 started = time.perf_counter()

@@ -113,7 +113,8 @@ def test_template_choice_is_uniform_and_recorded(data: Path, tmp_path: Path) -> 
 RUN_STAGE = """
 import sys
 from pathlib import Path
-from stages.core.params import CotParams, TeacherParams
+from stages.params.cot import CotParams
+from stages.params.teacher import TeacherParams
 from stages.cot import generate_cot
 base, url, cache, out = sys.argv[1:5]
 teacher = TeacherParams(backend="openai", base_url=url, model="fake-vlm", api_key_env="VRSFLOW_TEST_KEY",

@@ -224,10 +224,12 @@ def test_lora_grpo_adapts_no_vision_module(tiny_run):
 GRPO_LAUNCHER = """
 import json, sys
 from pathlib import Path
-from stages.core.params import GrpoParams, RewardParams, Sam2Params
 from stages.core.typed_config import build
 from stages.grpo.data import build_dataset, read_grpo_shards
 from stages.grpo.trl_engine import train_trl
+from stages.params.grpo import GrpoParams
+from stages.params.reward import RewardParams
+from stages.params.sam2 import Sam2Params
 from tests.stages.test_grpo import LowTokenShare
 
 job = json.loads(Path(sys.argv[1]).read_text())

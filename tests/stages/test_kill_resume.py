@@ -38,8 +38,9 @@ REPO = Path(__file__).resolve().parents[2]
 SFT_STAGE = """
 import json, sys
 from pathlib import Path
-from stages.core.params import ModelParams, SftParams
 from stages.core.typed_config import build
+from stages.params.model import ModelParams
+from stages.params.sft import SftParams
 from stages.sft import train_sft
 job = json.loads(Path(sys.argv[1]).read_text())
 report = train_sft(build(SftParams, job["sft"], "sft"), build(ModelParams, job["model"], "model"),
