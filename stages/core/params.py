@@ -63,6 +63,7 @@ SECRET_ENV_PREFIXES = ("VRSFLOW_",)
 SecretEnv = Annotated[str, SERVER, EnvName(SECRET_ENV_PREFIXES)]
 
 
+# The `data` block lives here, not in stages/params: the core's frames_root reads it.
 SOURCE_LAYOUTS = ("revos", "mevis", "refytvos", "refdavis")  # training-source layouts (stages/ingest/sources.py)
 
 
@@ -105,7 +106,6 @@ class DataParams:
             yield "sources", f"source name {name!r} used twice"
         if self.sources and not sum(s.share for s in self.sources) > 0:
             yield "sources", "at least one source needs a share > 0"
-
 
 
 class _ParamsLoader(yaml.SafeLoader):

@@ -1,10 +1,11 @@
 """The one place params.yaml is read: `Params`, the root that composes every block, and its loaders.
 
 Each block class mirrors a block of params.yaml (same names, same order) and lives in stages/params/<block>.py,
-named after its block: a stage's params beside the other stages' and off the core, light to import (no stage
-package runs to read them; docs/decisions/params-with-their-stages.md). Defaults are the embedded synthetic
-default, and params.yaml documents every value. Stage functions receive these objects, never raw dicts. The
-machinery (types, validation, overrides) is stages/core/params.py and stages/core/typed_config.py.
+named after its block; `data` and `runner`, which the core reads, are stages/core/params.py and
+stages/core/runner.py. The blocks are off the core and light to import: reading them runs no stage package
+(docs/decisions/params-with-their-stages.md). Defaults are the embedded synthetic default, and params.yaml
+documents every value. Stage functions receive these objects, never raw dicts. The machinery (types,
+validation, overrides) is stages/core/params.py and stages/core/typed_config.py.
 
 Adding a block: a file here, a line in `Params`, the block in params.yaml, and the stage's params list in dvc.yaml.
 """
