@@ -40,12 +40,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.results_io import write_result  # noqa: E402
 from schemas.answer import parse_answer  # noqa: E402
 from stages.core.ids import expression_id  # noqa: E402
-from stages.core.params import EvaluateParams, SynthParams, TinyModelsParams  # noqa: E402
 from stages.core.rle import to_coco  # noqa: E402
 from stages.evaluate import evaluate_video, model_policy, predict_masks, target_areas, target_boxes  # noqa: E402
 from stages.evaluate.infer import Reply  # noqa: E402
 from stages.evaluate.scorer import load_ground_truth, score_predictions  # noqa: E402
-from stages.segment import load_video_predictor  # noqa: E402
+from stages.params.evaluate import EvaluateParams  # noqa: E402
+from stages.params.synth import SynthParams  # noqa: E402
+from stages.params.tiny_models import TinyModelsParams  # noqa: E402
+from stages.sam2_wrapper import load_video_predictor  # noqa: E402
 
 
 def oracle_boxes(gt, video: str, exp_id: str, shown: list[int], size: int) -> tuple[int, list[list[int]]]:
@@ -203,7 +205,7 @@ def main() -> None:
     }
     write_result("evaluate", figures, "per expression: evaluate_video called for one expression at a time (frames "
                  "loaded, vision-encoded and SAM2-encoded again per expression, one query per generate() call)",
-                 code=("stages/evaluate", "stages/segment", "bench/bench_evaluate.py"), out=args.out)
+                 code=("stages/evaluate", "stages/sam2_wrapper", "bench/bench_evaluate.py"), out=args.out)
 
 
 if __name__ == "__main__":

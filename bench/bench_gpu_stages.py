@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.results_io import write_result  # noqa: E402
-from stages.core.params import apply_overrides, read_params_file  # noqa: E402
+from stages.params import apply_overrides, read_params_file  # noqa: E402
 
 # one process per stage: one GPU (or the CPU's cores, as the stage is told)
 ONE_DEVICE = {"sft.processes": "1", "grpo.processes": "1"}

@@ -236,8 +236,8 @@ def ingest_child(root: Path, mode: str) -> None:
     """Run one full ingest (serial runner) in this fresh process and print its figures as JSON; mode "full"
     puts the baseline check in place of `check_jpeg`. Also times the frame-check step inside it."""
     import stages.ingest as ingest_module
-    from stages.core.params import IngestParams
     from stages.core.runner import RunnerParams
+    from stages.params.ingest import IngestParams
 
     if mode == "full":
         ingest_module.check_jpeg = lambda path, height, width, _mode: full_decode_check(path, height, width)

@@ -32,10 +32,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.results_io import write_result  # noqa: E402
 from stages.core import revos, rle  # noqa: E402
-from stages.core.params import IngestParams, KeyframesParams, SampleParams  # noqa: E402
 from stages.core.runner import RunnerParams  # noqa: E402
 from stages.ingest import ingest  # noqa: E402
 from stages.keyframes import select_keyframes  # noqa: E402
+from stages.params.ingest import IngestParams  # noqa: E402
+from stages.params.keyframes import KeyframesParams  # noqa: E402
+from stages.params.sample import SampleParams  # noqa: E402
 from stages.sample import sample_pools  # noqa: E402
 
 

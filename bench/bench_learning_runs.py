@@ -68,8 +68,8 @@ KEYS = ("JF_overall", "J_overall", "F_overall", "JF_referring", "JF_reasoning", 
 
 def score_model(repo: Path, model_path: Path, out: Path) -> dict:
     """The evaluate stage's function on the run's eval pool for another model (no ceiling: the stage has it)."""
-    from stages.core.params import load_params
     from stages.evaluate import evaluate
+    from stages.params import load_params
 
     params = load_params(repo / "params.yaml")
     block = dataclasses.replace(params.evaluate, model_path=str(model_path), reference=False)
@@ -136,7 +136,7 @@ def run_seed(seed: int, work: Path, profile: str | None = None, plant: str | Non
     timed = run_mode("after", profile, work, overrides, prepare=plant_before_training(plant) if plant else None)
     repo = work / "after" / "repo"
     metrics = timed["pipeline_metrics"]  # sft, grpo, eval, benchmarks: read by run_mode
-    from stages.core.params import load_params
+    from stages.params import load_params
 
     params = load_params(repo / "params.yaml")
     # the base SFT trains from: model.path (the committed pre-trained one since issue 47; the random tiny one before)

@@ -176,7 +176,7 @@ def bench_video(frames: int, n_frames: int, new_tokens: int, tiny: bool, repeats
     from stages.evaluate import predict_masks
     from stages.evaluate.infer import Query, answer_queries, uniform_frames
     from stages.models import load_vlm
-    from stages.segment import load_video_predictor
+    from stages.sam2_wrapper import load_video_predictor
 
     if not tiny and not torch.cuda.is_available():
         raise SystemExit("--gpu needs CUDA (use --shapes tiny for a CPU smoke run)")

@@ -50,7 +50,7 @@ def targets(scale: float) -> dict[str, dict[str, int]]:
 
 def build(base: Path, scale: float) -> dict:
     """The three roots under `base`; returns their counts as written."""
-    from stages.core.params import SynthParams, SynthScale
+    from stages.params.synth import SynthParams, SynthScale
     from stages.synth import generate_synthetic
 
     want = targets(scale)
@@ -91,7 +91,8 @@ def cut(path: Path, n: int) -> dict:
 
 
 def params_for(base: Path, args: argparse.Namespace):
-    from stages.core.params import DataParams, SampleParams, SourceParams
+    from stages.core.params import DataParams, SourceParams
+    from stages.params.sample import SampleParams
 
     data = DataParams(root=str(base / "revos"), index_dir=str(base / "index"), frames_dir=str(base / "frames"),
                       sources=(SourceParams(name="revos", layout="revos", root=str(base / "revos"), share=2.0),
@@ -114,16 +115,14 @@ def peak_rss_mib() -> float:
 def run_stage(stage: str, base: Path, args: argparse.Namespace) -> dict:
     """One stage in this process (the child): its wall time and this process's peak RSS."""
     from stages.core.frames_root import frames_root
-    from stages.core.params import (
-        CotParams,
-        DifficultyParams,
-        FilterParams,
-        IngestParams,
-        KeyframesParams,
-        ShardParams,
-        TeacherParams,
-    )
     from stages.core.runner import RunnerParams
+    from stages.params.cot import CotParams
+    from stages.params.difficulty import DifficultyParams
+    from stages.params.filter import FilterParams
+    from stages.params.ingest import IngestParams
+    from stages.params.keyframes import KeyframesParams
+    from stages.params.shard import ShardParams
+    from stages.params.teacher import TeacherParams
 
     data, sample = params_for(base, args)
     serial = RunnerParams(kind="serial")

@@ -46,9 +46,11 @@ sys.path.insert(0, str(PROJECT / "bench"))
 from results_io import write_result  # noqa: E402
 
 from stages.core import mask_table  # noqa: E402
-from stages.core.params import DataParams, IngestParams, SourceParams, SynthParams, SynthScale  # noqa: E402
+from stages.core.params import DataParams, SourceParams  # noqa: E402
 from stages.ingest.benchmarks import read_benchmark  # noqa: E402
 from stages.ingest.sources import ingest_data  # noqa: E402
+from stages.params.ingest import IngestParams  # noqa: E402
+from stages.params.synth import SynthParams, SynthScale  # noqa: E402
 from stages.synth import generate_synthetic  # noqa: E402
 from stages.synth.layouts import write_layout  # noqa: E402
 

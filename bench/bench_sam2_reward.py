@@ -31,7 +31,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.results_io import write_result  # noqa: E402
-from stages.segment import BoxGroup, load_video_predictor, propagate_groups  # noqa: E402
+from stages.sam2_wrapper import BoxGroup, load_video_predictor, propagate_groups  # noqa: E402
 
 
 def build(image_size: int, micro: bool, folder: Path, config: str = "", device: str = "cpu", dtype: str = "auto",
@@ -165,7 +165,7 @@ def main() -> None:
         name = args.out.stem if args.out else "sam2_reward"  # the record names the file it is in
         write_result(name, figures, "re-encoding per rollout: a fresh SAM2 state per rollout (released "
                      "Veason-R1 reward), propagate_groups(share_encoding=False)",
-                     code=("stages/segment", "bench/bench_sam2_reward.py"), out=args.out)
+                     code=("stages/sam2_wrapper", "bench/bench_sam2_reward.py"), out=args.out)
 
 
 if __name__ == "__main__":

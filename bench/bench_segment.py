@@ -60,9 +60,9 @@ def write_clip(path: Path, height: int, width: int, seconds: float, fps: int) ->
 
 
 def build_models(base: Path, gpu: bool) -> tuple[Path, Path, Path]:
-    from stages.core.params import TinyModelsParams
     from stages.models.tiny_qwen import build_tiny_qwen
     from stages.models.tiny_sam2 import build_tiny_sam2
+    from stages.params.tiny_models import TinyModelsParams
 
     if gpu:  # the shapes bench_metrics times on a GPU: Qwen2.5-VL-3B and SAM2.1-large, random weights
         from bench.bench_metrics import _qwen_3b, _sam2_large
@@ -83,9 +83,11 @@ def child(args: argparse.Namespace) -> None:
     import torch
 
     from schemas.answer import parse_answer
-    from stages.core.params import EvaluateParams, Params, Sam2Params
     from stages.evaluate import model_policy
     from stages.evaluate.infer import Reply
+    from stages.params import Params
+    from stages.params.evaluate import EvaluateParams
+    from stages.params.sam2 import Sam2Params
     from stages.segment_video import Engine, Request, run_video
 
     torch.set_num_threads(args.threads)

@@ -54,7 +54,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.results_io import write_result  # noqa: E402
-from stages.core.params import KeyframesParams, SftParams, TinyModelsParams  # noqa: E402
 from stages.models.batches import PackCollator, PadCollator, assistant_labels  # noqa: E402
 from stages.models.kernels import liger_missing  # noqa: E402
 from stages.models.qwen_shapes import (  # noqa: E402
@@ -64,6 +63,9 @@ from stages.models.qwen_shapes import (  # noqa: E402
     VISION_START,
 )
 from stages.models.trainable import lora_targets  # noqa: E402
+from stages.params.keyframes import KeyframesParams  # noqa: E402
+from stages.params.sft import SftParams  # noqa: E402
+from stages.params.tiny_models import TinyModelsParams  # noqa: E402
 from stages.sft.data import SftDataset, index_shards, messages  # noqa: E402
 from stages.teacher.template_teacher import write_trace  # noqa: E402
 
@@ -281,9 +283,11 @@ def bench_grpo_checkpointing(rounds: int, model_dir: Path) -> dict:
     and without gradient checkpointing (TRL's default is on; the stage's `grpo.gradient_checkpointing` off)."""
     from dataclasses import replace
 
-    from stages.core.params import GrpoParams, RewardParams, Sam2Params
     from stages.grpo.data import build_dataset, read_grpo_shards
     from stages.grpo.trl_engine import train_trl
+    from stages.params.grpo import GrpoParams
+    from stages.params.reward import RewardParams
+    from stages.params.sam2 import Sam2Params
     from tests.stages.grpo_factory import write_grpo_shards
 
     out: dict = {"rounds": rounds}
@@ -321,7 +325,8 @@ def bench_cpu(args: argparse.Namespace) -> dict:
 STAGE_SNIPPET = """
 import json, sys, time
 from pathlib import Path
-from stages.core.params import ModelParams, SftParams
+from stages.params.model import ModelParams
+from stages.params.sft import SftParams
 from stages.sft import train_sft
 out = Path(sys.argv[1])
 started = time.perf_counter()

@@ -29,7 +29,7 @@ from bench.results_io import write_result  # noqa: E402
 RUN_SNIPPET = """
 import dataclasses, json, sys, time
 from pathlib import Path
-from stages.core.params import load_params
+from stages.params import load_params
 from stages.sft import train_sft
 out, batch, packing = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "true"
 params = load_params(Path("params.yaml"))

@@ -41,23 +41,20 @@ VARIANTS = ("per_sample", "ours", "ours_threads")
 
 def upstream(base: Path, n_videos: int, train_size: int) -> None:
     """Synthetic 720p root and every stage before shard, under `base`."""
-    from stages.core.params import (
-        CotParams,
-        DifficultyParams,
-        FilterParams,
-        IngestParams,
-        KeyframesParams,
-        SampleParams,
-        SynthParams,
-        SynthScale,
-        TeacherParams,
-    )
     from stages.core.runner import RunnerParams
     from stages.cot import generate_cot
     from stages.difficulty import score_difficulty
     from stages.filter import filter_traces
     from stages.ingest import ingest
     from stages.keyframes import select_keyframes
+    from stages.params.cot import CotParams
+    from stages.params.difficulty import DifficultyParams
+    from stages.params.filter import FilterParams
+    from stages.params.ingest import IngestParams
+    from stages.params.keyframes import KeyframesParams
+    from stages.params.sample import SampleParams
+    from stages.params.synth import SynthParams, SynthScale
+    from stages.params.teacher import TeacherParams
     from stages.sample import sample_pools
     from stages.synth import generate_synthetic
 
@@ -96,8 +93,8 @@ def _full_decode_jpeg(root: Path, video: str, frame: str, size: int, quality: in
 def child(variant: str, base: Path, out: Path) -> dict:
     """Run one variant in this process; returns seconds, samples and peak RSS."""
     import stages.shard as shard
-    from stages.core.params import ShardParams
     from stages.core.runner import RunnerParams
+    from stages.params.shard import ShardParams
 
     if variant == "per_sample":  # the stage before: per-record decode at full size, pools built whole
         shard.frame_jpeg = _full_decode_jpeg

@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.results_io import write_result  # noqa: E402
-from stages.core.params import TeacherParams  # noqa: E402
+from stages.params.teacher import TeacherParams  # noqa: E402
 from stages.teacher.cache import ResponseCache, request_key  # noqa: E402
 from stages.teacher.client import ChatRequest, TeacherClient  # noqa: E402
 

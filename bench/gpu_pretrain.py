@@ -53,7 +53,7 @@ PART_BYTES = OUT_FILE_BYTES - MIB  # a tar part's size, with room under the per-
 
 def stage_params(overrides: dict[str, str]):
     """params.yaml of this repository with the training overrides, then `overrides`, validated as every run is."""
-    from stages.core.params import apply_overrides, read_params_file
+    from stages.params import apply_overrides, read_params_file
 
     return apply_overrides(read_params_file(REPO / "params.yaml"), {**TRAIN_OVERRIDES, **overrides})[0]
 

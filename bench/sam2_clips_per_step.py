@@ -31,8 +31,9 @@ from bench.results_io import write_result  # noqa: E402
 def time_clips_per_step(clips_per_step: int, steps: int, device: str) -> dict:
     """Seconds per step and per clip of `steps` optimizer steps (after one warm-up step) at `clips_per_step`."""
     import stages.pretrain_sam2 as stage
-    from stages.core.params import SynthScale, load_params
-    from stages.segment import load_video_predictor
+    from stages.params import load_params
+    from stages.params.synth import SynthScale
+    from stages.sam2_wrapper import load_video_predictor
 
     params = replace(load_params(REPO / "params.yaml").pretrain_sam2, clips_per_step=clips_per_step)
     base = REPO / params.base
@@ -75,8 +76,8 @@ def main() -> None:
     if device == "cpu":
         torch.set_num_threads(args.threads)
     if not (REPO / "models" / "tiny" / "sam2").is_dir():
-        from stages.core.params import load_params
         from stages.models import build_tiny_models
+        from stages.params import load_params
 
         tiny = load_params(REPO / "params.yaml").tiny_models
         build_tiny_models(tiny, REPO / tiny.out_dir)

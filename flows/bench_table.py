@@ -8,8 +8,8 @@ from pathlib import Path
 from prefect import flow
 
 from flows.common import run_stage
-from stages.core.params import load_params
 from stages.evaluate.suite import write_benchmark_table
+from stages.params import load_params
 
 
 @flow(name="dvc-bench_table")

@@ -77,7 +77,7 @@ def _run_stage_command(args: argparse.Namespace) -> int:
     else:
         stop_when_gone(os.getppid(), first_wait_s=3.0)
     from flows.prefect_api import prefect_api
-    from stages.core.params import load_params
+    from stages.params import load_params
 
     names = stage_names()
     if args.name not in names:
@@ -125,7 +125,7 @@ def _no_heartbeats_unless_asked():
 def _check(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from stages.core.params import apply_overrides, cli_overrides, read_params_file
+    from stages.params import apply_overrides, cli_overrides, read_params_file
 
     overrides = cli_overrides(args.set_param, UsageError)
     try:
@@ -159,6 +159,7 @@ def _lineage(args: argparse.Namespace) -> int:
     import os
 
     from stages.core.model_card import LineageNotFound, find_lineage, format_chain
+    from stages.params import default_params
 
     try:
         path = find_lineage(args.path)
@@ -167,8 +168,8 @@ def _lineage(args: argparse.Namespace) -> int:
         return 1
     record = json.loads(path.read_text())
     title = f"{args.path}  (lineage: {os.path.relpath(path)})"
-    sys.stdout.write((json.dumps(record, indent=1, sort_keys=True) if args.json else format_chain(record, title=title))
-                     + "\n")
+    text = json.dumps(record, indent=1, sort_keys=True) if args.json else format_chain(record, default_params(), title)
+    sys.stdout.write(text + "\n")
     return 0
 
 
@@ -198,7 +199,7 @@ def _worker(args: argparse.Namespace) -> int:
 def _remote_params(args: argparse.Namespace):
     """(params, the remote's URL); with no URL configured, says so in one line and returns "" as the URL."""
     from stages.core import dvc_cli
-    from stages.core.params import load_params
+    from stages.params import load_params
 
     params = load_params(args.params)
     url = dvc_cli.remote_url(params.remote.url, params.remote.url_env)
@@ -307,7 +308,7 @@ def _profile(args: argparse.Namespace) -> int:
     import yaml
 
     from stages.core.dvc_cli import format_overrides
-    from stages.core.params import ParamsError, apply_overrides, read_params_file
+    from stages.params import ParamsError, apply_overrides, read_params_file
 
     path = Path(args.dir) / f"{args.name}.yaml"
     overrides = yaml.safe_load(path.read_text()) or {}
@@ -453,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per Prefect API call otherwise
     args = build_parser().parse_args(argv)
     from stages.core.output_lock import OutputLocked
-    from stages.core.params import ParamsError
+    from stages.params import ParamsError
 
     try:
         return args.func(args)

@@ -8,8 +8,8 @@ from prefect import flow
 
 from flows.common import run_stage
 from stages.core.frames_root import frames_root
-from stages.core.params import load_params
 from stages.cot import generate_cot
+from stages.params import load_params
 
 
 @flow(name="dvc-cot")

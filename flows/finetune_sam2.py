@@ -8,8 +8,8 @@ from pathlib import Path
 from prefect import flow
 
 from flows.common import run_stage
-from stages.core.params import load_params
 from stages.finetune_sam2 import finetune_sam2
+from stages.params import load_params
 
 
 @flow(name="dvc-finetune_sam2")

@@ -7,8 +7,8 @@ from pathlib import Path
 from prefect import flow
 
 from flows.common import run_stage
-from stages.core.params import load_params
 from stages.grpo import run_grpo
+from stages.params import load_params
 
 
 @flow(name="dvc-grpo")

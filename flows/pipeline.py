@@ -41,7 +41,7 @@ from flows.serve_request import (
     serving_policy,
 )
 from stages.core import dvc_cli, lifeline
-from stages.core.params import load_params
+from stages.params import load_params
 
 DEPLOYMENT_NAME = "vrsflow"
 FLOW_NAME = "vrsflow-pipeline"

@@ -8,7 +8,7 @@ from pathlib import Path
 from prefect import flow
 
 from flows.common import run_stage
-from stages.core.params import load_params
+from stages.params import load_params
 from stages.pretrain_sam2 import pretrain_sam2
 
 

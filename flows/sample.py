@@ -7,7 +7,7 @@ from pathlib import Path
 from prefect import flow
 
 from flows.common import run_stage
-from stages.core.params import load_params
+from stages.params import load_params
 from stages.sample import sample_pools
 
 

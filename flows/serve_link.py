@@ -18,8 +18,8 @@ from uuid import UUID
 
 import yaml
 
-from stages.core.params import load_params
 from stages.core.typed_config import to_dict
+from stages.params import load_params
 
 PARENT_TASK_ENV = "VRSFLOW_PARENT_TASK_RUN_ID"
 PARENT_FLOW_ENV = "VRSFLOW_PARENT_FLOW_RUN_ID"

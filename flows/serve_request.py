@@ -3,13 +3,13 @@
 A run started from the Prefect UI or API names params overrides, stage targets and an experiment
 name. The project it runs in is fixed when the deployment is served (`VRSFLOW_SERVED_PROJECT`, set
 by `vrsflow serve`), never a run parameter. Every override key must be a params value and its value
-must pass the same validation as params.yaml (`stages.core.params.apply_overrides`); every target
+must pass the same validation as params.yaml (`stages.params.apply_overrides`); every target
 must be a stage of the served dvc.yaml; the experiment name must be a plain ref name. Anything else
 is a `RequestRefused` whose message is one line.
 
 On top of validity, the served-run policy (`ServedPolicy`): a run changes the experiment, never where
 secrets, data or requests go. A params field marked `Server[...]` / `SecretEnv` (env-var names, endpoints,
-folders outside the project, settings that start processes or open ports; stages/core/params.py) is refused
+folders outside the project, settings that start processes or open ports; stages/params/<block>.py) is refused
 from a run — it is fixed when `vrsflow serve` starts, from the project's params.yaml, and a run is refused
 too when params.yaml's server-side values changed since then. A field marked `ExpPath[...]` must stay inside
 the project (relative, no `..`, no symlink out) or inside a root the server allows (`vrsflow serve
@@ -28,8 +28,8 @@ from typing import Any
 
 import yaml
 
-from stages.core.params import Params, ParamsError, apply_overrides, load_params, read_params_file
 from stages.core.typed_config import field_type, leaf_fields, served_side, served_walk, to_dict
+from stages.params import Params, ParamsError, apply_overrides, load_params, read_params_file
 
 SERVED_PROJECT_ENV = "VRSFLOW_SERVED_PROJECT"
 SERVED_POLICY_ENV = "VRSFLOW_SERVED_POLICY"  # the policy `vrsflow serve` fixed, as JSON (ServedPolicy.to_env)

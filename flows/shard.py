@@ -8,7 +8,7 @@ from prefect import flow
 
 from flows.common import run_stage
 from stages.core.frames_root import frames_root
-from stages.core.params import load_params
+from stages.params import load_params
 from stages.shard import write_shards
 
 

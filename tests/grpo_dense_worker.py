@@ -7,10 +7,12 @@ import json
 from pathlib import Path
 
 from stages.core.io import write_json
-from stages.core.params import GrpoParams, RewardParams, Sam2Params
 from stages.core.typed_config import build
 from stages.grpo.data import build_dataset, read_grpo_shards
 from stages.grpo.trl_engine import train_trl
+from stages.params.grpo import GrpoParams
+from stages.params.reward import RewardParams
+from stages.params.sam2 import Sam2Params
 
 
 class LowTokenShare:

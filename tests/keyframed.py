@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stages.core.params import IngestParams, KeyframesParams, SampleParams
 from stages.core.runner import RunnerParams
 from stages.ingest import ingest
 from stages.keyframes import select_keyframes
+from stages.params.ingest import IngestParams
+from stages.params.keyframes import KeyframesParams
+from stages.params.sample import SampleParams
 from stages.sample import sample_pools
 from tests.revos_factory import simple_video, write_root
 

@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from bench.bench_sam2_pretrain import pretrain_seed
-from stages.core.params import read_params_file
+from stages.params import read_params_file
 from stages.pretrain_sam2 import CHECKPOINT, CONFIG
-from stages.segment import load_video_predictor
+from stages.sam2_wrapper import load_video_predictor
 
 ONE_MASK = "++model.multimask_output_for_tracking=false"
 SHORT = ["pretrain_sam2.steps=1", "pretrain_sam2.check_videos=1", "pretrain_sam2.correction_clicks=0",

@@ -150,10 +150,10 @@ def test_the_openai_teacher_saw_every_case_drawn_and_every_stage_succeeded(hosti
 def test_the_reward_scores_the_hostile_boxes(hostile: Path) -> None:
     """GRPO's reward (with the committed SAM2 for consistency) on every GRPO sample: the ground-truth answer
     (sub-pixel slivers), its integer-pixel form (slivers of zero width) and the degenerate boxes."""
-    from stages.core.params import load_params
     from stages.grpo.data import read_grpo_shards
     from stages.grpo.trl_engine import GroupReward
-    from stages.segment import load_video_predictor
+    from stages.params import load_params
+    from stages.sam2_wrapper import load_video_predictor
     from stages.tasks import answer_text
 
     params = load_params(hostile / "params.yaml")
@@ -219,8 +219,8 @@ def test_cot_on_the_default_data_completes_at_every_teacher_image_size(default_k
     """The sub-pixel boxes of the default SFT pool (objects entering at the edge) reach `marked_frame` at
     every size: before stages/core/pixel_box, 112 stopped the stage with 'x1 must be greater than or equal
     to x0'."""
-    from stages.core.params import load_params
     from stages.cot import generate_cot
+    from stages.params import load_params
 
     params = load_params(default_keyframes / "params.yaml")
     sft = pd.read_parquet(default_keyframes / "data/keyframes/sft.parquet")

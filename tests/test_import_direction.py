@@ -2,7 +2,7 @@
 
 The project's code is read with `ast` (every import, including those inside functions, which is where the heavy
 ones live) and each module is mapped to its unit: `schemas`, `stages.core`, one unit per stage package
-(`stages.segment`, `stages.evaluate`, …), `flows`, `bench`, `scripts`, `tests`. A unit may import only units of a
+(`stages.sam2_wrapper`, `stages.evaluate`, …), `flows`, `bench`, `scripts`, `tests`. A unit may import only units of a
 lower layer or, among the stage packages, another stage package, as long as the stage packages' imports form no
 cycle. So a shared piece never reaches up into a stage, a stage never reaches into the orchestration, and nothing
 released imports the benchmarks or the tests.
@@ -122,9 +122,9 @@ def stage_packages(graph: dict[str, set[str]]) -> dict[str, set[str]]:
 def test_the_projects_imports_run_one_way() -> None:
     modules = module_graph(ROOT)
     graph = unit_graph(modules)
-    assert {"schemas", "stages.core", "stages.segment", "stages.evaluate", "flows", "bench"} <= set(graph)
+    assert {"schemas", "stages.core", "stages.sam2_wrapper", "stages.evaluate", "flows", "bench"} <= set(graph)
     # read at all: a shared piece, a stage package, a lazy import inside a function (the flows import stages there)
-    assert {"stages.core", "stages.segment"} <= graph["stages.evaluate"] and "stages.sft" in graph["flows"]
+    assert {"stages.core", "stages.sam2_wrapper"} <= graph["stages.evaluate"] and "stages.sft" in graph["flows"]
     assert wrong_way(graph) == []
     # no module imports itself through others, and the stage packages' imports form no cycle either (the benchmarks
     # and the tests may import each other's modules: a test checks a benchmark, a benchmark builds a test's repo)
@@ -141,8 +141,8 @@ def _tree(root: Path, files: dict[str, str]) -> Path:
 
 @pytest.mark.parametrize(("files", "wrong", "loop", "module_loop"), [
     # a shared piece that reaches up into a stage, inside a function
-    ({"stages/core/io.py": "def f():\n    from stages.segment import masks\n", "stages/segment/masks.py": ""},
-     ["stages.core → stages.segment"], [], []),
+    ({"stages/core/io.py": "def f():\n    from stages.sam2_wrapper import masks\n", "stages/sam2_wrapper/masks.py": ""},
+     ["stages.core → stages.sam2_wrapper"], [], []),
     # a stage that imports the orchestration, relatively spelled from a flow's side
     ({"stages/sft/__init__.py": "import flows.cli\n", "flows/cli.py": "from . import common\n",
       "flows/common.py": ""}, ["stages.sft → flows"], [], []),

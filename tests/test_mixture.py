@@ -17,7 +17,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from stages.core.params import DataParams, IngestParams, SampleParams, SourceParams, SynthParams, SynthScale
+from stages.core.params import DataParams, SourceParams
+from stages.params.ingest import IngestParams
+from stages.params.sample import SampleParams
+from stages.params.synth import SynthParams, SynthScale
 from tests.pipeline_repo import profile_overrides
 
 SHARES = {"revos": 2.0, "mevis": 1.0, "refytvos": 1.0}
@@ -300,9 +303,9 @@ def test_grpo_reward_per_source_is_the_mean_of_that_sources_rollouts(monkeypatch
     `source.<name>.reward` columns (empty where a step drew none of it) and the summary averages them."""
     import math
 
-    from stages.core.params import RewardParams
     from stages.grpo import trl_engine
     from stages.grpo.curves import curve_from_trl, source_summary
+    from stages.params.reward import RewardParams
 
     monkeypatch.setattr(trl_engine, "score_group",  # a score per completion: its length (the scorer is tested apart)
                         lambda texts, *a, **k: [{"score": float(len(t)), "format": 1.0} for t in texts])

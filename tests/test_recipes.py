@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from stages.core.live import read_live
-from stages.core.params import apply_overrides, read_params_file
+from stages.params import apply_overrides, read_params_file
 from stages.tasks import EVALUATE_MODES, get_task
 from tests.pipeline_repo import env_with_venv
 
@@ -103,8 +103,8 @@ def test_dvc_applies_the_shell_split_profile(name: str, tmp_path: Path) -> None:
     `sft.modules_to_save=[]` once made DVC's writer corrupt params.yaml)."""
     from dvc.utils.hydra import apply_overrides as dvc_apply
 
-    from stages.core.params import load_params
     from stages.core.typed_config import to_dict
+    from stages.params import load_params
 
     words = subprocess.run(["bash", "-c", f"printf '%s\\n' $(vrsflow profile {name})"], cwd=ROOT,
                            env=env_with_venv(), capture_output=True, text=True, timeout=60, check=True).stdout.split()

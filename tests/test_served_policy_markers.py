@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from stages.core.params import SECRET_ENV_PREFIXES, Params, ParamsError, apply_overrides, load_params
+from stages.core.params import SECRET_ENV_PREFIXES
 from stages.core.typed_config import HOW_TO_MARK, EnvName, Exp, ExpPath, leaf_fields, served_side, served_walk, unmarked
+from stages.params import Params, ParamsError, apply_overrides, load_params
 
 
 def test_every_params_field_is_on_one_side() -> None:

@@ -26,11 +26,13 @@ def main() -> None:
     args = parser.parse_args()
 
     from schemas.answer import parse_answer
-    from stages.core.params import EvaluateParams, Params, SynthParams, SynthScale
     from stages.core.runner import RunnerParams
     from stages.evaluate import box_masks, target_areas, target_boxes
     from stages.evaluate.infer import Reply
     from stages.evaluate.scorer import load_ground_truth
+    from stages.params import Params
+    from stages.params.evaluate import EvaluateParams
+    from stages.params.synth import SynthParams, SynthScale
     from stages.segment_video import Engine, Request, run_video
     from stages.synth.writer import generate_synthetic
 

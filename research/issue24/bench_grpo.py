@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.results_io import write_result  # noqa: E402
 from stages.core.live import read_live  # noqa: E402
-from stages.core.params import apply_overrides, read_params_file  # noqa: E402
+from stages.params import apply_overrides, read_params_file  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"  # this study's results, beside it
 

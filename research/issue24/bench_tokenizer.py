@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.results_io import write_result  # noqa: E402
-from stages.core.params import load_params  # noqa: E402
+from stages.params import load_params  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"  # this study's results, beside it
 

@@ -37,10 +37,11 @@ from PIL import Image, ImageDraw
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from stages.core.params import SynthScale, TinyModelsParams  # noqa: E402
 from stages.models import load_vlm  # noqa: E402
 from stages.models.batches import PadCollator, assistant_labels  # noqa: E402
 from stages.models.tiny_qwen import build_tiny_qwen  # noqa: E402
+from stages.params.synth import SynthScale  # noqa: E402
+from stages.params.tiny_models import TinyModelsParams  # noqa: E402
 from stages.synth.render import background, render_frame  # noqa: E402
 from stages.synth.scene import simulate_video  # noqa: E402
 

@@ -28,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.results_io import write_result  # noqa: E402
 from stages.core.io import derive_seed  # noqa: E402
-from stages.core.params import SynthScale, load_params  # noqa: E402
+from stages.params import load_params  # noqa: E402
+from stages.params.synth import SynthScale  # noqa: E402
 from stages.pretrain import STATE, fresh_model, grounding_check  # noqa: E402
 from stages.pretrain.stream import colours_at, draw_sample, phase_at  # noqa: E402
 

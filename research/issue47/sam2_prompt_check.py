@@ -23,10 +23,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.results_io import portable_path, write_result  # noqa: E402
-from stages.core.params import SynthScale  # noqa: E402
+from stages.params.synth import SynthScale  # noqa: E402
 from stages.pretrain_sam2 import CHECK_SEED  # noqa: E402
 from stages.pretrain_sam2.clips import check_videos, mask_box  # noqa: E402
-from stages.segment import BoxGroup, load_video_predictor, propagate_groups  # noqa: E402
+from stages.sam2_wrapper import BoxGroup, load_video_predictor, propagate_groups  # noqa: E402
 
 
 def iou(a: np.ndarray, b: np.ndarray) -> float:

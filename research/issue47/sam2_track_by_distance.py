@@ -34,7 +34,7 @@ from sam2_prompt_check import checkpoint_config, held_out_command, iou  # noqa: 
 
 from bench.results_io import portable_path, write_result  # noqa: E402
 from stages.pretrain_sam2.clips import mask_box  # noqa: E402
-from stages.segment import BoxGroup, load_video_predictor, propagate_groups  # noqa: E402
+from stages.sam2_wrapper import BoxGroup, load_video_predictor, propagate_groups  # noqa: E402
 
 # distance from the prompted frame → group: the frame itself, the first three frames each side one by one, the rest
 GROUPS = ("prompted", "1", "2", "3", "4+")

@@ -51,9 +51,9 @@ def test_the_kept_candidate_is_the_mask_sam2_gave() -> None:
     import torch
     from sam2_track_by_distance import candidate_ious, tracked_ious
 
-    from stages.core.params import SynthScale
+    from stages.params.synth import SynthScale
     from stages.pretrain_sam2.clips import check_videos
-    from stages.segment import load_video_predictor
+    from stages.sam2_wrapper import load_video_predictor
 
     torch.set_num_threads(1)
     committed = Path(__file__).resolve().parents[2] / "models" / "pretrain_sam2"  # whatever the worker's cwd

@@ -17,9 +17,9 @@ import numpy as np
 import torch
 
 from stages.core.io import derive_seed
-from stages.core.params import SynthScale
 from stages.models import load_vlm
 from stages.models.batches import PadCollator
+from stages.params.synth import SynthScale
 from stages.pretrain import grounding_check, train_step
 from stages.pretrain.plain import plain_sample
 from stages.pretrain.scenes import synth_sample

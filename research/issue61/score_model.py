@@ -13,8 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from stages.core.params import load_params
 from stages.evaluate import evaluate
+from stages.params import load_params
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -2,7 +2,8 @@
 
 `lineage.json` files embed their inputs' lineage (see `stages.core.lineage`), so the chain of any
 output can be read from the output alone. `format_chain` renders it as a tree (params as differences
-from the defaults of `stages.core.params`); `write_model_card` puts it, with the metrics and the raw data
+from the defaults the caller gives: `stages.params.default_params()`; the core cannot import the stages' blocks
+itself); `write_model_card` puts it, with the metrics and the raw data
 at the roots of the chain, into a checkpoint folder's README.md. `find_lineage` answers for any file a
 stage wrote, including outputs outside a folder with a lineage.json (e.g. `reports/eval.md`), through the
 stage's outs in dvc.yaml.
@@ -165,14 +166,6 @@ def walk_chain(lineage: Mapping[str, Any]) -> list[dict[str, Any]]:
 # -- params as differences from the defaults ----------------------------------------------------------------
 
 
-def default_params() -> dict[str, Any]:
-    """The defaults of every params block (`stages.core.params.Params()`), as plain dicts."""
-    from stages.core.params import Params
-    from stages.core.typed_config import to_dict
-
-    return to_dict(Params())
-
-
 def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(value, Mapping):
         flat: dict[str, Any] = {}
@@ -187,11 +180,11 @@ def _short(value: Any) -> str:
     return text if len(text) <= VALUE_CHARS else text[: VALUE_CHARS - 1] + "…"
 
 
-def params_diff(stage: str | None, params: Mapping[str, Any], defaults: Mapping[str, Any] | None = None
+def params_diff(stage: str | None, params: Mapping[str, Any], defaults: Mapping[str, Any]
                 ) -> tuple[list[str], int] | None:
     """Lines `block.key: default → value` (and `block.key: value (no default)`) for what differs from the
-    defaults, and the number of params compared; None when the record's params match no params block."""
-    defaults = default_params() if defaults is None else defaults
+    defaults (`stages.params.default_params()`), and the number of params compared; None when the record's params
+    match no params block."""
     if not params:
         return [], 0
     if stage in defaults and isinstance(defaults[stage], Mapping) and set(params) <= set(defaults[stage]):
@@ -248,11 +241,10 @@ def _detail_lines(record: Mapping[str, Any], defaults: Mapping[str, Any]) -> lis
     return lines
 
 
-def format_chain(lineage: Mapping[str, Any], defaults: Mapping[str, Any] | None = None, title: str = "") -> str:
+def format_chain(lineage: Mapping[str, Any], defaults: Mapping[str, Any], title: str = "") -> str:
     """The chain as a tree: each stage with its code version, seed, params (differences from the defaults),
     counts and extras, then its inputs (name, path, sha256), each followed by the stage that made it.
     A stage already printed is referred to as `(see above)`; an input no stage made is marked `raw data`."""
-    defaults = default_params() if defaults is None else defaults
     seen: set[str] = set()
     lines = [title] if title else []
 
@@ -321,9 +313,10 @@ def _is_timing(key: str) -> bool:
     return is_timing(key)
 
 
-def write_model_card(model_dir: Path, title: str, metrics: Mapping[str, Any] | None = None) -> Path:
+def write_model_card(model_dir: Path, title: str, defaults: Mapping[str, Any],
+                     metrics: Mapping[str, Any] | None = None) -> Path:
     """Write `model_dir/README.md`: what the model is, the raw data it comes from, its metrics and the lineage
-    tree.
+    tree (params as differences from `defaults`: `stages.params.default_params()`).
 
     Reads `model_dir/lineage.json` (write it first with `write_lineage`).
     """
@@ -348,7 +341,7 @@ def write_model_card(model_dir: Path, title: str, metrics: Mapping[str, Any] | N
         parts += ["", "## Metrics", "", "| metric | value |", "|---|---|"]
         parts += [f"| {k} | {v} |" for k, v in sorted(_flatten(dict(metrics)).items()) if not _is_timing(k)]
     parts += ["", "## Lineage (this model first, raw data last; params: differences from the defaults)", "",
-              "```text", format_chain(lineage), "```", ""]
+              "```text", format_chain(lineage, defaults), "```", ""]
     card = model_dir / "README.md"
     atomic_write_text(card, "\n".join(parts))
     return card

@@ -55,7 +55,7 @@ SERVER = Served("server")
 Exp = Annotated[T, EXPERIMENT]  # a UI run may change it: sizes, seeds, rates, weights, task choices, …
 ExpPath = Annotated[T, EXPERIMENT_PATH]  # a UI run may change it within the project / allowed roots (paths)
 Server = Annotated[T, SERVER]  # fixed at serve time: env-var names, endpoints, outside folders, processes, ports
-HOW_TO_MARK = ("wrap its type in stages/core/params.py in Exp[...] (a UI run may change it: sizes, seeds, rates, "
+HOW_TO_MARK = ("wrap its type in stages/params/<block>.py in Exp[...] (a UI run may change it: sizes, seeds, rates, "
                "choices), ExpPath[...] (a path a UI run may change inside the project) or Server[...] (fixed at "
                "serve time: env-var names — use SecretEnv —, endpoints, folders outside the project, settings "
                "that start processes or open ports); see docs/ui.md, threat model")

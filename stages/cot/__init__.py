@@ -30,10 +30,11 @@ from schemas.sample import KeyframesSchema
 from stages.core import revos
 from stages.core.io import derive_seed, read_table, write_table
 from stages.core.lineage import write_lineage
-from stages.core.params import CotParams, TeacherParams
 from stages.core.pixel_box import outline_rect
 from stages.core.progress import ProgressReporter
 from stages.core.report import StageReport, summary_line
+from stages.params.cot import CotParams
+from stages.params.teacher import TeacherParams
 from stages.tasks import Task, get_task, timestamp_tag
 from stages.teacher.cache import ResponseCache, request_key
 from stages.teacher.client import (

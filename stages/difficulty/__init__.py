@@ -30,9 +30,10 @@ from schemas.sample import POOLS, KeyframesSchema
 from stages.core import revos
 from stages.core.io import read_table, write_table
 from stages.core.lineage import write_lineage
-from stages.core.params import DifficultyParams, TeacherParams
 from stages.core.progress import ProgressReporter
 from stages.core.report import StageReport
+from stages.params.difficulty import DifficultyParams
+from stages.params.teacher import TeacherParams
 from stages.tasks import timestamp_tag
 from stages.teacher.cache import ResponseCache, request_key
 from stages.teacher.client import ChatRequest, TeacherClient, cache_key, refuse_failures

@@ -35,7 +35,6 @@ from stages.core import mask_table, revos
 from stages.core.io import read_table, write_table
 from stages.core.lineage import write_lineage
 from stages.core.model_card import write_model_card
-from stages.core.params import EvaluateParams, ModelParams, Sam2Params
 from stages.core.pixel_box import boxes_mask
 from stages.core.progress import track
 from stages.core.report import StageReport
@@ -46,6 +45,10 @@ from stages.evaluate.infer import JUDGE_VERSION, Query, Reply, answer_queries, u
 from stages.evaluate.metrics import aggregate
 from stages.evaluate.report import write_report
 from stages.evaluate.scorer import GroundTruth, load_ground_truth, score_predictions
+from stages.params import default_params
+from stages.params.evaluate import EvaluateParams
+from stages.params.model import ModelParams
+from stages.params.sam2 import Sam2Params
 from stages.teacher.prompts import QUESTION_VERSION
 
 log = logging.getLogger(__name__)
@@ -140,11 +143,12 @@ def evaluate(params: EvaluateParams, model: ModelParams, sam2: Sam2Params, train
                           **({"masks": Path(index_dir) / mask_table.FILE} if index_dir else {}),
                           **({"sam2": Path(sam2.checkpoint)} if params.segmenter == "sam2" else {})},
                   counts={"expressions": len(answers_df), "videos": len(seconds)},
-                  code_modules=["stages.evaluate", "stages.segment", "schemas.evaluate"],
+                  code_modules=["stages.evaluate", "stages.sam2_wrapper", "schemas.evaluate"],
                   extra={"model_path": str(model_path), "frame_size": size, "question_prompt": QUESTION_VERSION,
                          **({"judge_prompt": JUDGE_VERSION} if params.mode == "rcot" else {})})
     # the released model's card: the evaluated checkpoint's whole chain (raw data → weights) + eval metrics
-    write_model_card(out_dir, f"vrsflow model card: {model_path}", metrics={"evaluation": metrics})
+    write_model_card(out_dir, f"vrsflow model card: {model_path}", default_params(),
+                     metrics={"evaluation": metrics})
     markdown = write_report(report_path, metrics, scores, answers_df, data_root, pred_dir, gt,
                             params.report_examples, model_label=str(model_path), segmenter=params.segmenter)
     table = scores[["expression_id", "type_id", "status", "J", "F", "JF", "R_visa", "R_binary"]]
@@ -308,7 +312,7 @@ def segmenter(params: EvaluateParams, sam2: Sam2Params) -> Segmenter:
                         "sam2.checkpoint %s does not make them (set evaluate.segmenter=sam2 for SAM2's tracking)",
                         sam2.checkpoint)
         return box_masks
-    from stages.segment import load_video_predictor
+    from stages.sam2_wrapper import load_video_predictor
 
     # many objects per frame: memory attention's self-attention runs once per frame for all of them
     predictor = load_video_predictor(sam2.checkpoint, sam2.config, share_frame_self_attention=True)
@@ -508,7 +512,7 @@ def predict_masks(predictor, frames: list[np.ndarray], prompts: list[tuple[int, 
     ablation). With `sink`, each prompt's mask of each frame goes to `sink(prompt, t, mask)` as SAM2 tracks it
     and nothing is returned or held (`spill_dir`: where SAM2's shared encoding is kept; see `propagate_groups`).
     """
-    from stages.segment import propagate_groups
+    from stages.sam2_wrapper import propagate_groups
 
     height, width = frames[0].shape[:2]
     objects: dict[int, dict[tuple, int]] = {}  # keyframe → distinct (box, points) → position in its group
@@ -540,7 +544,7 @@ def predict_masks(predictor, frames: list[np.ndarray], prompts: list[tuple[int, 
 
 
 def _groups(objects: dict[int, dict[tuple, int]], keys: list[int]) -> list:
-    from stages.segment import BoxGroup
+    from stages.sam2_wrapper import BoxGroup
 
     return [BoxGroup(key, [list(box) for box, _, _ in objects[key]],
                      [[(x, y, int(label)) for x, y, label in pts] for _, pts, _ in objects[key]]
@@ -553,7 +557,7 @@ def _stream_masks(predictor, frames, prompts, objects: dict[int, dict[tuple, int
                   spill_dir: Path | None) -> None:
     """`predict_masks` with a sink: each prompt's union mask of frame t, made as SAM2 tracks frame t of the
     prompt's keyframe group (a prompt's boxes all share its keyframe), given to `sink` at once."""
-    from stages.segment import propagate_groups
+    from stages.sam2_wrapper import propagate_groups
 
     height, width = frames[0].shape[:2]
     empty = np.zeros((height, width), dtype=bool)

@@ -24,7 +24,6 @@ from stages.core import revos
 from stages.core.ids import expression_id
 from stages.core.io import atomic_write_text, markdown_table, write_table
 from stages.core.lineage import write_lineage
-from stages.core.params import BenchmarksParams, EvaluateParams, ModelParams, Sam2Params
 from stages.core.report import StageReport
 from stages.evaluate import (
     Policy,
@@ -40,6 +39,10 @@ from stages.evaluate.baselines import constant_policy, read_training_prior
 from stages.evaluate.benchmarks import make_submission, score_benchmark
 from stages.evaluate.scorer import _exp_order, load_ground_truth
 from stages.ingest.benchmarks import DEFAULT_SPLIT, SERVER_SPLITS, read_benchmark, to_revos
+from stages.params.benchmarks import BenchmarksParams
+from stages.params.evaluate import EvaluateParams
+from stages.params.model import ModelParams
+from stages.params.sam2 import Sam2Params
 from stages.synth.layouts import write_layout
 
 log = logging.getLogger(__name__)

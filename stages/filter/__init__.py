@@ -22,10 +22,10 @@ from schemas.cot import AcceptedSchema, GenerationsSchema, RejectedSchema
 from schemas.sample import KeyframesSchema
 from stages.core.io import read_table, write_table
 from stages.core.lineage import write_lineage
-from stages.core.params import FilterParams
 from stages.core.pixel_box import answer_box
 from stages.core.report import StageReport, summary_line
 from stages.filter import rules
+from stages.params.filter import FilterParams
 from stages.tasks import answer_text, get_task, integer_payload
 from stages.tasks.views import task_ground_truth
 from stages.teacher.client import REASONING_BUDGET_EXHAUSTED

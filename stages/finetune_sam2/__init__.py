@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stages.core.params import FinetuneSam2Params, Sam2Params
 from stages.core.report import StageReport, skipped_report
+from stages.params.finetune_sam2 import FinetuneSam2Params
+from stages.params.sam2 import Sam2Params
 from stages.pretrain_sam2 import CHECKPOINT, check_base, curve_file, train_and_publish, uses, write_curve
 
 STAGE = "finetune_sam2"

@@ -3,9 +3,9 @@ stages.models.seed_runs when several seeds train at once)."""
 
 from __future__ import annotations
 
-from stages.core.params import FinetuneSam2Params
 from stages.finetune_sam2 import STAGE, architecture
 from stages.models.seed_runs import seed_process
+from stages.params.finetune_sam2 import FinetuneSam2Params
 from stages.pretrain_sam2 import train_seed
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ from stages.core.lineage import write_lineage
 from stages.core.live import TENSORBOARD_DIR, live_markdown, write_live
 from stages.core.model_card import write_model_card
 from stages.core.output_lock import hold_outputs
-from stages.core.params import GrpoParams, RewardParams, Sam2Params
 from stages.core.report import StageReport
 from stages.grpo.curves import (
     curve_from_trl,
@@ -30,6 +29,10 @@ from stages.grpo.curves import (
     summary_window,
     window_summary,
 )
+from stages.params import default_params
+from stages.params.grpo import GrpoParams
+from stages.params.reward import RewardParams
+from stages.params.sam2 import Sam2Params
 from stages.rewards import check_params
 
 log = logging.getLogger(__name__)
@@ -84,8 +87,9 @@ def _run_grpo(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, live_dir
                   inputs={"shards": Path(grpo.shards_dir), "model": Path(grpo.model_path),
                           **({"sam2": Path(sam2.checkpoint)} if "consistency" in reward.components else {})},
                   counts={"samples": len(samples), "steps": result["global_step"]},
-                  code_modules=["stages.grpo", "stages.rewards", "stages.segment", "schemas.answer"])
-    write_model_card(out_dir, "vrsflow GRPO checkpoint (Qwen2.5-VL, verifiable reward)", metrics={"grpo": summary})
+                  code_modules=["stages.grpo", "stages.rewards", "stages.sam2_wrapper", "schemas.answer"])
+    write_model_card(out_dir, "vrsflow GRPO checkpoint (Qwen2.5-VL, verifiable reward)", default_params(),
+                     metrics={"grpo": summary})
     log.info("grpo: reward %.3f → %.3f over %d steps", summary.get("reward_first", float("nan")),
              summary.get("reward_last", float("nan")), summary["steps"])
     return StageReport("grpo", metrics=summary, tables={"curve": pd.DataFrame(rows)},
@@ -108,7 +112,7 @@ def _run_verl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, live_dir
     from stages.grpo.curves import curve_from_verl, following_verl
     from stages.grpo.verl_engine import cuda_available, finished_run, merge_in_job_venv, prepare_job, write_models
     from stages.models.trainable import lora_targets
-    from stages.segment import config_identity
+    from stages.sam2_wrapper import config_identity
 
     job = prepare_job(grpo, reward, sam2, params_path)
     job_dir = Path(grpo.verl.out_dir)
@@ -152,13 +156,13 @@ def _run_verl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, live_dir
     write_lineage(out_dir, "grpo", {"grpo": grpo, "reward": reward, "sam2": sam2}, seed=grpo.seed,
                   inputs={"parquet": Path(grpo.verl_parquet), "model": Path(grpo.model_path)},
                   counts={"samples": pool_size, "steps": int(record["step"])},
-                  code_modules=["stages.grpo", "stages.rewards", "stages.segment", "schemas.answer"],
+                  code_modules=["stages.grpo", "stages.rewards", "stages.sam2_wrapper", "schemas.answer"],
                   extra={"engine": "verl", "verl_device": grpo.verl.device,
                          "verl_versions": record.get("versions") or versions,
                          "verl_checkpoint": record["actor"], "lora_adapter": written["adapter"],
                          **({"sam2_config": config_identity(sam2.config)} if "consistency" in reward.components
                             else {})})
-    write_model_card(out_dir, "vrsflow GRPO checkpoint (Qwen2.5-VL, verifiable reward, verl)",
+    write_model_card(out_dir, "vrsflow GRPO checkpoint (Qwen2.5-VL, verifiable reward, verl)", default_params(),
                      metrics={"grpo": summary})
     log.info("grpo (verl): step %d checkpoint merged into %s", record["step"], out_dir)
     return StageReport("grpo", metrics=summary, tables={"curve": pd.DataFrame(rows)},

@@ -20,8 +20,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from stages.core.params import GrpoParams, RewardParams, Sam2Params
 from stages.core.typed_config import to_dict
+from stages.params.grpo import GrpoParams
+from stages.params.reward import RewardParams
+from stages.params.sam2 import Sam2Params
 
 log = logging.getLogger(__name__)
 

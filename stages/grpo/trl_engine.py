@@ -25,10 +25,12 @@ from typing import Any
 import numpy as np
 
 from stages.core.live import checkpoint_step, live_callbacks
-from stages.core.params import GrpoParams, RewardParams, Sam2Params
 from stages.core.progress import quiet_library_deprecations, trainer_progress
 from stages.grpo.curves import curves_markdown, trl_row
 from stages.models.trainable import freeze_vision, last_complete_checkpoint, lora_targets, trainable_vision_parameters
+from stages.params.grpo import GrpoParams
+from stages.params.reward import RewardParams
+from stages.params.sam2 import Sam2Params
 from stages.rewards import score_group
 
 log = logging.getLogger(__name__)
@@ -143,7 +145,7 @@ def train_trl(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, dataset,
     if reward_fn is None:
         predictor = None
         if "consistency" in reward.components:
-            from stages.segment import load_video_predictor
+            from stages.sam2_wrapper import load_video_predictor
 
             predictor = load_video_predictor(sam2.checkpoint, sam2.config)
         reward_fn = GroupReward(reward, predictor)

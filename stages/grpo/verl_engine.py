@@ -24,12 +24,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from stages.core.params import GrpoParams, RewardParams, Sam2Params
 from stages.grpo.verl_agent_loop import seeded_overrides
 from stages.grpo.verl_cpu import PLATFORM, VENV_ENV, cpu_overrides
 from stages.grpo.verl_cpu import VENV as CPU_VENV
 from stages.models.adapter import publish_adapter
 from stages.models.trainable import lora_targets
+from stages.params.grpo import GrpoParams
+from stages.params.reward import RewardParams
+from stages.params.sam2 import Sam2Params
 from stages.rewards import check_params
 
 VLLM_MAX_LORA_RANK = 512  # verl vllm_rollout/utils.py fallback when vLLM is absent
@@ -375,7 +377,7 @@ def launch_script(grpo: GrpoParams, reward: RewardParams, sam2: Sam2Params, over
 
 def _sam2_config(config: str) -> str:
     # a project file (a full SAM2 config or a vrsflow one) by absolute path; a sam2 package config name as is
-    from stages.segment import config_form
+    from stages.sam2_wrapper import config_form
 
     return config if config_form(config) == "package" else str(Path(config).resolve())
 
@@ -607,7 +609,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         if args.command == "prepare":
-            from stages.core.params import load_params
+            from stages.params import load_params
 
             params = load_params(args.params)
             if params.grpo.engine != "verl":

@@ -37,10 +37,10 @@ from stages.core import mask_table, revos, rle
 from stages.core.ids import expression_id
 from stages.core.io import write_table
 from stages.core.lineage import write_lineage
-from stages.core.params import IngestParams
 from stages.core.report import StageReport, summary_line
 from stages.core.runner import RunnerParams, map_ordered
 from stages.ingest.checks import IngestError, Problems, check_expression, check_frame_names, check_jpeg, check_size
+from stages.params.ingest import IngestParams
 
 __all__ = ["IngestError", "ingest"]
 log = logging.getLogger(__name__)

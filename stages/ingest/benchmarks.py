@@ -40,10 +40,10 @@ from pycocotools import mask as mask_utils
 from schemas.index import QuarantineSchema
 from stages.core import revos
 from stages.core.io import write_json, write_table
-from stages.core.params import IngestParams
 from stages.core.report import StageReport
 from stages.core.runner import RunnerParams
 from stages.ingest.checks import Problems
+from stages.params.ingest import IngestParams
 
 BENCHMARKS = ("revos", "mevis", "reasonvos", "refytvos", "refdavis")
 SPLITS = {"revos": ("valid", "train"), "mevis": ("valid_u", "valid", "train"), "reasonvos": ("valid",),

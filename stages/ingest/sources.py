@@ -48,12 +48,13 @@ from stages.core.frames_root import ROOT_SOURCE, frames_dir_of, frames_root  # n
 from stages.core.ids import expression_id
 from stages.core.io import write_table
 from stages.core.lineage import write_lineage
-from stages.core.params import DataParams, IngestParams, SourceParams
+from stages.core.params import DataParams, SourceParams
 from stages.core.report import StageReport, summary_line
 from stages.core.revos import RevosFormatError
 from stages.core.runner import RunnerParams
 from stages.ingest.benchmarks import read_benchmark, to_revos
 from stages.ingest.checks import IngestError, Problems
+from stages.params.ingest import IngestParams
 
 log = logging.getLogger(__name__)
 ANNO_STRIDE = 10**9  # source i's anno_ids are i · ANNO_STRIDE + the published anno_id (data.root keeps its own)

@@ -23,10 +23,10 @@ from schemas.sample import POOLS, KeyframesSchema, SampleSchema
 from stages.core import mask_table, revos, rle
 from stages.core.io import derive_seed, read_table, write_table
 from stages.core.lineage import write_lineage
-from stages.core.params import KeyframesParams
 from stages.core.report import StageReport
 from stages.core.runner import RunnerParams, map_ordered
 from stages.keyframes.frames import choose_keyframe, inscribed_circle_centre, sample_frames, scale_box
+from stages.params.keyframes import KeyframesParams
 
 log = logging.getLogger(__name__)
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import torch
 
 from stages.core.lineage import write_lineage
-from stages.core.params import TinyModelsParams
 from stages.core.report import StageReport, summary_line
 from stages.models.tiny_qwen import build_tiny_qwen
 from stages.models.tiny_sam2 import build_tiny_sam2
+from stages.params.tiny_models import TinyModelsParams
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from transformers import (
 )
 from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX as QWEN2_PRETOKENIZE_REGEX
 
-from stages.core.params import TinyModelsParams
+from stages.params.tiny_models import TinyModelsParams
 from stages.tasks import get_task
 from stages.teacher.prompts import render_cot_prompt
 from stages.teacher.template_teacher import write_trace

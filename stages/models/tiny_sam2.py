@@ -1,6 +1,6 @@
 """A micro SAM2 (hiera-t shrunk by Hydra overrides) with random weights, saved as a checkpoint file
 ({"model": state_dict}, the official format) plus a vrsflow config file naming the base config and
-overrides, so `stages.segment.load_video_predictor` loads it exactly like a real checkpoint."""
+overrides, so `stages.sam2_wrapper.load_video_predictor` loads it exactly like a real checkpoint."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from stages.core.params import Sam2EncoderWidth
+from stages.params.tiny_models import Sam2EncoderWidth
 
 BASE_CONFIG = "configs/sam2.1/sam2.1_hiera_t.yaml"
 # d_model stays 256 (prompt encoder / mask decoder width); a global-attention block must not be the

@@ -44,7 +44,6 @@ from schemas.answer import parse_answer
 from stages.core.io import atomic_write_text, write_json
 from stages.core.lineage import write_lineage
 from stages.core.model_card import write_model_card
-from stages.core.params import ModelParams, PretrainParams, SynthScale
 from stages.core.progress import track
 from stages.core.report import StageReport, curves_markdown, skipped_report, summary_line
 from stages.core.typed_config import to_dict
@@ -53,6 +52,10 @@ from stages.models.batches import PadCollator
 from stages.models.seed_runs import best_seed, describe_device, parallel_seeds, run_seeds
 from stages.models.train_state import fingerprint, load_state, warmup_cosine
 from stages.models.train_state import save_state as _save_state  # a module name: tests stop a run after it
+from stages.params import default_params
+from stages.params.model import ModelParams
+from stages.params.pretrain import PretrainParams
+from stages.params.synth import SynthScale
 from stages.pretrain.scenes import GroundingSample
 from stages.pretrain.stream import StepBatches, chat, check_samples, encode
 
@@ -318,7 +321,7 @@ def _publish(params: PretrainParams, model: ModelParams, train_size: int, scale:
                   extra={"device": device, "steps": params.steps, "seeds": list(params.seeds), "chosen_seed": chosen,
                          "dtype": "bfloat16", "train_size": train_size, "synth_scale": to_dict(scale),
                          "fingerprint": _fingerprint(params, chosen, train_size, scale)})
-    write_model_card(out_dir, "vrsflow tiny Qwen2.5-VL pre-trained on synthetic grounding",
+    write_model_card(out_dir, "vrsflow tiny Qwen2.5-VL pre-trained on synthetic grounding", default_params(),
                      metrics={"pretrain": result})
     shutil.rmtree(params.checkpoint_dir, ignore_errors=True)  # finished: a rerun is DVC's cache hit, not a resume
     log.info(summary_line("pretrain", result))

@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
-from stages.core.params import PretrainParams, SynthScale
 from stages.core.typed_config import build
 from stages.models.seed_runs import seed_process
+from stages.params.pretrain import PretrainParams
+from stages.params.synth import SynthScale
 from stages.pretrain import train_seed
 
 if __name__ == "__main__":

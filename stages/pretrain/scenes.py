@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
-from stages.core.params import SynthScale
+from stages.params.synth import SynthScale
 from stages.synth.expressions import NO_TARGET, Facts, generate_expressions
 from stages.synth.render import background, full_shape_area, render_frame
 from stages.synth.scene import simulate_video

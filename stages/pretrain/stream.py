@@ -18,8 +18,9 @@ import numpy as np
 import torch
 
 from stages.core.io import derive_seed
-from stages.core.params import PretrainParams, PretrainPhase, SynthScale
 from stages.models.batches import PadCollator, assistant_labels
+from stages.params.pretrain import PretrainParams, PretrainPhase
+from stages.params.synth import SynthScale
 from stages.pretrain.plain import plain_sample
 from stages.pretrain.scenes import GroundingSample, synth_sample
 from stages.tasks import get_task, user_content

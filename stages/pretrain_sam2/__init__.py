@@ -15,7 +15,7 @@ loaded by sam2's own builder through `sam2.checkpoint` / `sam2.config`.
 The stage runs only when `sam2.checkpoint` is `<pretrain_sam2.out_dir>/model.pt`; otherwise it records that it was
 skipped. Before and after training, the tracking check prompts each object of held-out videos (another seed
 stream) at the frame where it is largest, tracks it both ways over the whole video through the evaluation's own
-SAM2 path (`stages.segment.propagate_groups`), and reports the mean per-frame IoU (J, an empty prediction of an
+SAM2 path (`stages.sam2_wrapper.propagate_groups`), and reports the mean per-frame IoU (J, an empty prediction of an
 absent object counting 1) and the IoU on the prompted frame. The "after" model is the saved file read back by
 sam2's builder. Training state is saved every `save_every_steps`; a rerun after a kill resumes from it and ends
 where an uninterrupted run ends (each step's clip depends on the step only; the torch RNG is restored).
@@ -37,13 +37,16 @@ import yaml
 from stages.core.io import atomic_write_text, derive_seed, write_json
 from stages.core.lineage import write_lineage
 from stages.core.model_card import write_model_card
-from stages.core.params import PretrainSam2Params, Sam2Params, SynthScale
 from stages.core.progress import track
 from stages.core.report import StageReport, curves_markdown, skipped_report, summary_line
 from stages.core.typed_config import to_dict
 from stages.models.seed_runs import best_seed, describe_device, parallel_seeds, run_seeds
 from stages.models.train_state import fingerprint, load_state, warmup_cosine
 from stages.models.train_state import save_state as _save_state
+from stages.params import default_params
+from stages.params.pretrain_sam2 import PretrainSam2Params
+from stages.params.sam2 import Sam2Params
+from stages.params.synth import SynthScale
 from stages.pretrain_sam2.clips import Clip, check_videos, mask_box, training_clip
 from stages.pretrain_sam2.loss import IOU, frame_loss
 
@@ -158,10 +161,10 @@ def _publish(stage: str, params: PretrainSam2Params, results: dict[int, dict], o
               **{f"track_iou_after_seed{seed}": results[seed]["track_iou_after"] for seed in sorted(results)}}
     write_lineage(out_dir, stage, {stage: params}, seed=chosen,
                   inputs={"base_sam2": Path(params.base)}, counts={"steps": params.steps, "seeds": len(results)},
-                  code_modules=[*code_modules, "stages.synth", "stages.segment", "stages.evaluate.metrics"],
+                  code_modules=[*code_modules, "stages.synth", "stages.sam2_wrapper", "stages.evaluate.metrics"],
                   extra={"device": device, "steps": params.steps, "seeds": list(params.seeds), "chosen_seed": chosen,
                          "dtype": "bfloat16", "fingerprint": _fingerprint(params, chosen, architecture)})
-    write_model_card(out_dir, title, metrics={stage: result})
+    write_model_card(out_dir, title, default_params(), metrics={stage: result})
     shutil.rmtree(params.checkpoint_dir, ignore_errors=True)  # finished: a rerun is DVC's cache hit, not a resume
     log.info(summary_line(stage, result))
     return StageReport(stage, metrics=result, markdown=_curves(metrics_dir / curve, stage))
@@ -173,7 +176,7 @@ def train_seed(params: PretrainSam2Params, seed: int, stage: str = "pretrain_sam
     read back through sam2's builder. A seed that finished earlier under the same settings is not trained again.
     The model is the base's weights built from the base's config with the Hydra overrides `architecture` added
     (`training_config`: the seed folder's config.yaml, published with the weights)."""
-    from stages.segment import load_video_predictor, pick_device
+    from stages.sam2_wrapper import load_video_predictor, pick_device
 
     seed_dir = _seed_dir(params, seed)
     state_key = _fingerprint(params, seed, architecture)
@@ -336,7 +339,7 @@ def clip_loss(model, clip: Clip | list[Clip], prompt_kind: str = "box", box_nois
     Returns each loss term summed over a frame's passes, averaged over the frames ("loss" = the total); the mask
     terms average over the present targets of all the clips, the object term over all their targets.
     """
-    from stages.segment import frames_tensor
+    from stages.sam2_wrapper import frames_tensor
 
     clips = [clip] if isinstance(clip, Clip) else list(clip)
     n_frames = clips[0].frames.shape[0]
@@ -384,7 +387,7 @@ def tracking_check(predictor, videos: list[tuple[np.ndarray, np.ndarray]]) -> di
     """Each object prompted with its box where it is largest, tracked over the whole video: mean J over frames
     ("track_iou") and the IoU on the prompted frame ("prompt_iou"), averaged over objects."""
     from stages.evaluate.metrics import j_measure
-    from stages.segment import BoxGroup, propagate_groups
+    from stages.sam2_wrapper import BoxGroup, propagate_groups
 
     tracks, prompts = [], []
     for frames, masks in videos:

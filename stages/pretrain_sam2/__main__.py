@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from stages.core.params import PretrainSam2Params
 from stages.models.seed_runs import seed_process
+from stages.params.pretrain_sam2 import PretrainSam2Params
 from stages.pretrain_sam2 import train_seed
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from stages.core.io import derive_seed
-from stages.core.params import SynthScale
+from stages.params.synth import SynthScale
 from stages.synth.render import background, render_frame
 from stages.synth.scene import SimVideo, simulate_video
 

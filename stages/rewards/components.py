@@ -21,7 +21,7 @@ from scipy import ndimage
 
 from schemas.answer import Answer, AnswerSchema, GroundTruth, format_credit
 from stages.core import rle
-from stages.core.params import RewardParams
+from stages.params.reward import RewardParams
 from stages.rewards.geometry import box_centres, clip_boxes, hungarian, iou_matrix, mask_iou
 
 # (keyframe position, matched boxes[, extra prompt points per box]) → predicted union mask per shown frame,

@@ -10,7 +10,7 @@ Frames come from the verl parquet (`images` bytes, `extra_info.sample_id`), so r
 (sample id, keyframe position, boxes). `GroupBatcher` is the engine-free batching core (asyncio);
 `Sam2Server` wraps it with a predictor and a frame source; `start_service` launches it on Ray.
 
-One service per job: `fingerprint` hashes the checkpoint, the config (`stages.segment.config_identity`) and
+One service per job: `fingerprint` hashes the checkpoint, the config (`stages.sam2_wrapper.config_identity`) and
 the parquet files; the job's service name ends with it (`service_name`), the actor reports it, and
 `start_service` refuses (one line) an actor of that name serving other files. `stop_service` ends it
 (`python -m stages.grpo.verl_engine finish` does, at the end of launch.sh).
@@ -135,7 +135,7 @@ def fingerprint(checkpoint: str, config: str, parquet: Sequence[str], resources:
     Raises:
         FileNotFoundError: a missing file or an unresolvable config, in one line.
     """
-    from stages.segment import config_identity
+    from stages.sam2_wrapper import config_identity
 
     for path in [checkpoint, *parquet]:
         if not Path(path).is_file():
@@ -167,7 +167,7 @@ class Sam2Server:
                  memory_fraction: float = 0.0) -> None:
         import torch
 
-        from stages.segment import load_video_predictor
+        from stages.sam2_wrapper import load_video_predictor
 
         if memory_fraction > 0 and torch.cuda.is_available():
             torch.cuda.set_per_process_memory_fraction(memory_fraction, 0)
@@ -178,7 +178,7 @@ class Sam2Server:
         self.batcher = GroupBatcher(self._compute, group_size, max_wait_s)
 
     def _compute(self, sample_id: str, requests: Sequence[Request]) -> list[np.ndarray]:
-        from stages.segment import BoxGroup, propagate_groups
+        from stages.sam2_wrapper import BoxGroup, propagate_groups
 
         frames = list(self.frames.frames(sample_id))
         unique = sorted(set(requests))

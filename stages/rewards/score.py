@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from schemas.answer import DEGENERATE_BOXES, NO_BOXES, GroundTruth, box_status
-from stages.core.params import RewardParams, load_params
+from stages.params import load_params
+from stages.params.reward import RewardParams
 from stages.rewards import components as c
 from stages.tasks import Task, get_task
 
@@ -211,7 +212,7 @@ def precompute_masks(texts: Sequence[str], gt: GroundTruth, frames: Sequence[np.
     keyframe are tracked as objects of one SAM2 state; identical requests are computed once. A VideoSeg-R1
     answer's positive and negative points prompt SAM2 with its boxes (`components.prompt_points`).
     """
-    from stages.segment import BoxGroup, propagate_groups
+    from stages.sam2_wrapper import BoxGroup, propagate_groups
 
     height, width = gt.image_size
     if frames and tuple(frames[0].shape[:2]) != (height, width):

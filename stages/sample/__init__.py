@@ -38,8 +38,8 @@ from schemas.sample import DistributionSchema, MixtureSchema, SampleSchema  # no
 from stages.core.ids import sample_id  # noqa: E402
 from stages.core.io import derive_seed, read_table, write_table  # noqa: E402
 from stages.core.lineage import write_lineage  # noqa: E402
-from stages.core.params import SampleParams  # noqa: E402
 from stages.core.report import StageReport, image_markdown  # noqa: E402
+from stages.params.sample import SampleParams  # noqa: E402
 from stages.sample.stratify import allocate, draw, largest_remainder  # noqa: E402
 from stages.tasks import check_tasks, get_task  # noqa: E402
 

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stages.core.params import EvaluateParams, Params
+from stages.params import Params
+from stages.params.evaluate import EvaluateParams
 from stages.segment_video.source import FrameSource, InputError, open_frames
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 def load_settings(args: argparse.Namespace):
     """The params the commands use: the params file (defaults when it does not exist) with -S overrides."""
-    from stages.core.params import Params, apply_overrides, cli_overrides, read_params_file
+    from stages.params import Params, apply_overrides, cli_overrides, read_params_file
     from stages.segment_video.source import InputError
 
     overrides = cli_overrides(args.set_param, InputError)

@@ -137,8 +137,8 @@ def find_examples(root: Path | None, work: Path) -> dict[str, dict]:
 
 def _render_examples(folder: Path) -> Path:
     """A few small synthetic clips in the ReVOS layout (the synth stage's own generator)."""
-    from stages.core.params import SynthParams, SynthScale
     from stages.core.runner import RunnerParams
+    from stages.params.synth import SynthParams, SynthScale
     from stages.synth.writer import generate_synthetic
 
     if not (folder / "meta_expressions_valid_.json").is_file():

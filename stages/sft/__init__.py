@@ -34,7 +34,6 @@ from stages.core.lineage import write_lineage
 from stages.core.live import checkpoint_step, live_callbacks, live_dir, live_markdown
 from stages.core.model_card import write_model_card
 from stages.core.output_lock import hold_outputs
-from stages.core.params import ModelParams, SftParams
 from stages.core.progress import ProgressReporter
 from stages.core.report import StageReport, curves_markdown, summary_line
 from stages.core.typed_config import to_dict
@@ -42,6 +41,9 @@ from stages.models import load_vlm
 from stages.models.batches import PackCollator, PadCollator
 from stages.models.kernels import resolve_liger
 from stages.models.trainable import freeze_vision, last_complete_checkpoint, lora_targets, trainable_vision_parameters
+from stages.params import default_params
+from stages.params.model import ModelParams
+from stages.params.sft import SftParams
 from stages.sft.data import (
     SftDataset,
     encode_example,
@@ -301,7 +303,8 @@ def _finish(params: SftParams, model_params: ModelParams, processor, out_dir: Pa
                   counts={"train_samples": len(train), "steps": steps},
                   code_modules=["stages.sft", "stages.models"])
     kind = "LoRA" if params.lora_r > 0 else "full fine-tuning"
-    write_model_card(out_dir, f"vrsflow SFT checkpoint ({kind} on Qwen2.5-VL)", metrics={"sft": metrics})
+    write_model_card(out_dir, f"vrsflow SFT checkpoint ({kind} on Qwen2.5-VL)", default_params(),
+                     metrics={"sft": metrics})
     log.info(summary_line("sft", metrics))  # one short line; all values in the metrics file
     return metrics
 

@@ -15,8 +15,10 @@ import json
 from pathlib import Path
 
 from stages.core.io import write_json
-from stages.core.params import ModelParams, SftParams, load_params
 from stages.core.typed_config import build
+from stages.params import load_params
+from stages.params.model import ModelParams
+from stages.params.sft import SftParams
 from stages.sft import train_sft
 
 

@@ -36,10 +36,10 @@ from stages.core import revos
 from stages.core.frames_root import source_of
 from stages.core.io import read_table, write_json
 from stages.core.lineage import write_lineage
-from stages.core.params import ShardParams
 from stages.core.progress import track
 from stages.core.report import StageReport
 from stages.core.runner import RunnerParams, map_ordered
+from stages.params.shard import ShardParams
 from stages.tasks import frame_keys, get_task, timestamp_tag
 from stages.tasks.views import frame_view, task_ground_truth
 

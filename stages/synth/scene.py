@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from stages.core.params import SynthScale
+from stages.params.synth import SynthScale
 
 KINDS = ("circle", "square", "triangle", "diamond", "star")
 COLOURS = {  # name → RGB; "purple" and "hexagon" never occur (used by no-target expressions)

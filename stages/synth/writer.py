@@ -17,9 +17,9 @@ from pycocotools import mask as mask_utils
 
 from stages.core.io import derive_seed, write_json
 from stages.core.lineage import write_lineage
-from stages.core.params import SynthParams, SynthScale
 from stages.core.report import StageReport, summary_line
 from stages.core.runner import RunnerParams, map_ordered
+from stages.params.synth import SynthParams, SynthScale
 from stages.synth.expressions import Facts, generate_expressions
 from stages.synth.render import Visible, background, full_shape_area, render_frame
 from stages.synth.scene import simulate_video

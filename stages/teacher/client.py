@@ -44,7 +44,7 @@ import openai
 from openai.types.chat import ChatCompletion
 
 from stages.core.errors import OneLineError
-from stages.core.params import THINKING_SWITCH_KEYS, TeacherParams
+from stages.params.teacher import THINKING_SWITCH_KEYS, TeacherParams
 from stages.teacher.cache import ResponseCache, request_key
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from flows.cli import main
-from stages.core.params import ParamsError
+from stages.params import ParamsError
 from tests.pipeline_repo import dvc, env_with_venv, make_repo, sh
 
 

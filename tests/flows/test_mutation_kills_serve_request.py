@@ -194,7 +194,7 @@ def test_a_server_key_is_named_even_after_an_unknown_key(tmp_path: Path, project
     import shutil
 
     from flows.serve_request import ServedPolicy, check_overrides
-    from stages.core.params import ParamsError
+    from stages.params import ParamsError
 
     shutil.copy(project_root / "params.yaml", tmp_path / "params.yaml")
     with pytest.raises(ParamsError) as refused:  # every key is looked at before the unknown one is named

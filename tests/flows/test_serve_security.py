@@ -120,7 +120,7 @@ def test_a_run_may_not_change_where_secrets_data_or_requests_go(
 def test_checked_overrides_reach_dvc_as_typed(served_repo: Path) -> None:
     """The `-S` arguments built from checked overrides mean, to DVC's own parser, exactly the typed values."""
     from flows.serve_request import RequestRefused, check_request
-    from stages.core.params import load_params
+    from stages.params import load_params
 
     overrides = {"sample.grpo_size": "32", "data.root": "raw data/ReVOS:v2", "cot.pools": "[sft, grpo]",
                  "grpo.learning_rate": "1e-5", "ingest.strict": "false", "teacher.model": "123"}
@@ -272,8 +272,8 @@ def test_every_server_side_key_is_refused(served_repo: Path) -> None:
     """Whatever the value: every field marked Server / SecretEnv (all *_env, base_url, url, …) is refused from a
     run in one line naming it."""
     from flows.serve_request import ServedPolicy, check_overrides
-    from stages.core.params import Params, ParamsError
     from stages.core.typed_config import leaf_fields, served_side
+    from stages.params import Params, ParamsError
 
     sides = {key: served_side(tp) for key, tp in leaf_fields(Params)}
     server = [key for key, side in sides.items() if side is not None and side.side == "server"]
@@ -315,7 +315,7 @@ def test_server_values_are_fixed_when_serving_starts(tmp_path: Path, project_roo
     """A run is refused when params.yaml's server-side values changed after `vrsflow serve` started, and
     `--allow-root` widens the paths a run may name (and nothing else)."""
     from flows.serve_request import SERVED_POLICY_ENV, ServedPolicy, check_overrides, serving_policy
-    from stages.core.params import ParamsError
+    from stages.params import ParamsError
 
     project = tmp_path / "project"
     project.mkdir()

@@ -10,7 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from stages.core.params import GrpoParams, ModelParams, SftParams, TinyModelsParams
+from stages.params.grpo import GrpoParams
+from stages.params.model import ModelParams
+from stages.params.sft import SftParams
+from stages.params.tiny_models import TinyModelsParams
 
 BASE = "models/tiny/qwen25vl"  # relative, as params.yaml's model.path is
 

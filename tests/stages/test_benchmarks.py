@@ -16,11 +16,11 @@ import pytest
 from PIL import Image
 
 from flows.cli import main as cli_main
-from stages.core.params import IngestParams
 from stages.evaluate.benchmarks import PredictionsError, make_submission, merge_annotator, score_benchmark
 from stages.evaluate.scorer import load_ground_truth, score_predictions
 from stages.ingest.benchmarks import BenchmarkFormatError, ingest_benchmark, read_benchmark
 from stages.ingest.checks import IngestError
+from stages.params.ingest import IngestParams
 from stages.synth.layouts import write_layout
 from tests.revos_factory import benchmark_videos, edit_json, perturb, rect_mask, write_root
 
@@ -263,7 +263,7 @@ def test_cli_benchmark_and_a_folder_matching_nothing(layouts: dict[str, Path], t
     ("mevis", "train", 3), ("refytvos", "train", 3), ("refdavis", "train", 3)])
 def test_synth_writes_a_benchmark_layout_its_reader_reads(layout: str, split: str, n_files: int,
                                                           tmp_path: Path) -> None:
-    from stages.core.params import SynthParams, SynthScale
+    from stages.params.synth import SynthParams, SynthScale
     from stages.synth import generate_synthetic
 
     scale = SynthScale(n_videos_train=2, n_videos_valid=2, min_frames=5, max_frames=6, height=32, width=48)
@@ -331,8 +331,8 @@ def test_partial_submission_of_the_expressions_run(layouts: dict[str, Path], tmp
 
 
 def test_bench_table_stage_writes_report_and_metrics(tmp_path: Path) -> None:
-    from stages.core.params import BenchmarksParams
     from stages.evaluate.suite import write_benchmark_table
+    from stages.params.benchmarks import BenchmarksParams
 
     (tmp_path / "m").mkdir()
     counts = {f"{m}.{k}": v for m, (no, degenerate) in {"sft": (2, 5), "grpo": (0, 1), "base": (9, 0),

@@ -19,10 +19,11 @@ import pytest
 import torch
 import yaml
 
-from stages.core.params import SynthScale, load_params
+from stages.params import load_params
+from stages.params.synth import SynthScale
 from stages.pretrain_sam2 import CHECK_SEED
 from stages.pretrain_sam2.clips import check_videos
-from stages.segment import BoxGroup, load_video_predictor, propagate_groups
+from stages.sam2_wrapper import BoxGroup, load_video_predictor, propagate_groups
 
 ROOT = Path(__file__).resolve().parents[2]
 PRETRAINED_SAM2 = ROOT / "models" / "pretrain_sam2"

@@ -16,9 +16,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from stages.core.params import CotParams, KeyframesParams, SampleParams, TeacherParams
 from stages.cot import generate_cot
 from stages.keyframes import select_keyframes
+from stages.params.cot import CotParams
+from stages.params.keyframes import KeyframesParams
+from stages.params.sample import SampleParams
+from stages.params.teacher import TeacherParams
 from stages.sample import sample_pools
 from stages.teacher.cache import ResponseCache
 from tests.fake_openai import FakeOpenAI
@@ -110,7 +113,8 @@ def test_template_choice_is_uniform_and_recorded(data: Path, tmp_path: Path) -> 
 RUN_STAGE = """
 import sys
 from pathlib import Path
-from stages.core.params import CotParams, TeacherParams
+from stages.params.cot import CotParams
+from stages.params.teacher import TeacherParams
 from stages.cot import generate_cot
 base, url, cache, out = sys.argv[1:5]
 teacher = TeacherParams(backend="openai", base_url=url, model="fake-vlm", api_key_env="VRSFLOW_TEST_KEY",
@@ -148,8 +152,8 @@ def test_resume_after_kill_sends_nothing_twice(data: Path, tmp_path: Path) -> No
 def test_template_traces_pass_the_filter(data: Path, tmp_path: Path, task: str) -> None:
     """The template teacher writes, for every task, traces that the filter accepts (a consistency check of
     both), and the response carries the ground truth in the task's answer format at the task's view."""
-    from stages.core.params import FilterParams
     from stages.filter import filter_traces
+    from stages.params.filter import FilterParams
     from stages.tasks import get_task
 
     sample_pools(SampleParams(sft_first_k=2, grpo_size=4, sft_tasks=(task,)), 0, data / "index", tmp_path / "sample")
@@ -201,8 +205,8 @@ def test_thinking_teacher_counted_and_budget_exhaustion_filtered(data: Path, tmp
     """A thinking teacher (reasoning first, `reasoning_content`, reasoning tokens in usage): its reasoning tokens
     reach the table, the metrics and the cost; a reply whose reasoning spent max_tokens is rejected by the filter
     under its own reason; switching thinking off is a new request (new cache key), answered without reasoning."""
-    from stages.core.params import FilterParams
     from stages.filter import filter_traces
+    from stages.params.filter import FilterParams
 
     monkeypatch.setenv("VRSFLOW_TEST_KEY", SECRET)
     thought = " ".join(["ponder"] * 50)

@@ -8,11 +8,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from stages.core.params import DifficultyParams, IngestParams, KeyframesParams, SampleParams, TeacherParams
 from stages.core.runner import RunnerParams
 from stages.difficulty import level_of, parse_ratings, score_difficulty, token_budget
 from stages.ingest import ingest
 from stages.keyframes import select_keyframes
+from stages.params.difficulty import DifficultyParams
+from stages.params.ingest import IngestParams
+from stages.params.keyframes import KeyframesParams
+from stages.params.sample import SampleParams
+from stages.params.teacher import TeacherParams
 from stages.sample import sample_pools
 from tests.fake_openai import FakeOpenAI
 from tests.keyframed import keyframed_project

@@ -17,11 +17,16 @@ from flows.cli import main as cli_main
 from schemas.answer import parse_answer
 from schemas.evaluate import ExpressionScoresSchema, InferenceSchema
 from stages.core.io import read_table
-from stages.core.params import EvaluateParams, KeyframesParams, ModelParams, Sam2Params, SampleParams, TinyModelsParams
 from stages.core.runner import RunnerParams
 from stages.evaluate import evaluate, predict_masks, read_answers, select_prompt, write_prediction
 from stages.evaluate import infer as I
 from stages.evaluate.scorer import load_ground_truth, score_predictions
+from stages.params.evaluate import EvaluateParams
+from stages.params.keyframes import KeyframesParams
+from stages.params.model import ModelParams
+from stages.params.sam2 import Sam2Params
+from stages.params.sample import SampleParams
+from stages.params.tiny_models import TinyModelsParams
 from tests.revos_factory import VideoSpec, rect_mask, simple_video, write_root
 from tests.sam2_probe import count_encoded_frames
 
@@ -232,7 +237,7 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, P
 
 
 def test_sam2_prompt_from_a_parsed_answer_fills_every_frame(root: Path, tiny_models, tmp_path: Path) -> None:
-    from stages.segment import load_video_predictor
+    from stages.sam2_wrapper import load_video_predictor
 
     _, checkpoint, config = tiny_models
     predictor = load_video_predictor(str(checkpoint), str(config), device="cpu")
@@ -450,8 +455,8 @@ def test_the_empty_answer_makes_empty_masks_without_running_sam2(tmp_path: Path)
 def test_a_benchmark_stage_scores_the_empty_answer_row(tiny_models, tmp_path: Path) -> None:
     """`bench@revos` with benchmarks.reference: a `ground_truth` and an `empty_answer` row beside the models; the
     empty answer's row is what empty masks score (the oracle above), every answer parsed with no boxes."""
-    from stages.core.params import BenchmarksParams
     from stages.evaluate.suite import run_benchmark
+    from stages.params.benchmarks import BenchmarksParams
 
     root = write_root(tmp_path / "root", [EMPTY_SPEC])
     params = BenchmarksParams(names=("revos",), models={"tiny": str(tiny_models[0])}, videos=0, expressions=0)
@@ -568,7 +573,7 @@ def test_reference_row_falls_when_the_parsed_boxes_swap_x_and_y(tmp_path: Path, 
 
 def test_oracle_prompts_reach_sam2_at_the_original_resolution_and_frame(tiny_models, tmp_path: Path) -> None:
     from stages.evaluate.suite import evaluate_benchmark
-    from stages.segment import load_video_predictor
+    from stages.sam2_wrapper import load_video_predictor
 
     _, checkpoint, config = tiny_models
     predictor = load_video_predictor(str(checkpoint), str(config), device="cpu")
@@ -605,7 +610,7 @@ def test_a_videos_expressions_are_encoded_once_and_match_per_expression_tracking
     encoder once per frame for all of them, and its masks equal SAM2 run afresh for each expression alone."""
     from stages.evaluate import evaluate_video
     from stages.evaluate.infer import Reply
-    from stages.segment import BoxGroup, load_video_predictor, propagate_groups
+    from stages.sam2_wrapper import BoxGroup, load_video_predictor, propagate_groups
 
     _, checkpoint, config = tiny_models
     predictor = load_video_predictor(str(checkpoint), str(config), device="cpu")

@@ -14,10 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schemas.answer import parse_answer
-from stages.core.params import EvaluateParams, ModelParams, Sam2Params
 from stages.evaluate import evaluate
 from stages.evaluate import infer as I
 from stages.evaluate.baselines import ConstantAnswer, constant_policy, swap_partners, training_prior
+from stages.params.evaluate import EvaluateParams
+from stages.params.model import ModelParams
+from stages.params.sam2 import Sam2Params
 from tests.revos_factory import VideoSpec, simple_video, write_root
 from tests.stages.test_evaluate import eval_table
 

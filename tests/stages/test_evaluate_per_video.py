@@ -11,9 +11,9 @@ import pytest
 import torch
 from PIL import Image
 
-from stages.core.params import TinyModelsParams
 from stages.evaluate import infer as I
 from stages.evaluate import predict_masks
+from stages.params.tiny_models import TinyModelsParams
 
 FRAMES = [Image.fromarray(np.random.default_rng(t).integers(0, 255, (56, 56, 3), dtype=np.uint8)) for t in range(3)]
 TEXTS = ["the dog", "the red car that turns left at the end of the road", "a cup", "what the child is holding"]
@@ -122,7 +122,7 @@ def test_a_videos_batch_generates_what_each_expression_generates_alone(vlm) -> N
 
 def test_identical_prompts_are_tracked_once_with_the_masks_of_each_prompt_alone(
         tiny_models, monkeypatch: pytest.MonkeyPatch) -> None:
-    from stages.segment import load_video_predictor
+    from stages.sam2_wrapper import load_video_predictor
 
     _, checkpoint, config = tiny_models
     predictor = load_video_predictor(str(checkpoint), str(config), device="cpu", share_frame_self_attention=True)
@@ -166,8 +166,8 @@ def test_identical_prompts_are_tracked_once_with_the_masks_of_each_prompt_alone(
 def test_shared_self_attention_equals_sam2s_on_every_row(tiny_models) -> None:
     from sam2.modeling.memory_attention import MemoryAttentionLayer
 
-    from stages.segment import load_video_predictor
-    from stages.segment.predictor import SharedFrameSelfAttentionLayer
+    from stages.sam2_wrapper import load_video_predictor
+    from stages.sam2_wrapper.predictor import SharedFrameSelfAttentionLayer
 
     _, checkpoint, config = tiny_models
     predictor = load_video_predictor(str(checkpoint), str(config), device="cpu", share_frame_self_attention=True)

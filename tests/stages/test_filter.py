@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stages.core.params import FilterParams
 from stages.filter import build_response, judge, rules
+from stages.params.filter import FilterParams
 
 GOOD = ("Step 1: A red circle moves from the left to the right while a blue square stays still.\n"
         "Step 2: At 4s the circle is fully visible and largest, so this frame matches the moving circle best.\n"

@@ -11,8 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from stages.core.live import latest, read_live
-from stages.core.params import GrpoParams, GrpoVerlParams, RewardParams, Sam2Params, TinyModelsParams
 from stages.grpo.curves import summary_window, window_summary
+from stages.params.grpo import GrpoParams, GrpoVerlParams
+from stages.params.reward import RewardParams
+from stages.params.sam2 import Sam2Params
+from stages.params.tiny_models import TinyModelsParams
 from tests.stages.grpo_factory import write_grpo_shards
 
 PAPER = replace(GrpoParams(), batch_size=16, num_generations=8, learning_rate=1e-6, max_response_length=1024)
@@ -221,10 +224,12 @@ def test_lora_grpo_adapts_no_vision_module(tiny_run):
 GRPO_LAUNCHER = """
 import json, sys
 from pathlib import Path
-from stages.core.params import GrpoParams, RewardParams, Sam2Params
 from stages.core.typed_config import build
 from stages.grpo.data import build_dataset, read_grpo_shards
 from stages.grpo.trl_engine import train_trl
+from stages.params.grpo import GrpoParams
+from stages.params.reward import RewardParams
+from stages.params.sam2 import Sam2Params
 from tests.stages.test_grpo import LowTokenShare
 
 job = json.loads(Path(sys.argv[1]).read_text())

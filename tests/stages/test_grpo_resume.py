@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from stages.core.params import GrpoParams, RewardParams, Sam2Params, TinyModelsParams
+from stages.params.grpo import GrpoParams
+from stages.params.reward import RewardParams
+from stages.params.sam2 import Sam2Params
+from stages.params.tiny_models import TinyModelsParams
 from tests.stages.grpo_factory import write_grpo_shards
 
 # 3 prompts, one a round: a pass over the pool is 3 rounds; checkpoints every 2 rounds, so checkpoint-4 lies

@@ -33,13 +33,10 @@ import yaml
 pytest.importorskip("verl")
 ray = pytest.importorskip("ray")
 
-from stages.core.params import (  # noqa: E402
-    GrpoParams,
-    GrpoVerlParams,
-    RewardParams,
-    Sam2Params,
-    TinyModelsParams,
-)
+from stages.params.grpo import GrpoParams, GrpoVerlParams  # noqa: E402
+from stages.params.reward import RewardParams  # noqa: E402
+from stages.params.sam2 import Sam2Params  # noqa: E402
+from stages.params.tiny_models import TinyModelsParams  # noqa: E402
 from tests.stages.test_shard import build_upstream, shard  # noqa: E402
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -264,7 +261,7 @@ def test_verl_dataset_keeps_every_row(world: dict, verl_run: dict):
 def test_verl_reward_loop_scores_equal_trl_score_group(world: dict, verl_run: dict):
     from stages.grpo.data import build_dataset, read_grpo_shards
     from stages.rewards import score_group
-    from stages.segment import load_video_predictor
+    from stages.sam2_wrapper import load_video_predictor
 
     reward, sam2 = world["reward"], world["sam2"]
     rows = {r["sample_id"]: r for r in build_dataset(read_grpo_shards(Path(world["grpo"].shards_dir)))}

@@ -36,13 +36,10 @@ import yaml
 pytest.importorskip("verl")
 ray = pytest.importorskip("ray")
 
-from stages.core.params import (  # noqa: E402
-    GrpoParams,
-    GrpoVerlParams,
-    RewardParams,
-    Sam2Params,
-    TinyModelsParams,
-)
+from stages.params.grpo import GrpoParams, GrpoVerlParams  # noqa: E402
+from stages.params.reward import RewardParams  # noqa: E402
+from stages.params.sam2 import Sam2Params  # noqa: E402
+from stages.params.tiny_models import TinyModelsParams  # noqa: E402
 from tests.stages.test_grpo_verl import TRAINER, _env, _free_port, _plain  # noqa: E402
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -78,7 +75,7 @@ def _full_config_file(vrsflow_config: Path, target: Path) -> Path:
     from hydra import compose
     from omegaconf import OmegaConf
 
-    from stages.segment import resolve_config
+    from stages.sam2_wrapper import resolve_config
 
     name, overrides = resolve_config(str(vrsflow_config))
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -323,7 +320,7 @@ def test_sam2_config_forms_two_jobs_one_ray_head(world: dict, cluster: dict):
 
     from stages.grpo.verl_engine import main as verl_main
     from stages.rewards.sam2_service import NAMESPACE
-    from stages.segment import config_identity, load_video_predictor
+    from stages.sam2_wrapper import config_identity, load_video_predictor
 
     base = world["base"]
     full = str(world["full_config"])

@@ -89,10 +89,10 @@ def test_logged_rewards_equal_compute_score(rehearsal: Path):
     shards, gives the same numbers."""
     import numpy as np
 
-    from stages.core.params import load_params
     from stages.grpo.data import build_dataset, read_grpo_shards
+    from stages.params import load_params
     from stages.rewards import score_group
-    from stages.segment import load_video_predictor
+    from stages.sam2_wrapper import load_video_predictor
 
     params = load_params(rehearsal / "params.yaml")
     cwd = os.getcwd()

@@ -25,8 +25,9 @@ import pytest
 pytest.importorskip("verl")
 
 from stages.core.errors import OneLineError, SetupError  # noqa: E402
-from stages.core.params import GrpoParams, GrpoVerlParams, ParamsError, load_params  # noqa: E402
 from stages.grpo import verl_cpu  # noqa: E402
+from stages.params import ParamsError, load_params  # noqa: E402
+from stages.params.grpo import GrpoParams, GrpoVerlParams  # noqa: E402
 from tests.pipeline_repo import env_with_venv  # noqa: E402
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -91,8 +92,8 @@ def _grpo(tmp_path: Path, **verl) -> GrpoParams:
 
 
 def test_cpu_job_passes_verls_own_config_checks():
-    from stages.core.params import RewardParams
     from stages.grpo.verl_engine import compose_config, validate, verl_overrides
+    from stages.params.reward import RewardParams
 
     grpo = replace(GrpoParams(), engine="verl", max_steps=8, epochs=1,
                    verl=replace(GrpoVerlParams(), device="cpu", n_gpus_per_node=1))
@@ -169,8 +170,9 @@ def test_the_device_param_is_the_servers(tmp_path: Path):
 
 
 def test_launch_script_runs_verl_through_the_lifeline_on_the_cpu(tmp_path: Path):
-    from stages.core.params import RewardParams, Sam2Params
     from stages.grpo.verl_engine import launch_script
+    from stages.params.reward import RewardParams
+    from stages.params.sam2 import Sam2Params
 
     grpo = _grpo(tmp_path)
     script = launch_script(grpo, RewardParams(), Sam2Params(), ["a=b"], "/t.parquet",
@@ -187,9 +189,10 @@ def test_launch_script_runs_verl_through_the_lifeline_on_the_cpu(tmp_path: Path)
 def test_a_resumed_runs_curve_keeps_the_steps_before_the_resume(tmp_path: Path):
     """verl's file logger truncates its file at every start: launch.sh keeps the earlier lines, the curve joins
     both, and a step logged twice (after its checkpoint, before a kill) takes the later line."""
-    from stages.core.params import RewardParams, Sam2Params
     from stages.grpo.curves import curve_from_verl
     from stages.grpo.verl_engine import EARLIER_LOG, launch_script
+    from stages.params.reward import RewardParams
+    from stages.params.sam2 import Sam2Params
 
     def line(step: int, reward: float) -> str:
         return json.dumps({"step": step, "data": {"critic/score/mean": reward, "actor/kl_loss": 0.01 * step,

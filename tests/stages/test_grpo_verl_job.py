@@ -16,8 +16,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from stages.core.params import GrpoParams, GrpoVerlParams, RewardParams, Sam2Params
 from stages.grpo.job_params import RECORD, SET_ASIDE, changed_keys, claim_job, content_hash, weight_params
+from stages.params.grpo import GrpoParams, GrpoVerlParams
+from stages.params.reward import RewardParams
+from stages.params.sam2 import Sam2Params
 
 OUTPUTS = ("checkpoints", "finished.json")
 

@@ -13,8 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stages.core.params import GrpoParams, RewardParams
 from stages.grpo.verl_agent_loop import AGENT_LOOP, AGENT_LOOPS, rollout_seed, seeded_params
+from stages.params.grpo import GrpoParams
+from stages.params.reward import RewardParams
 
 KWARGS = {"global_steps": 3, "session_id": 2, "extra_info": {"sample_id": "revos/vid7/exp1"}, "raw_prompt": []}
 

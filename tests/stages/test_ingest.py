@@ -14,9 +14,10 @@ import pytest
 
 from schemas.index import ExpressionsSchema, QuarantineSchema, TracksSchema, VideosSchema
 from stages.core import rle
-from stages.core.params import IngestParams, SynthParams, SynthScale
 from stages.core.runner import RunnerParams
 from stages.ingest import IngestError, ingest
+from stages.params.ingest import IngestParams
+from stages.params.synth import SynthParams, SynthScale
 from stages.synth import generate_synthetic
 from tests.revos_factory import VideoSpec, break_frame, edit_json, simple_video, truncate_file, write_root
 

@@ -14,10 +14,10 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from stages.core.params import IngestParams
 from stages.core.runner import RunnerParams
 from stages.ingest import IngestError, ingest
 from stages.ingest.checks import check_jpeg
+from stages.params.ingest import IngestParams
 from tests.revos_factory import frame_file, simple_video, write_root
 
 MODES = ["header", "decode"]

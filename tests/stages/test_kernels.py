@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from stages.core.params import SftParams
 from stages.core.typed_config import ParamsError, build
 from stages.models import kernels
+from stages.params.sft import SftParams
 
 
 @pytest.mark.parametrize(("cuda", "setting", "expected"), [

@@ -21,10 +21,11 @@ from scipy import ndimage
 
 from schemas.sample import KeyframesSchema
 from stages.core import rle
-from stages.core.params import KeyframesParams, SampleParams
 from stages.core.runner import RunnerParams
 from stages.keyframes import select_keyframes
 from stages.keyframes.frames import choose_keyframe, inscribed_circle_centre, sample_frames, scale_box, top_k_frames
+from stages.params.keyframes import KeyframesParams
+from stages.params.sample import SampleParams
 from stages.sample import sample_pools
 from tests.revos_factory import VideoSpec, simple_video, write_root
 from tests.stages.test_sample import write_index

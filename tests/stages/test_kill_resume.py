@@ -23,8 +23,11 @@ import psutil
 import pytest
 
 from stages.core.live import METRICS_DIR, live_dir
-from stages.core.params import GrpoParams, ModelParams, SftParams, TinyModelsParams
 from stages.core.typed_config import to_dict
+from stages.params.grpo import GrpoParams
+from stages.params.model import ModelParams
+from stages.params.sft import SftParams
+from stages.params.tiny_models import TinyModelsParams
 from tests.pipeline_repo import env_with_venv
 
 pytestmark = pytest.mark.slow  # six short 2-process training runs: minutes of CPU
@@ -35,8 +38,9 @@ REPO = Path(__file__).resolve().parents[2]
 SFT_STAGE = """
 import json, sys
 from pathlib import Path
-from stages.core.params import ModelParams, SftParams
 from stages.core.typed_config import build
+from stages.params.model import ModelParams
+from stages.params.sft import SftParams
 from stages.sft import train_sft
 job = json.loads(Path(sys.argv[1]).read_text())
 report = train_sft(build(SftParams, job["sft"], "sft"), build(ModelParams, job["model"], "model"),

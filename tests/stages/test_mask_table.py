@@ -14,13 +14,18 @@ import pytest
 
 from schemas.answer import parse_answer
 from stages.core import mask_table, revos
-from stages.core.params import EvaluateParams, IngestParams, KeyframesParams, ModelParams, Sam2Params, SampleParams
 from stages.core.runner import RunnerParams
 from stages.evaluate import evaluate
 from stages.evaluate.infer import Reply
 from stages.evaluate.scorer import load_ground_truth, score_predictions
 from stages.ingest import ingest
 from stages.keyframes import select_keyframes
+from stages.params.evaluate import EvaluateParams
+from stages.params.ingest import IngestParams
+from stages.params.keyframes import KeyframesParams
+from stages.params.model import ModelParams
+from stages.params.sam2 import Sam2Params
+from stages.params.sample import SampleParams
 from stages.sample import sample_pools
 from tests.revos_factory import VideoSpec, edit_json, simple_video, write_root
 

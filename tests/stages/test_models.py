@@ -12,9 +12,9 @@ import torch
 import yaml
 from PIL import Image
 
-from stages.core.params import TinyModelsParams
 from stages.models import build_tiny_models, load_vlm
 from stages.models.tiny_qwen import SPECIAL_TOKENS
+from stages.params.tiny_models import TinyModelsParams
 
 PARAMS = TinyModelsParams(vocab_size=512)  # smaller BPE: faster to train, same code path
 

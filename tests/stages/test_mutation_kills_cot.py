@@ -25,8 +25,9 @@ from PIL import Image
 
 import stages.cot as cot_module
 from stages.core.io import derive_seed
-from stages.core.params import CotParams, TeacherParams
 from stages.cot import FRAME_ENCODING, build_request, generate_cot, marked_frame, trace_tasks
+from stages.params.cot import CotParams
+from stages.params.teacher import TeacherParams
 from stages.tasks import get_task
 from stages.teacher.cache import ResponseCache, request_key
 from stages.teacher.client import cache_key, provider_fields
@@ -284,10 +285,12 @@ def test_openai_messages_frames_tags_candidate_and_instruction(tmp_path):
 
 
 def _stage_data(base: Path) -> Path:
-    from stages.core.params import IngestParams, KeyframesParams, SampleParams
     from stages.core.runner import RunnerParams
     from stages.ingest import ingest
     from stages.keyframes import select_keyframes
+    from stages.params.ingest import IngestParams
+    from stages.params.keyframes import KeyframesParams
+    from stages.params.sample import SampleParams
     from stages.sample import sample_pools
     from tests.revos_factory import simple_video, write_root
 

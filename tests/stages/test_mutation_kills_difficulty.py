@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from stages.core.lineage import code_hash
-from stages.core.params import DifficultyParams, KeyframesParams, SampleParams, TeacherParams
 from stages.core.runner import RunnerParams
 from stages.difficulty import (
     _rate_with_mllm,
@@ -30,6 +29,10 @@ from stages.difficulty import (
     token_budget,
 )
 from stages.keyframes import select_keyframes
+from stages.params.difficulty import DifficultyParams
+from stages.params.keyframes import KeyframesParams
+from stages.params.sample import SampleParams
+from stages.params.teacher import TeacherParams
 from stages.sample import sample_pools
 from stages.tasks import timestamp_tag
 from stages.teacher.prompts import render_difficulty_prompt

@@ -18,8 +18,8 @@ from schemas.cot import AcceptedSchema, GenerationsSchema, RejectedSchema
 from schemas.sample import KeyframesSchema
 from stages.core import rle
 from stages.core.io import write_table
-from stages.core.params import FilterParams
 from stages.filter import answer_json, build_response, filter_traces, judge, response_for, rules
+from stages.params.filter import FilterParams
 from stages.teacher.client import REASONING_BUDGET_EXHAUSTED
 
 GOOD = ("Step 1: A red circle moves from the left to the right while a blue square stays still.\n"

@@ -24,11 +24,12 @@ from hypothesis import strategies as st
 from stages.core import mask_table
 from stages.core.io import derive_seed
 from stages.core.lineage import code_hash
-from stages.core.params import KeyframesParams, SampleParams
 from stages.core.progress import add_listener, remove_listener
 from stages.core.runner import RunnerParams
 from stages.keyframes import _geometry, select_keyframes
 from stages.keyframes.frames import sample_frames
+from stages.params.keyframes import KeyframesParams
+from stages.params.sample import SampleParams
 from stages.sample import sample_pools
 from tests.revos_factory import VideoSpec, encode, rect_mask, write_root
 from tests.stages.test_sample import write_index

@@ -16,7 +16,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from stages.core import rle
-from stages.core.params import RewardParams, RewardWeights
+from stages.params.reward import RewardParams, RewardWeights
 from stages.rewards import check_params, compute_score, length_penalty, reasoning_counter
 from stages.rewards import score as score_module
 from stages.rewards.geometry import box_centres
@@ -241,7 +241,7 @@ def test_rollout_groups_names_each_rollouts_request():
 
 
 class FakePropagation:
-    """Stands in for `stages.segment.propagate_groups`: records its calls; group i's masks are (2 objects, 1 frame,
+    """Stands in for `stages.sam2_wrapper.propagate_groups`: records its calls; group i's masks are (2 objects, 1 frame,
     H, W) with one pixel each, so the union over objects is known."""
 
     def __init__(self):
@@ -261,19 +261,19 @@ class FakePropagation:
 
 def test_precompute_masks_propagates_each_distinct_request_once(monkeypatch):
     from schemas.answer import GroundTruth
-    from stages import segment
+    from stages import sam2_wrapper
     from stages.rewards import precompute_masks
 
     fake = FakePropagation()
-    monkeypatch.setattr(segment, "propagate_groups", fake)
+    monkeypatch.setattr(sam2_wrapper, "propagate_groups", fake)
     gt = GroundTruth.from_json(_videoseg_gt()[1])
     frames, predictor = [np.zeros((20, 30, 3), np.uint8)], object()
     masks_for = precompute_masks(GROUP_TEXTS, gt, frames, predictor)
     assert len(fake.calls) == 1
     got_predictor, got_frames, groups, threshold = fake.calls[0]
     assert got_predictor is predictor and got_frames is frames and threshold == 0.0  # SAM2's own threshold
-    assert groups == [segment.BoxGroup(0, [(10.0, 5.0, 20.0, 15.0)], [[(15.0, 10.0, 1), (2.0, 2.0, 0)]]),
-                      segment.BoxGroup(0, [(12.0, 5.0, 20.0, 15.0)], [[(14.0, 9.0, 1)]])]
+    assert groups == [sam2_wrapper.BoxGroup(0, [(10.0, 5.0, 20.0, 15.0)], [[(15.0, 10.0, 1), (2.0, 2.0, 0)]]),
+                      sam2_wrapper.BoxGroup(0, [(12.0, 5.0, 20.0, 15.0)], [[(14.0, 9.0, 1)]])]
     for i, request in enumerate((REQUEST_A, REQUEST_B)):
         union = masks_for(*request)
         assert union.shape == (1, 20, 30)  # the union over the objects, per frame
@@ -600,10 +600,10 @@ def test_rollout_groups_reads_a_veason_answers_own_keyframe():
 
 def test_precompute_masks_refuses_a_segmenter_reply_short_of_a_group(monkeypatch):
     from schemas.answer import GroundTruth
-    from stages import segment
+    from stages import sam2_wrapper
     from stages.rewards import precompute_masks
 
-    monkeypatch.setattr(segment, "propagate_groups", lambda predictor, frames, groups, threshold: [
+    monkeypatch.setattr(sam2_wrapper, "propagate_groups", lambda predictor, frames, groups, threshold: [
         FakePropagation.masks(0)])  # one group's masks for two groups
     gt = GroundTruth.from_json(_videoseg_gt()[1])
     with pytest.raises(ValueError, match="zip"):

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from stages.core.params import SampleParams
+from stages.params.sample import SampleParams
 from stages.sample.stratify import allocate, draw, largest_remainder
 
 

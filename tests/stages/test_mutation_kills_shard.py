@@ -25,9 +25,9 @@ from schemas.cot import AcceptedSchema, DifficultySchema
 from schemas.sample import KeyframesSchema
 from stages.core import rle
 from stages.core.io import write_table
-from stages.core.params import ShardParams
 from stages.core.progress import add_listener, remove_listener
 from stages.core.runner import RunnerParams
+from stages.params.shard import ShardParams
 from stages.shard import export_sharegpt, export_verl, ground_truth, user_text, write_shards
 from stages.tasks import get_task
 from stages.tasks.views import task_ground_truth

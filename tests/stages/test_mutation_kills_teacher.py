@@ -23,7 +23,7 @@ from types import MappingProxyType
 
 import pytest
 
-from stages.core.params import TeacherParams
+from stages.params.teacher import TeacherParams
 from stages.teacher import client as client_module
 from stages.teacher.cache import ResponseCache
 from stages.teacher.client import (

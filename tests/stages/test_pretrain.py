@@ -14,20 +14,14 @@ import pytest
 import torch
 
 from schemas.answer import parse_answer
-from stages.core.params import (
-    PLAIN_COLOURS,
-    ModelParams,
-    ParamsError,
-    PretrainParams,
-    PretrainPhase,
-    SynthScale,
-    TinyModelsParams,
-    apply_overrides,
-    read_params_file,
-)
 from stages.core.report import SKIPPED
 from stages.models import load_vlm
 from stages.models.tiny_qwen import build_tiny_qwen
+from stages.params import ParamsError, apply_overrides, read_params_file
+from stages.params.model import ModelParams
+from stages.params.pretrain import PLAIN_COLOURS, PretrainParams, PretrainPhase
+from stages.params.synth import SynthScale
+from stages.params.tiny_models import TinyModelsParams
 from stages.pretrain import box_iou, choose, grounding_check, pretrain, score_answer, train_seed
 from stages.pretrain.plain import plain_sample
 from stages.pretrain.scenes import synth_sample

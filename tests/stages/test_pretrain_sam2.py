@@ -16,13 +16,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import stages.pretrain_sam2 as stage
-from stages.core.params import PretrainSam2Params, Sam2Params, SynthScale
 from stages.core.report import SKIPPED
 from stages.models.tiny_sam2 import build_tiny_sam2
 from stages.models.train_state import load_state, save_state, warmup_cosine
+from stages.params.pretrain_sam2 import PretrainSam2Params
+from stages.params.sam2 import Sam2Params
+from stages.params.synth import SynthScale
 from stages.pretrain_sam2.clips import check_videos, mask_box, training_clip
 from stages.pretrain_sam2.loss import frame_loss
-from stages.segment import load_video_predictor
+from stages.sam2_wrapper import load_video_predictor
 
 SCALE = SynthScale()
 # the slow test's bars: about half the smallest gain over the seeds of bench/results/sam2_pretrain.json (tracking J
@@ -432,7 +434,7 @@ def test_the_pretrained_sam2_carries_the_evaluation_above_the_random_one(tmp_pat
     (bench/bench_learning.py's ceiling) then scores clearly above the same evaluation through the random tiny SAM2.
     Bars: TRACK_GAIN, JF_GAIN."""
     from bench.bench_learning import ceiling
-    from stages.core.params import load_params
+    from stages.params import load_params
     from tests.pipeline_repo import dvc, make_repo
 
     root = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from schemas.answer import MAX_BOXES, GroundTruth, parse_answer
 from stages.core import rle
-from stages.core.params import RewardParams, RewardWeights
+from stages.params.reward import RewardParams, RewardWeights
 from stages.rewards import (
     REGISTRY,
     check_params,
@@ -328,7 +328,7 @@ def test_videoseg_points_prompt_sam2_with_the_boxes(tmp_path, monkeypatch):
     torch = pytest.importorskip("torch")
     from stages.models.tiny_sam2 import build_tiny_sam2
     from stages.rewards import precompute_masks
-    from stages.segment import load_video_predictor
+    from stages.sam2_wrapper import load_video_predictor
     from tests.stages.grpo_factory import frames
 
     checkpoint, config = build_tiny_sam2(tmp_path, image_size=128, seed=0)

@@ -21,7 +21,7 @@ from stages.core.ids import expression_id, sample_id
 from stages.core.io import write_table
 from stages.core.mask_table import FILE as MASKS_FILE
 from stages.core.mask_table import MaskTableWriter
-from stages.core.params import SampleParams
+from stages.params.sample import SampleParams
 from stages.sample import sample_pools
 from stages.sample.stratify import allocate, draw, largest_remainder
 from tests.revos_factory import VideoSpec, encode, rect_mask

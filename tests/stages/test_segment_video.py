@@ -23,7 +23,9 @@ import torch
 from PIL import Image
 
 from schemas.answer import parse_answer
-from stages.core.params import EvaluateParams, Params, Sam2Params
+from stages.params import Params
+from stages.params.evaluate import EvaluateParams
+from stages.params.sam2 import Sam2Params
 from tests.revos_factory import VideoSpec, rect_mask, write_root
 
 av = pytest.importorskip("av")
@@ -65,9 +67,9 @@ def oracle(queries):
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
-    from stages.core.params import TinyModelsParams
     from stages.models.tiny_qwen import build_tiny_qwen
     from stages.models.tiny_sam2 import build_tiny_sam2
+    from stages.params.tiny_models import TinyModelsParams
 
     torch.set_num_threads(2)
     base = tmp_path_factory.mktemp("models")
@@ -181,7 +183,7 @@ def test_streamed_masks_equal_held_masks_on_a_clip_longer_than_sams_memory(tiny,
     """A clip longer than twice SAM2's memory reach: masks given to a sink as they are tracked, the encoding in a
     file and the memory bank pruned, equal the masks `predict_masks` holds, frame for frame."""
     from stages.evaluate import predict_masks
-    from stages.segment import load_video_predictor
+    from stages.sam2_wrapper import load_video_predictor
 
     predictor = load_video_predictor(str(tiny[1]), str(tiny[2]), device="cpu")
     predictor.max_obj_ptrs_in_encoder = 6  # memory reach 7 frames (SAM2.1: 16): a short clip shows the pruning

@@ -9,11 +9,11 @@ import pytest
 import torch
 from PIL import Image
 
-from stages.core.params import TinyModelsParams
 from stages.models import load_vlm
 from stages.models.batches import IGNORE_INDEX, PackCollator, PadCollator, PaddingCount
 from stages.models.qwen_shapes import QWEN25VL_3B_TEXT, QWEN25VL_3B_VISION, qwen25vl_3b_config
 from stages.models.tiny_qwen import build_tiny_qwen
+from stages.params.tiny_models import TinyModelsParams
 from stages.sft.data import encode_example
 from stages.tasks import get_task
 
@@ -169,7 +169,7 @@ def test_pack_collator_refuses_padded_rows(tiny) -> None:
 def test_the_stage_packs_only_models_with_3d_positions(tiny) -> None:
     from dataclasses import replace
 
-    from stages.core.params import SftParams
+    from stages.params.sft import SftParams
     from stages.sft import _collator
 
     model, processor = tiny

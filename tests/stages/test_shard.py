@@ -19,22 +19,20 @@ from schemas.cot import AcceptedSchema
 from schemas.sample import POOLS, KeyframesSchema
 from stages.core import rle
 from stages.core.io import read_table
-from stages.core.params import (
-    CotParams,
-    DifficultyParams,
-    FilterParams,
-    IngestParams,
-    KeyframesParams,
-    SampleParams,
-    ShardParams,
-    TeacherParams,
-)
 from stages.core.runner import RunnerParams
 from stages.cot import generate_cot
 from stages.difficulty import score_difficulty
 from stages.filter import filter_traces
 from stages.ingest import ingest
 from stages.keyframes import select_keyframes
+from stages.params.cot import CotParams
+from stages.params.difficulty import DifficultyParams
+from stages.params.filter import FilterParams
+from stages.params.ingest import IngestParams
+from stages.params.keyframes import KeyframesParams
+from stages.params.sample import SampleParams
+from stages.params.shard import ShardParams
+from stages.params.teacher import TeacherParams
 from stages.sample import sample_pools
 from stages.shard import sharegpt_row, verl_row, write_shards
 from stages.tasks import get_task

@@ -20,8 +20,8 @@ from PIL import Image
 from pycocotools import mask as mask_utils
 from scipy import ndimage
 
-from stages.core.params import SynthParams, SynthScale
 from stages.core.runner import RunnerParams
+from stages.params.synth import SynthParams, SynthScale
 from stages.synth import generate_synthetic
 from stages.synth.render import full_shape_area, shape_inside
 from stages.synth.scene import COLOURS, KINDS
@@ -392,7 +392,8 @@ def test_the_scene_object_bound_fits_the_simulators_distinct_objects() -> None:
 
     import numpy as np
 
-    from stages.core.params import SceneObjects, SynthScale
+    from stages.core.params import SceneObjects
+    from stages.params.synth import SynthScale
     from stages.synth.scene import COLOURS, KINDS, simulate_video
 
     bound = next(m.le for m in typing.get_args(SceneObjects)[1:] if hasattr(m, "le"))
@@ -405,8 +406,8 @@ def test_the_scene_object_bound_fits_the_simulators_distinct_objects() -> None:
 def test_hostile_geometry_cases_are_what_their_names_say(tmp_path: Path) -> None:
     """synth.size=hostile: each case's masks have the geometry its expression names, byte-identical per seed, and
     strict ingest accepts the whole dataset (a case is hostile geometry, not bad data)."""
-    from stages.core.params import IngestParams
     from stages.ingest import ingest
+    from stages.params.ingest import IngestParams
 
     params = SynthParams(size="hostile", source="H")
     report = generate_synthetic(params, tmp_path / "a")

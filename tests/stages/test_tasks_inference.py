@@ -9,7 +9,7 @@ import re
 import numpy as np
 from PIL import Image
 
-from stages.core.params import TeacherParams
+from stages.params.teacher import TeacherParams
 from stages.tasks.inference import HtfsParams, htfs, htfs_answer, openai_generate, parse_interval, parse_percent
 from tests.fake_openai import FakeOpenAI
 
@@ -167,7 +167,7 @@ def test_videoseg_points_become_sam2_prompts_at_inference(monkeypatch):
         seen.extend(groups)
         return [np.zeros((len(g.boxes), len(frames), 56, 112), dtype=bool) for g in groups]
 
-    monkeypatch.setattr("stages.segment.propagate_groups", fake_groups)
+    monkeypatch.setattr("stages.sam2_wrapper.propagate_groups", fake_groups)
     frames = [np.zeros((56, 112, 3), np.uint8)] * 3
     E.predict_masks(None, frames, [(1, [[20.0, 10.0, 40.0, 20.0]], points[:1]), (2, [[0.0, 0.0, 4.0, 4.0]])])
     assert seen[0].points == points[:1] and seen[1].points == ()

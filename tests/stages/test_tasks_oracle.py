@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from pycocotools import mask as mask_utils
 
 from schemas.answer import GroundTruth
-from stages.core.params import RewardParams
+from stages.params.reward import RewardParams
 from stages.rewards import REGISTRY, max_score, score_group, task_components
 from stages.tasks import TASKS, get_task
 

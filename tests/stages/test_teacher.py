@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from stages.core.params import TeacherParams
+from stages.params.teacher import TeacherParams
 from stages.teacher.cache import ResponseCache, request_key
 from stages.teacher.client import ChatRequest, TeacherClient, parse_retry_after
 from tests.fake_openai import FakeOpenAI

@@ -21,16 +21,14 @@ import pandas as pd
 import pytest
 
 from stages.core.errors import EmptyInput, OneLineError
-from stages.core.params import (
-    CotParams,
-    DifficultyParams,
-    ModelParams,
-    SftParams,
-    TeacherParams,
-)
 from stages.core.progress import ProgressReporter
 from stages.cot import generate_cot
 from stages.difficulty import score_difficulty
+from stages.params.cot import CotParams
+from stages.params.difficulty import DifficultyParams
+from stages.params.model import ModelParams
+from stages.params.sft import SftParams
+from stages.params.teacher import TeacherParams
 from stages.teacher.cache import ResponseCache, request_key
 from stages.teacher.client import ChatRequest, TeacherClient, TeacherUnavailable
 from tests.fake_openai import FakeOpenAI

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from stages.core.params import TeacherParams
 from stages.difficulty import _rating_request
+from stages.params.teacher import TeacherParams
 from stages.teacher.client import cache_key
 
 BASE = TeacherParams(backend="openai", model="vlm-a", api_key_required=False)

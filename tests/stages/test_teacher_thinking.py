@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from stages.core.params import ParamsError, TeacherParams
 from stages.core.typed_config import build
+from stages.params import ParamsError
+from stages.params.teacher import TeacherParams
 from stages.teacher.cache import ResponseCache, request_key
 from stages.teacher.client import (
     EMPTY_RESPONSE,

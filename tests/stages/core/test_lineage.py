@@ -13,7 +13,7 @@ import pytest
 
 from stages.core import lineage as lineage_module
 from stages.core.lineage import LINEAGE_FILE, sha256_tree, write_lineage
-from stages.core.params import IngestParams
+from stages.params.ingest import IngestParams
 
 
 @pytest.fixture(autouse=True)

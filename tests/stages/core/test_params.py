@@ -10,8 +10,8 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stages.core.params import Params, ParamsError, apply_overrides, load_params, read_params_file
 from stages.core.typed_config import build, to_dict
+from stages.params import Params, ParamsError, apply_overrides, load_params, read_params_file
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -139,7 +139,7 @@ def test_floats_as_dvc_writes_them(tmp_path: Path) -> None:
 
 @given(st.lists(st.tuples(st.text(alphabet="abcz._", min_size=1, max_size=6), st.text(max_size=8)), max_size=6))
 def test_cli_overrides_split_at_the_first_equals_and_the_last_repeat_wins(pairs) -> None:
-    from stages.core.params import cli_overrides
+    from stages.params import cli_overrides
 
     expected: dict[str, str] = {}
     for key, value in pairs:  # the dict built from the pairs themselves, not by splitting strings
@@ -148,7 +148,7 @@ def test_cli_overrides_split_at_the_first_equals_and_the_last_repeat_wins(pairs)
 
 
 def test_cli_overrides_name_an_item_without_equals_with_the_callers_error() -> None:
-    from stages.core.params import cli_overrides
+    from stages.params import cli_overrides
 
     class UsageProblem(Exception):
         pass

@@ -54,7 +54,7 @@ def test_curve_picture_draws_one_colour_per_series(tmp_path: Path) -> None:
 
 
 def test_sample_report_embeds_the_distribution_chart(tmp_path: Path) -> None:
-    from stages.core.params import SampleParams
+    from stages.params.sample import SampleParams
     from stages.sample import sample_pools
     from tests.revos_factory import simple_video
     from tests.stages.test_sample import write_index
@@ -83,7 +83,7 @@ def test_stage_log_lines_are_short(tmp_path: Path, caplog) -> None:
     import logging
     from dataclasses import replace
 
-    from stages.core.params import SynthParams, SynthScale
+    from stages.params.synth import SynthParams, SynthScale
     from stages.synth import generate_synthetic
 
     small = replace(SynthScale(), n_videos_train=2, n_videos_valid=1, min_frames=3, max_frames=3, height=24, width=32)

@@ -146,7 +146,7 @@ def pick_device(dtype: str = "auto") -> tuple[str, torch.dtype]:
 def load_video_predictor(checkpoint: str, config: str, device: str | None = None, dtype: str = "auto",
                          vos_optimized: bool = False, share_frame_self_attention: bool = False):
     """A SAM2 video predictor from a checkpoint file ({"model": state_dict}) and a config, built by sam2's own
-    builder as vrsflow's subclass (`stages.segment.predictor`, named in the config it composes).
+    builder as vrsflow's subclass (`stages.sam2_wrapper.predictor`, named in the config it composes).
 
     Args:
         dtype: autocast of propagation: auto (bf16 on CUDA, fp32 on the CPU), bfloat16 (CUDA only) or float32.
@@ -181,9 +181,9 @@ def load_video_predictor(checkpoint: str, config: str, device: str | None = None
 
 
 def vrsflow_overrides(vos_optimized: bool, bf16_autocast: bool, share_frame_self_attention: bool) -> list[str]:
-    """The Hydra overrides that make sam2's builder instantiate vrsflow's classes (`stages.segment.predictor`).
+    """The Hydra overrides that make sam2's builder instantiate vrsflow's classes (`stages.sam2_wrapper.predictor`).
     sam2's builder puts its own `model._target_` first and these after it, so the config instantiates ours."""
-    from stages.segment.predictor import SHARED_FRAME_LAYER, VIDEO_PREDICTOR, VIDEO_PREDICTOR_VOS
+    from stages.sam2_wrapper.predictor import SHARED_FRAME_LAYER, VIDEO_PREDICTOR, VIDEO_PREDICTOR_VOS
 
     overrides = [f"++model._target_={VIDEO_PREDICTOR_VOS if vos_optimized else VIDEO_PREDICTOR}",
                  f"++model.autocast_dtype={'bfloat16' if bf16_autocast else 'null'}"]

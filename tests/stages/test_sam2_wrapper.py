@@ -12,8 +12,8 @@ from PIL import Image
 
 pytest.importorskip("sam2")
 
-from stages.core.params import RewardParams  # noqa: E402
-from stages.segment import BoxGroup, load_video_predictor, propagate_boxes, propagate_groups  # noqa: E402
+from stages.params.reward import RewardParams  # noqa: E402
+from stages.sam2_wrapper import BoxGroup, load_video_predictor, propagate_boxes, propagate_groups  # noqa: E402
 from tests.sam2_probe import count_encoded_frames
 from tests.stages.grpo_factory import answer, frames, ground_truth  # noqa: E402
 
@@ -85,7 +85,7 @@ def test_sam2s_builder_makes_vrsflows_predictor_from_the_config(predictor) -> No
     from sam2.modeling.memory_attention import MemoryAttentionLayer
     from sam2.sam2_video_predictor import SAM2VideoPredictor
 
-    from stages.segment.predictor import SharedFrameSelfAttentionLayer, VideoPredictor
+    from stages.sam2_wrapper.predictor import SharedFrameSelfAttentionLayer, VideoPredictor
 
     assert type(predictor) is VideoPredictor and isinstance(predictor, SAM2VideoPredictor)
     # SAM2's own layer unless asked for (evaluation asks: tests/stages/test_evaluate_per_video.py)
@@ -101,8 +101,8 @@ def test_sam2s_builder_makes_the_compiled_predictor_with_vrsflows_additions(tmp_
     from sam2.sam2_video_predictor import SAM2VideoPredictorVOS
 
     from stages.models.tiny_sam2 import build_tiny_sam2
-    from stages.segment import resolve_config, vrsflow_overrides
-    from stages.segment.predictor import SharedFrameSelfAttentionLayer, VideoPredictorVOS
+    from stages.sam2_wrapper import resolve_config, vrsflow_overrides
+    from stages.sam2_wrapper.predictor import SharedFrameSelfAttentionLayer, VideoPredictorVOS
 
     checkpoint, config = build_tiny_sam2(tmp_path, image_size=128, seed=0)
     name, overrides = resolve_config(str(config))
@@ -116,7 +116,7 @@ def test_sam2s_builder_makes_the_compiled_predictor_with_vrsflows_additions(tmp_
 def test_in_memory_state_is_the_state_sam2s_init_state_builds(predictor, tmp_path) -> None:
     """The oracle is SAM2's own `init_state` on a JPEG folder of the same frames: same keys, same values, the same
     warm-up features of frame 0 from the same images."""
-    from stages.segment import FrameImages, load_frames
+    from stages.sam2_wrapper import FrameImages, load_frames
 
     for i, f in enumerate(frames()):
         Image.fromarray(f).save(tmp_path / f"{i:05d}.jpg", quality=95)

@@ -34,7 +34,7 @@ class _InMemoryFrames:
     @torch.inference_mode()
     def init_state_from_frames(self, images, height: int, width: int, warm_up: bool = True) -> dict:
         """An inference state over frames in memory: what SAM2 1.1's `init_state(video_path,
-        offload_video_to_cpu=True)` builds from a folder of the same frames (tests/stages/test_segment.py holds
+        offload_video_to_cpu=True)` builds from a folder of the same frames (tests/stages/test_sam2_wrapper.py holds
         the two to each other).
 
         Args:
