@@ -57,12 +57,13 @@ def tree_rss(pid: int) -> int:
     return total
 
 
-def run_stage(repo: Path, kill_at_step: int = 0, kill_delay_s: float = 0.0) -> dict:
-    """`vrsflow stage grpo` in `repo`, with the peak memory of its process tree sampled every second.
+def run_stage(repo: Path, kill_at_step: int = 0, kill_delay_s: float = 0.0, env: dict | None = None) -> dict:
+    """`vrsflow stage grpo` in `repo`, with the peak memory of its process tree sampled every second; `env` is
+    laid over this process's environment (e.g. VRSFLOW_VERL_CPU_VENV for a copy without its own rehearsal venv).
 
     `kill_at_step` > 0: SIGKILL the stage `kill_delay_s` after verl has recorded a checkpoint of that step (at
     once if the run ends first), and report which of the processes it had started are still alive 10 s later."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **(env or {})}
     log = open(repo / f"bench-verl-cpu-{'kill' if kill_at_step else 'run'}-{int(time.time())}.log", "w")  # noqa: SIM115
     started = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "stage", "grpo"], cwd=repo, env=env,

@@ -3,7 +3,7 @@ run SIGKILLed at a random moment after its first checkpoint and rerun, end with 
 weights, tensor for tensor, and the same per-step rewards — the shape of the TRL engine's test
 (tests/stages/test_kill_resume.py), on the grpo stage with `grpo.engine: verl`, `grpo.verl.device: cpu`.
 
-NOT RUN YET (issue 62): written in a session without the rehearsal venv. Needs scripts/setup_verl_cpu.sh's venv;
+Needs scripts/setup_verl_cpu.sh's venv;
 markers slow and verl_cpu (never in the default run): `pytest -m verl_cpu tests/stages/test_grpo_verl_cpu_repro.py`.
 About 3 × the grpo stage (ci profile + verl-cpu, tiny model widened to head size 64) after one `vrsflow repro`:
 roughly 30-40 minutes on 2 cores. When the runs differ, the failure names the first divergence (step, prompt,
@@ -79,15 +79,16 @@ def first_run(tmp_path_factory: pytest.TempPathFactory, prefect_api: str) -> dic
 
     grpo = yaml.safe_load((repo / "params.yaml").read_text())["grpo"]
     job_dir, out = repo / grpo["verl"]["out_dir"], repo / grpo["out_dir"]
-    return {"repo": repo, "grpo": grpo, "adapter": _weights(out / "adapter"), "merged": _weights(out / "merged"),
-            "rewards": _rewards(job_dir), "rollouts": read_rollouts(job_dir / "rollouts")}
+    return {"repo": repo, "grpo": grpo, "env": env, "adapter": _weights(out / "adapter"),
+            "merged": _weights(out / "merged"), "rewards": _rewards(job_dir),
+            "rollouts": read_rollouts(job_dir / "rollouts")}
 
 
 def test_a_second_uninterrupted_run_gives_the_same_bytes(first_run: dict):
     repo, grpo = first_run["repo"], first_run["grpo"]
     assert len(first_run["rewards"]) == grpo["max_steps"]
     fresh_job(repo, grpo)
-    run_stage(repo)
+    run_stage(repo, env=first_run["env"])
     _same_run(first_run, repo, grpo, "second uninterrupted run")
 
 
@@ -95,8 +96,8 @@ def test_a_run_killed_after_its_first_checkpoint_and_rerun_gives_the_same_bytes(
     repo, grpo = first_run["repo"], first_run["grpo"]
     fresh_job(repo, grpo)
     delay = random.Random(62).uniform(0.0, KILL_DELAY_S)
-    killed = run_stage(repo, kill_at_step=grpo["save_every_steps"], kill_delay_s=delay)
+    killed = run_stage(repo, kill_at_step=grpo["save_every_steps"], kill_delay_s=delay, env=first_run["env"])
     assert not killed["finished_before_kill"] and killed["alive_10s_after_kill"] == [], killed
-    run_stage(repo)  # the rerun resumes from verl's checkpoint (trainer.resume_mode=auto)
+    run_stage(repo, env=first_run["env"])  # the rerun resumes from verl's checkpoint (trainer.resume_mode=auto)
     _same_run(first_run, repo, grpo, f"killed {delay:.1f} s after the step-{grpo['save_every_steps']} checkpoint")
     assert not (repo / grpo["verl"]["out_dir"] / "set_aside").exists()  # the same params: nothing set aside
