@@ -11,7 +11,9 @@ there as `vrsflow stage grpo`, the command `dvc repro grpo` runs.
     python bench/bench_verl_cpu.py --repo /tmp/copy --repeat --kill-at-step 4 --kill-delay-s 20 --kill-seed 0
         reproducibility (issue 62): a second uninterrupted run, and a run SIGKILLed at a random moment up to 20 s
         after its step-4 checkpoint and rerun; adapter and merged hashes of all three, per-step rewards, and where
-        two runs' rollouts first differ (`first_divergence`) when they do
+        two runs' rollouts first differ (`first_divergence`) when they do; `--changed-lr 0.002` then a run with
+        another learning rate: its one line, and that verl starts again from step 1
+    A copy without a rehearsal venv of its own: VRSFLOW_VERL_CPU_VENV=/path/to/.venv-verl-cpu
 """
 
 from __future__ import annotations
@@ -57,14 +59,17 @@ def tree_rss(pid: int) -> int:
     return total
 
 
-def run_stage(repo: Path, kill_at_step: int = 0, kill_delay_s: float = 0.0, env: dict | None = None) -> dict:
+def run_stage(repo: Path, kill_at_step: int = 0, kill_delay_s: float = 0.0, env: dict | None = None,
+              stop_when=None) -> dict:
     """`vrsflow stage grpo` in `repo`, with the peak memory of its process tree sampled every second; `env` is
     laid over this process's environment (e.g. VRSFLOW_VERL_CPU_VENV for a copy without its own rehearsal venv).
 
     `kill_at_step` > 0: SIGKILL the stage `kill_delay_s` after verl has recorded a checkpoint of that step (at
-    once if the run ends first), and report which of the processes it had started are still alive 10 s later."""
+    once if the run ends first), and report which of the processes it had started are still alive 10 s later;
+    `stop_when` (a callable): the same, as soon as it returns True."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **(env or {})}
-    log = open(repo / f"bench-verl-cpu-{'kill' if kill_at_step else 'run'}-{int(time.time())}.log", "w")  # noqa: SIM115
+    kind = "kill" if kill_at_step or stop_when is not None else "run"
+    log = open(repo / f"bench-verl-cpu-{kind}-{int(time.time())}.log", "w")  # noqa: SIM115
     started = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "stage", "grpo"], cwd=repo, env=env,
                             stdout=log, stderr=subprocess.STDOUT, text=True)
@@ -83,8 +88,13 @@ def run_stage(repo: Path, kill_at_step: int = 0, kill_delay_s: float = 0.0, env:
 
     watcher = threading.Thread(target=sample, daemon=True)
     watcher.start()
-    if kill_at_step:
-        while proc.poll() is None and not (tracker.is_file() and int(tracker.read_text() or 0) >= kill_at_step):
+    if kill_at_step or stop_when is not None:
+        def reached() -> bool:
+            if stop_when is not None:
+                return bool(stop_when())
+            return tracker.is_file() and int(tracker.read_text() or 0) >= kill_at_step
+
+        while proc.poll() is None and not reached():
             time.sleep(0.5)
         deadline = time.monotonic() + kill_delay_s
         while proc.poll() is None and time.monotonic() < deadline:
@@ -96,7 +106,8 @@ def run_stage(repo: Path, kill_at_step: int = 0, kill_delay_s: float = 0.0, env:
         alive = [f"{pid}: {cmd}" for pid, cmd in sorted(seen.items()) if _alive(pid)]
         watcher.join()
         log.close()
-        return {"killed_after_s": round(killed_at - started, 1), "killed_at_step": int(tracker.read_text()),
+        return {"killed_after_s": round(killed_at - started, 1),
+                "killed_at_step": int(tracker.read_text()) if tracker.is_file() else 0,
                 "kill_delay_s": round(kill_delay_s, 2), "finished_before_kill": proc.returncode == 0,
                 "processes_started": len(seen), "alive_10s_after_kill": alive}
     proc.wait()
@@ -168,6 +179,31 @@ def first_divergence(a: dict[int, dict[str, list[str]]], b: dict[int, dict[str, 
     return None
 
 
+def changed_lr_run(repo: Path, grpo: dict, learning_rate: float, env: dict | None = None) -> dict:
+    """Run the stage again with `grpo.learning_rate` changed (params.yaml edited, then restored) over a job folder
+    that holds a finished run, stop it once verl has logged its first step, and report the stage's line about the
+    folder, the steps verl logged and what was set aside."""
+    params_path = repo / "params.yaml"
+    original = params_path.read_text()
+    import yaml
+
+    params = yaml.safe_load(original)
+    params["grpo"]["learning_rate"] = learning_rate
+    job_dir = repo / grpo["verl"]["out_dir"]
+    log_path = job_dir / "verl_log.jsonl"
+    try:
+        params_path.write_text(yaml.safe_dump(params, sort_keys=False))
+        run = run_stage(repo, env=env, stop_when=lambda: log_path.is_file() and log_path.read_text().strip() != "")
+    finally:
+        params_path.write_text(original)
+    logs = sorted(repo.glob("bench-verl-cpu-kill-*.log"), key=lambda p: p.stat().st_mtime)
+    lines = [line.strip() for line in logs[-1].read_text().splitlines() if "was run for other params" in line]
+    steps = [json.loads(line)["step"] for line in log_path.read_text().splitlines() if line.strip()]
+    return {"learning_rate": learning_rate, "from": grpo["learning_rate"], "line": lines[-1] if lines else None,
+            "steps_logged": steps, "set_aside": sorted(p.name for p in (job_dir / "set_aside").glob("*")),
+            "run": run}
+
+
 def fresh_job(repo: Path, grpo: dict) -> None:
     """Remove the verl job (checkpoints included) and the grpo outputs, so the next run starts from step 0."""
     import shutil
@@ -228,6 +264,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--kill-seed", type=int, default=0, help="seed of that random moment")
     parser.add_argument("--repeat", action="store_true",
                         help="a second uninterrupted run: are its weights and rewards the first one's?")
+    parser.add_argument("--changed-lr", type=float, default=None,
+                        help="last, a run with grpo.learning_rate set to this: its one line on the job folder set "
+                             "aside, and verl's first logged step (the run is stopped after it; params restored)")
     args = parser.parse_args(argv)
     repo = args.repo.resolve()
     import yaml
@@ -280,6 +319,7 @@ def main(argv: list[str] | None = None) -> None:
                        "rewards_after_resume": [r["reward"] for r in resumed_log],
                        "rewards_uninterrupted": [r["reward"] for r in steps]})
     lineage = json.loads((repo / grpo["out_dir"] / "lineage.json").read_text())
+    changed = changed_lr_run(repo, grpo, args.changed_lr) if args.changed_lr is not None else {}
     phases = {f"{phase}_s_mean": round(sum(r[f"{phase}_s"] for r in steps) / len(steps), 3)
               for phase in [*PHASES, "reward_within_gen"] if all(f"{phase}_s" in r for r in steps)}
     # the first step carries the start-up (the first weight sync, warm-up): the mean of the others as well
@@ -289,6 +329,7 @@ def main(argv: list[str] | None = None) -> None:
     figures = {
         "steps": len(steps), "stage": stage, "per_step": steps, "phase_means": phases, "phases": PHASES,
         "merged_weights_sha256": merged, "hashes": hashes, "repeat": repeat, "kill_and_resume": resume,
+        "changed_learning_rate": changed,
         "versions": lineage["extra"]["verl_versions"], "device": lineage["extra"]["verl_device"],
         "sizes": {"prompts_per_step": grpo["batch_size"], "rollouts_per_prompt": grpo["num_generations"],
                   "max_response_length": grpo["max_response_length"], "lora_r": grpo["lora_r"],
