@@ -160,6 +160,12 @@ def verl_overrides(grpo: GrpoParams, reward: RewardParams, model_path: str, trai
         # (stages/grpo/verl_trainer.py, in verl's trainer registry; verl imports it on `import verl` in each worker)
         f"trainer.v1.trainer_mode={TRAINER_MODE}",
         f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES='{','.join(EXTERNAL_MODULES)}'",
+        # verl's own switch for its training engines: seeds torch, numpy and random from grpo.seed in each actor and
+        # reference worker before the model is built (the LoRA A matrices are drawn from torch's RNG: unseeded, two
+        # runs began from different adapters, the only tensors that differed in the first CPU repeat) and asks torch
+        # for deterministic kernels (verl/workers/engine/utils.py, enable_full_determinism)
+        *(f"actor_rollout_ref.{role}.fsdp_config.{key}={value}" for role in ("actor", "ref")
+          for key, value in (("full_determinism", "true"), ("seed", grpo.seed))),
         *(cpu_overrides(grpo) if v.device == "cpu" else []),
     ]
 

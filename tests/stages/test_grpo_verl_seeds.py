@@ -72,6 +72,9 @@ def test_verl_composes_validates_and_registers_the_seeded_loop():
     assert env.PYTHONHASHSEED == "5"
     assert env.VERL_USE_EXTERNAL_MODULES == "stages.grpo.verl_cpu_platform,stages.grpo.verl_trainer"
     assert config.trainer.v1.trainer_mode == "vrsflow_sync"
+    # the training engines seed themselves from grpo.seed before the LoRA matrices are drawn (verl's own switch)
+    for role in (config.actor_rollout_ref.actor, config.actor_rollout_ref.ref):
+        assert role.fsdp_config.full_determinism is True and role.fsdp_config.seed == 5
     # what verl's AgentLoopWorker.__init__ does with agent_loop_config_path, then hydra's _target_ lookup
     entries = {e.name: e for e in OmegaConf.load(resolve_config_path(agent.agent_loop_config_path))}
     assert resolve_config_path(agent.agent_loop_config_path) == str(AGENT_LOOPS)
