@@ -118,9 +118,15 @@ def live_markdown(folder: Path, render: Render) -> str:
 
 
 def latest(folder: Path) -> dict[str, Any]:
-    """DVCLive's summary of `folder` (`metrics.json`: the latest value of every curve and `step`); {} if none."""
+    """DVCLive's summary of `folder` (`metrics.json`: the latest value of every curve and `step`); {} if none yet.
+
+    DVCLive rewrites the file in place while a run logs, so a reader following the run can find it empty or half
+    written: that reads as no summary yet (the next poll sees the whole file)."""
     path = Path(folder) / "metrics.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
 
 
 def checkpoint_step(checkpoint: str | Path | None) -> int:
