@@ -68,11 +68,12 @@ def _same_run(reference: dict, repo: Path, grpo: dict, what: str) -> None:
 @pytest.fixture(scope="module")
 def first_run(tmp_path_factory: pytest.TempPathFactory, prefect_api: str) -> dict:
     """The ci pipeline with the verl CPU engine reproduced by `vrsflow repro`: the reference run."""
-    # responses long enough for an answer (the ci profile's 8 tokens end inside the think part): rewards that differ
-    # within a prompt's group, so the advantages and with them the update are not zero — identical weights of runs
-    # that never moved would prove nothing
+    # a run that trains: an SFT that learns the template traces (the ci profile's one epoch leaves noise, every
+    # reward 0) and responses long enough to reach the answer (the traces are ~175 tokens; the ci profile's 8 end
+    # inside the think part), so that rewards differ within a prompt's group and the update is not zero —
+    # identical weights of runs that never moved would prove nothing
     overrides = {**profile_overrides(PROJECT, "verl-cpu"), "tiny_models.hidden_size": 128, "tiny_models.num_heads": 2,
-                 "grpo.max_response_length": 64}
+                 "sft.epochs": 30, "grpo.max_response_length": 256}
     repo = make_repo(PROJECT, tmp_path_factory.mktemp("verlrepro") / "repo", params_overrides=overrides,
                      profile="ci")
     env = {**env_with_venv(), "VRSFLOW_VERL_CPU_VENV": str(VENV), "PREFECT_API_URL": prefect_api}
