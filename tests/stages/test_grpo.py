@@ -114,6 +114,18 @@ def test_trl_resumes_from_checkpoint(tiny_run):
     assert [r["step"] for r in read_live(root / "live2")] == [1, 2]
 
 
+def test_trl_same_seed_and_threads_give_the_same_weights(tiny_run, tmp_path):
+    """A second run of the same params (same seed, same thread count) writes the same adapter and merged weights,
+    byte for byte: the default run's twin of tests/test_pipeline.py's slow forced GRPO rerun."""
+    from stages.grpo import run_grpo
+
+    root, params, reward, _ = tiny_run
+    again = replace(params, out_dir=str(tmp_path / "out"), checkpoint_dir=str(tmp_path / "ckpt"))
+    run_grpo(again, reward, Sam2Params(), tmp_path / "live")
+    for name in ("adapter/adapter_model.safetensors", "merged/model.safetensors"):
+        assert (tmp_path / "out" / name).read_bytes() == (root / "out" / name).read_bytes(), name
+
+
 @pytest.mark.parametrize(("rewards", "window", "first", "last"), [
     ([0, 1, 2, 3, 4, 5], 2, 0.5, 4.5), ([1.0], 2, 1.0, 1.0),
     ([0, 1, 2, 3, 4, 5], 5, 1.0, 4.0),  # never more than half the run: the windows do not overlap
