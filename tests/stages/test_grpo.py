@@ -80,7 +80,7 @@ def tiny_run(tmp_path_factory):
     from stages.grpo import run_grpo
     from stages.models.tiny_qwen import build_tiny_qwen
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)  # two threads wait on each other beside the other worker (tests/conftest.py)
     root = tmp_path_factory.mktemp("grpo")
     build_tiny_qwen(TinyModelsParams(vocab_size=512, hidden_size=64, num_layers=1, num_heads=2, max_image_side=56),
                     root / "model")
