@@ -4,6 +4,7 @@ for the whole session (flows run in-process and in `dvc repro` subprocesses all 
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,6 +51,20 @@ def prefect_api() -> Iterator[str]:
                 os.environ.pop("PREFECT_API_URL", None)
             else:
                 os.environ["PREFECT_API_URL"] = previous
+
+
+@pytest.fixture(autouse=True)
+def torch_threads_as_before() -> Iterator[None]:
+    """A test (or a stage it runs) that sets torch's thread count sets it for itself only: torch keeps it for the
+    whole process, and two OpenMP threads on a core the other test worker also uses wait on each other (a SAM2
+    test took 60 s with two threads, 1.4 s with one, on 2 loaded cores)."""
+    torch = sys.modules.get("torch")  # never imports torch for a test that does not
+    omp = os.environ.get("OMP_NUM_THREADS", "")  # what torch starts with, if a test imports it first
+    threads = torch.get_num_threads() if torch is not None else int(omp) if omp.isdigit() else None
+    yield
+    torch = sys.modules.get("torch")
+    if torch is not None and threads is not None and torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

@@ -113,18 +113,41 @@ def test_gpu_sh_smoke_runs_every_bench_at_tiny_size(tmp_path: Path) -> None:
     assert evaluate["static_cache"]["same_text_as_dynamic"] is True and evaluate["static_cache"]["vlm_s"] > 0
 
 
-def test_sft_bench_records_why_liger_cannot_run_and_profiles_the_last_variant_measured(tmp_path: Path) -> None:
-    """The CPU stands in for a machine where Liger cannot run (no CUDA; on the H200, liger-kernel 0.8.5 did not
-    import its Qwen2.5-VL kernels with transformers 5.24 and ended the whole bench): a row says why, the run goes
-    on, and the profile takes the last variant that ran."""
-    import json
+def _small_vocab(monkeypatch: pytest.MonkeyPatch, vocab_size: int = 512) -> None:
+    """bench_gpu's smoke on a 512-token vocabulary: the 3B's 151,936-token lm_head in bf16 is most of the smoke's
+    time on a CPU without bf16 matrix units (over 2 minutes). The config keeps the 3B's special tokens at the top
+    of the shorter vocabulary (`qwen25vl_3b_config`); the batch's ids move down with them."""
+    from bench import bench_sft
+    from stages.models import qwen_shapes
 
-    out = tmp_path / "gpu-sft.json"
-    run = subprocess.run([sys.executable, "bench/bench_sft.py", "--smoke", "--steps", "1", "--variants", "2p", "2pl",
-                          "--lengths", "40", "20", "--profile", "--out", str(out)], cwd=ROOT, capture_output=True,
-                         text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-2000:]
-    figures = json.loads(out.read_text())["figures"]
+    real_config, real_batch = qwen_shapes.qwen25vl_3b_config, bench_sft.gpu_batch
+    shift = qwen_shapes.QWEN25VL_3B_TEXT["vocab_size"] - vocab_size
+    first_special = qwen_shapes.QWEN25VL_3B_TEXT["bos_token_id"]
+
+    def batch(*args, **kwargs) -> dict:
+        sample = real_batch(*args, **kwargs)
+        ids = sample["input_ids"]
+        ids = ids.where(ids >= first_special, ids % (first_special - shift)).where(ids < first_special, ids - shift)
+        sample["labels"] = sample["labels"].where(sample["labels"] < 0, ids)
+        sample["mm_token_type_ids"] = (ids == qwen_shapes.IMAGE_TOKEN - shift).long()
+        return {**sample, "input_ids": ids}
+
+    monkeypatch.setattr(qwen_shapes, "qwen25vl_3b_config", lambda: real_config(vocab_size=vocab_size))
+    monkeypatch.setattr(bench_sft, "gpu_batch", batch)
+
+
+def test_sft_bench_smoke_records_why_liger_cannot_run_and_profiles_the_last_variant_measured(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The slow subprocess test below, in this process on a 512-token vocabulary (seconds instead of minutes): the
+    same variants, the same assertions on the figures."""
+    from bench.bench_sft import bench_gpu
+
+    _small_vocab(monkeypatch)
+    figures = bench_gpu(1, ["2p", "2pl"], None, smoke=True, profile=True, lengths=(40, 20))
+    _check_liger_row_and_profile(figures)
+
+
+def _check_liger_row_and_profile(figures: dict) -> None:
     measured, liger = figures["variants"]
     assert measured["variant"] == "2p" and measured["packed"] and measured["padding_share"] == 0.0
     assert liger["variant"] == "2pl" and liger["error"].startswith("Liger unavailable: needs a CUDA device")
@@ -136,6 +159,23 @@ def test_sft_bench_records_why_liger_cannot_run_and_profiles_the_last_variant_me
     assert [row["self_s"] for row in top] == sorted((row["self_s"] for row in top), reverse=True)
     assert 0.5 < sum(row["share"] for row in top) <= 1.0 + 1e-6  # the top 25 hold most of the step, never more
     assert any(row["name"] == "aten::mm" for row in top)  # the model's matrix products are among them
+
+
+@pytest.mark.slow  # bench_sft.py's command line with the 3B's vocabulary (over 2 minutes on 2 cores)
+def test_sft_bench_records_why_liger_cannot_run_and_profiles_the_last_variant_measured(tmp_path: Path) -> None:
+    """The CPU stands in for a machine where Liger cannot run (no CUDA; on the H200, liger-kernel 0.8.5 did not
+    import its Qwen2.5-VL kernels with transformers 5.24 and ended the whole bench): a row says why, the run goes
+    on, and the profile takes the last variant that ran. The default run's fast twin:
+    `test_sft_bench_smoke_records_why_liger_cannot_run_and_profiles_the_last_variant_measured` (the same code and
+    assertions in this process, on a 512-token vocabulary)."""
+    import json
+
+    out = tmp_path / "gpu-sft.json"
+    run = subprocess.run([sys.executable, "bench/bench_sft.py", "--smoke", "--steps", "1", "--variants", "2p", "2pl",
+                          "--lengths", "40", "20", "--profile", "--out", str(out)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    _check_liger_row_and_profile(json.loads(out.read_text())["figures"])
 
 
 @pytest.mark.slow  # the SAM2 recipe's steps on the CPU (about 1 min)

@@ -3,10 +3,10 @@
 With the `ci` params profile (profiles/ci.yaml) every stage runs through `dvc repro` and its Prefect flow, on
 three training sources of three layouts (ReVOS, MeViS, Ref-YouTube-VOS, all synthetic); the outputs hold the
 values the params and the raw data determine (per source: index, pools, keyframes, shards, SFT and GRPO); data
-and checkpoints go to a local-folder DVC remote, and a fresh clone that pulls is up to date. A second build
-from scratch with the serial runner (and shard once more with Dask) gives byte-identical tables and shards;
-forced SFT and GRPO reruns give the same checkpoints; a SIGTERM stops a stage within seconds, marks its Prefect
-run crashed and the rerun resumes.
+and checkpoints go to a local-folder DVC remote, and a fresh clone that pulls is up to date. Under `-m slow`
+(each names its fast twin in the default run): a second build from scratch with the serial runner (and shard
+once more with Dask) gives byte-identical tables and shards; forced SFT and GRPO reruns give the same
+checkpoints; a SIGTERM stops a stage within seconds, marks its Prefect run crashed and the rerun resumes.
 
 The tests of this module share repositories and run in file order.
 """
@@ -326,8 +326,12 @@ def test_fresh_clone_is_up_to_date(repo: Path, clone: Path) -> None:
     assert (clone / "metrics/eval.json").read_text() == (repo / "metrics/eval.json").read_text()
 
 
+@pytest.mark.slow  # two forced training reruns through dvc (about 70 s of a loaded 2-core run)
 def test_training_is_reproducible(clone: Path) -> None:
-    """Same seed, same thread count (sft.cpu_threads, grpo.cpu_threads): forced reruns give the same bytes."""
+    """Same seed, same thread count (sft.cpu_threads, grpo.cpu_threads): forced reruns give the same bytes. Fast
+    twins in the default run: tests/stages/test_sft.py::test_same_seed_and_threads_give_an_identical_checkpoint
+    (adapter, merged weights and curves byte for byte) and
+    tests/stages/test_grpo.py::test_trl_same_seed_and_threads_give_the_same_weights (GRPO's, likewise)."""
     folders = ("models/sft", "models/grpo")
     before = {out: (weights(clone / out), code_version(clone / out), file_hashes(clone / out)) for out in folders}
     dvc(clone, "repro", "--force", "--single-item", "sft", timeout=900)
@@ -369,7 +373,12 @@ DATA = ["data/raw/synth", "data/index", "data/sample", "data/keyframes", "data/c
         "data/filter", "data/difficulty/scores.parquet", "data/shards"]
 
 
+@pytest.mark.slow  # a second build up to the shards (about 60 s of a loaded 2-core run)
 def test_serial_and_threads_runners_build_identical_data(repo: Path, serial: Path) -> None:
+    """Fast twins in the default run: tests/stages/test_shard.py::
+    test_threads_and_serial_give_identical_bytes_and_each_frame_is_decoded_once and
+    tests/stages/test_keyframes.py::test_stage_is_seeded_and_deterministic_across_runners (the two stages that
+    fan work out over the runner's pool), tests/stages/core/test_runner.py (the runners' own order)."""
     for path in DATA:
         a, b = repo / path, serial / path
         if a.is_file():
@@ -378,7 +387,10 @@ def test_serial_and_threads_runners_build_identical_data(repo: Path, serial: Pat
             assert file_hashes(a, skip_lineage=True) == file_hashes(b, skip_lineage=True), path
 
 
+@pytest.mark.slow  # the serial build above, then shard again on a Dask cluster
 def test_dask_runner_builds_identical_shards(repo: Path, serial: Path) -> None:
+    """Fast twin in the default run: tests/stages/core/test_runner.py::test_dask_local_cluster_matches_serial (a
+    Dask local cluster maps in the serial order, which is what makes the shards the same bytes)."""
     params = yaml.safe_load((serial / "params.yaml").read_text())
     params["runner"].update(kind="dask", workers=2)
     (serial / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
@@ -389,9 +401,15 @@ def test_dask_runner_builds_identical_shards(repo: Path, serial: Path) -> None:
     (serial / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
 
 
+@pytest.mark.slow  # needs the serial build; an SFT run stopped and resumed through dvc (about 55 s loaded)
 def test_sigterm_stops_a_stage_cleanly_and_the_rerun_resumes(serial: Path, started: datetime) -> None:
     """What `timeout`, a scheduler or Ctrl-C does: signal the process group. The stage ends within 5 s, its
-    Prefect run is marked crashed, the checkpoints stay, and the rerun resumes from them."""
+    Prefect run is marked crashed, the checkpoints stay, and the rerun resumes from them. Fast twins in the
+    default run: tests/stages/test_lifeline.py (a stage's watch sends SIGTERM first, then SIGKILL),
+    tests/stages/test_launch.py::test_sigterm_to_the_stage_stops_every_worker (SIGTERM stops the stage's
+    workers), tests/flows/test_killed_runs.py::test_the_next_stage_marks_a_killed_stages_run_crashed (the run
+    marked crashed) and tests/stages/test_sft.py::test_resume_after_interruption_matches_an_uninterrupted_run (the
+    rerun resumes from the checkpoints to the uninterrupted run's weights)."""
     params = yaml.safe_load((serial / "params.yaml").read_text())
     params["sft"].update(epochs=4, save_every_steps=2)  # long enough to be stopped mid-way
     (serial / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))

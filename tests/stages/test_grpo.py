@@ -80,7 +80,7 @@ def tiny_run(tmp_path_factory):
     from stages.grpo import run_grpo
     from stages.models.tiny_qwen import build_tiny_qwen
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)  # two threads wait on each other beside the other worker (tests/conftest.py)
     root = tmp_path_factory.mktemp("grpo")
     build_tiny_qwen(TinyModelsParams(vocab_size=512, hidden_size=64, num_layers=1, num_heads=2, max_image_side=56),
                     root / "model")
@@ -112,6 +112,18 @@ def test_trl_resumes_from_checkpoint(tiny_run):
     report = run_grpo(params, reward, Sam2Params(), root / "live2")
     assert report.metrics["steps"] == 2  # nothing left to train: the history comes from checkpoint-2
     assert [r["step"] for r in read_live(root / "live2")] == [1, 2]
+
+
+def test_trl_same_seed_and_threads_give_the_same_weights(tiny_run, tmp_path):
+    """A second run of the same params (same seed, same thread count) writes the same adapter and merged weights,
+    byte for byte: the default run's twin of tests/test_pipeline.py's slow forced GRPO rerun."""
+    from stages.grpo import run_grpo
+
+    root, params, reward, _ = tiny_run
+    again = replace(params, out_dir=str(tmp_path / "out"), checkpoint_dir=str(tmp_path / "ckpt"))
+    run_grpo(again, reward, Sam2Params(), tmp_path / "live")
+    for name in ("adapter/adapter_model.safetensors", "merged/model.safetensors"):
+        assert (tmp_path / "out" / name).read_bytes() == (root / "out" / name).read_bytes(), name
 
 
 @pytest.mark.parametrize(("rewards", "window", "first", "last"), [

@@ -21,7 +21,7 @@ PARAMS = TinyModelsParams(vocab_size=512)  # smaller BPE: faster to train, same 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)  # two threads wait on each other beside the other worker (tests/conftest.py)
     out = tmp_path_factory.mktemp("tiny")
     build_tiny_models(PARAMS, out)
     return out

@@ -22,7 +22,7 @@ from tests.stages.grpo_factory import answer, frames, ground_truth  # noqa: E402
 def predictor(tmp_path_factory):
     from stages.models.tiny_sam2 import build_tiny_sam2
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)  # two threads wait on each other beside the other worker (tests/conftest.py)
     checkpoint, config = build_tiny_sam2(tmp_path_factory.mktemp("sam2"), image_size=128, seed=0)
     return load_video_predictor(str(checkpoint), str(config), device="cpu")
 

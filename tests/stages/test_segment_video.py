@@ -71,7 +71,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     from stages.models.tiny_sam2 import build_tiny_sam2
     from stages.params.tiny_models import TinyModelsParams
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)  # two threads wait on each other beside the other worker (tests/conftest.py)
     base = tmp_path_factory.mktemp("models")
     build_tiny_qwen(TinyModelsParams(vocab_size=512, hidden_size=64, num_layers=1, max_image_side=56), base / "qwen")
     checkpoint, config = build_tiny_sam2(base / "sam2", 128, 0)

@@ -172,7 +172,7 @@ def test_encoded_samples_are_cached_within_the_budget(setup) -> None:
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ModelParams]:
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)  # two threads wait on each other beside the other worker (tests/conftest.py)
     base = tmp_path_factory.mktemp("sft")
     build_tiny_models(TinyModelsParams(vocab_size=384, hidden_size=64, num_layers=1, max_image_side=56), base / "tiny")
     write_sft_shards(base / "shards", n_train=4, n_eval=1)

@@ -63,7 +63,7 @@ def _frames(n: int, seed: int, side: int = 56) -> list[Image.Image]:
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory):
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)  # two threads wait on each other beside the other worker (tests/conftest.py)
     folder = tmp_path_factory.mktemp("tiny") / "qwen25vl"
     build_tiny_qwen(TinyModelsParams(vocab_size=384, hidden_size=64, num_layers=2, max_image_side=56), folder)
     return load_vlm(folder, "float32", "cpu")

@@ -27,7 +27,8 @@ def test_errors_propagate() -> None:
 
 def test_dask_local_cluster_matches_serial() -> None:
     """A real local Dask cluster (worker processes); part of the default run, so CI exercises it.
-    tests/test_pipeline.py checks that serial, threads and dask build byte-identical shards."""
+    The default run's twin of tests/test_pipeline.py's slow check that serial, threads and dask build
+    byte-identical shards."""
     assert map_ordered(square, range(10), RunnerParams(kind="dask", workers=2)) == [x * x for x in range(10)]
 
 
