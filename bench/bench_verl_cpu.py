@@ -193,7 +193,9 @@ def changed_lr_run(repo: Path, grpo: dict, learning_rate: float, env: dict | Non
     log_path = job_dir / "verl_log.jsonl"
     try:
         params_path.write_text(yaml.safe_dump(params, sort_keys=False))
-        run = run_stage(repo, env=env, stop_when=lambda: log_path.is_file() and log_path.read_text().strip() != "")
+        # the finished run's log is set aside before verl starts: stop once the new run has logged a step
+        run = run_stage(repo, env=env, stop_when=lambda: (job_dir / "set_aside").is_dir() and log_path.is_file()
+                        and log_path.read_text().strip() != "")
     finally:
         params_path.write_text(original)
     logs = sorted(repo.glob("bench-verl-cpu-kill-*.log"), key=lambda p: p.stat().st_mtime)
@@ -337,6 +339,12 @@ def main(argv: list[str] | None = None) -> None:
                   "reward_components": params["reward"]["components"],
                   "save_every_steps": grpo["save_every_steps"]},
     }
+    # process lines and the stage's line name this machine's folders; a results file is read on others
+    text = json.dumps(figures)
+    for local, name in ((str(repo), "<repo>"), (str(Path(__file__).resolve().parents[1]), "<project>"),
+                        (str(Path.home()), "<home>")):
+        text = text.replace(local, name)
+    figures = json.loads(text)
     write_result("verl-cpu", figures, baseline="none: the first verl training steps on this machine; the phases "
                  "split verl's own step timer", out=args.out)
 

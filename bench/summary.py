@@ -46,8 +46,8 @@ KNOWN = {
                     "same loss curve"),
     "pretrain-cpu": ("smoke_pretrain.py --steps 10 --phases 0 1",
                      "issue 47: the pretrain stage's samples/s on this CPU, first and last phase"),
-    "verl-cpu": ("bench_verl_cpu.py --repo DIR --kill-at-step 4",
-                 "issue 43: verl's trainer takes ≥ 8 GRPO steps on the CPU; kill -9 resumes"),
+    "verl-cpu": ("bench_verl_cpu.py --repo DIR --repeat --kill-at-step 4 --kill-delay-s 20 --changed-lr 0.002",
+                 "issues 43, 62: verl's trainer on the CPU; two runs and a kill -9 resume give the same bytes"),
     "orchestration": ("bench_orchestration.py --profile ci", "per-stage overhead down: one Prefect API per repro"),
     "orchestration-default": ("bench_orchestration.py --profile default", "orchestration ≤ 5 % of the default run; "
                               "the run ≤ 6 min on 2 cores"),
@@ -503,6 +503,14 @@ def _verl_cpu(f: dict) -> str:
             steps = kill["steps_logged_after_resume"]
             text += (f", rerun logged steps {steps[0]}–{steps[-1]}, final weights equal to the uninterrupted run's: "
                      f"{kill['final_weights_equal_uninterrupted']}")
+    repeat = f.get("repeat") or {}
+    if repeat:
+        text += (f"; a second run: weights equal {repeat['weights_equal_first_run']}, rewards equal "
+                 f"{repeat['rewards_equal_first_run']}, first divergence {repeat['first_divergence']}")
+    changed = f.get("changed_learning_rate") or {}
+    if changed:
+        text += (f"; grpo.learning_rate {changed['from']} → {changed['learning_rate']}: verl logged steps "
+                 f"{changed['steps_logged']}, the stage said: {changed['line']}")
     return text
 
 
