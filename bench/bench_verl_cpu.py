@@ -106,7 +106,7 @@ def run_stage(repo: Path, kill_at_step: int = 0, kill_delay_s: float = 0.0, env:
         alive = [f"{pid}: {cmd}" for pid, cmd in sorted(seen.items()) if _alive(pid)]
         watcher.join()
         log.close()
-        return {"killed_after_s": round(killed_at - started, 1),
+        return {"log": log.name, "killed_after_s": round(killed_at - started, 1),
                 "killed_at_step": int(tracker.read_text()) if tracker.is_file() else 0,
                 "kill_delay_s": round(kill_delay_s, 2), "finished_before_kill": proc.returncode == 0,
                 "processes_started": len(seen), "alive_10s_after_kill": alive}
@@ -198,8 +198,7 @@ def changed_lr_run(repo: Path, grpo: dict, learning_rate: float, env: dict | Non
                         and log_path.read_text().strip() != "")
     finally:
         params_path.write_text(original)
-    logs = sorted(repo.glob("bench-verl-cpu-kill-*.log"), key=lambda p: p.stat().st_mtime)
-    lines = [line.strip() for line in logs[-1].read_text().splitlines() if "was run for other params" in line]
+    lines = [line.strip() for line in Path(run["log"]).read_text().splitlines() if "was run for other params" in line]
     steps = [json.loads(line)["step"] for line in log_path.read_text().splitlines() if line.strip()]
     return {"learning_rate": learning_rate, "from": grpo["learning_rate"], "line": lines[-1] if lines else None,
             "steps_logged": steps, "set_aside": sorted(p.name for p in (job_dir / "set_aside").glob("*")),
