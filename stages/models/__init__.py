@@ -1,23 +1,32 @@
-"""Models: build the tiny random Qwen2.5-VL and SAM2 (the `tiny_models` stage), load any local checkpoint."""
+"""Models: build the tiny random Qwen2.5-VL and SAM2 (the `tiny_models` stage), load any local checkpoint.
+
+The heavy imports (torch, transformers) are made where they are used: every process that imports a module of this
+package imports this file first, and some need neither (a SAM2 seed's process has no use for transformers; a stage
+that only starts torchrun, `stages.models.launch`, no use for torch).
+"""
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-
-from stages.core.lineage import write_lineage
-from stages.core.report import StageReport, summary_line
-from stages.models.tiny_qwen import build_tiny_qwen
-from stages.models.tiny_sam2 import build_tiny_sam2
-from stages.params.tiny_models import TinyModelsParams
+if TYPE_CHECKING:
+    from stages.core.report import StageReport
+    from stages.params.tiny_models import TinyModelsParams
 
 log = logging.getLogger(__name__)
 
 
 def build_tiny_models(params: TinyModelsParams, out_dir: Path) -> StageReport:
     """Write models/tiny/qwen25vl (HF format) and models/tiny/sam2 (checkpoint + config)."""
+    import torch
+
+    from stages.core.lineage import write_lineage
+    from stages.core.report import StageReport, summary_line
+    from stages.models.tiny_qwen import build_tiny_qwen
+    from stages.models.tiny_sam2 import build_tiny_sam2
+
     out_dir = Path(out_dir)
     n_qwen = build_tiny_qwen(params, out_dir / "qwen25vl")
     checkpoint, _ = build_tiny_sam2(out_dir / "sam2", params.sam2_image_size, params.seed,
@@ -35,6 +44,7 @@ def load_vlm(path: str | Path, dtype: str = "auto", device: str | None = None, r
     `rope_parameters` (keys of the language model's `rope_parameters`, e.g. rope_theta, mrope_section) replace the
     folder's: the pretrain stage gives its random base another positional scheme (rope has no weights).
     """
+    import torch
     from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
