@@ -80,7 +80,7 @@ def test_the_override_is_a_fixed_one_chosen_by_a_switch() -> None:
 def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A SAM2 folder with lineage, as pretrain_sam2 publishes one (here: the random tiny SAM2 and a stand-in record)."""
     folder = tmp_path_factory.mktemp("sam2") / "pretrain_sam2"
-    build_tiny_sam2(folder, 256, 0)
+    build_tiny_sam2(folder, 128, 0)  # 128-pixel inputs: a third of the 256-pixel default's time, the same checks
     (folder / "lineage.json").write_text(json.dumps({"stage": "pretrain_sam2", "params": {}}))
     return folder
 
