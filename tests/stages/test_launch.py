@@ -67,8 +67,16 @@ def _start_sleeping_stage(tmp_path: Path, extra: str = "") -> tuple[subprocess.P
         time.sleep(0.2)
     pids = [int(p.read_text()) for p in tmp_path.glob("*.pid")]
     assert len(pids) == 2 and all(_alive(p) for p in pids)
-    time.sleep(1.0)  # the workers are in their sleep (past the group set-up)
+    _wait_until_ready(tmp_path, proc)
     return proc, pids
+
+
+def _wait_until_ready(folder: Path, proc: subprocess.Popen) -> None:
+    """Until both workers are in their sleep (past the group set-up: each has touched its `<rank>.ready`)."""
+    deadline = time.monotonic() + 60
+    while len(list(folder.glob("*.ready"))) < 2 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert len(list(folder.glob("*.ready"))) == 2, "the workers did not get past the group set-up"
 
 
 def _gone_within(pids: list[int], seconds: float) -> list[int]:
@@ -122,7 +130,7 @@ def test_sigterm_to_the_stage_stops_every_worker(tmp_path: Path) -> None:
             time.sleep(0.2)
         pids = [int(p.read_text()) for p in tmp_path.glob("*.pid")]
         assert len(pids) == 2 and all(_alive(p) for p in pids)
-        time.sleep(1.0)  # the workers are in their sleep (past the group set-up)
+        _wait_until_ready(tmp_path, proc)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 143
         deadline = time.monotonic() + 20
