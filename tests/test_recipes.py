@@ -129,7 +129,10 @@ SIZES = ("sample.sft_first_k", "sample.sft_size", "sample.grpo_size", "sample.ev
 TINY = {"keyframes.train_size": 56, "keyframes.keyframe_size": 84, "sample.sft_first_k": 2, "sample.grpo_size": 4,
         "sample.eval_size": 2, "evaluate.n_frames": 4, "evaluate.max_rounds": 2, "evaluate.htfs_k": 2,
         "evaluate.htfs_m": 1, "evaluate.limit": 2, "sft.format_eval_samples": 1, "grpo.max_steps": 1,
-        "grpo.save_every_steps": 1}
+        "grpo.save_every_steps": 1,
+        # one GRPO process, in this one: the launched 2-process group (two fresh interpreters importing torch, TRL
+        # and the model, 2/3 of a recipe's time) is the ci pipeline's (tests/test_pipeline.py)
+        "grpo.processes": 1}
 
 
 def tiny_overrides(name: str, shared: Path) -> dict:

@@ -16,6 +16,8 @@ import anyio
 from tests.flows.capture_server import capture_server
 from tests.pipeline_repo import COMMITTED_OUTPUTS, dvc, env_with_venv, make_repo, sh
 
+POLL_S = 0.5  # how often run_deployment reads a run's state (Prefect's default: 5 s)
+
 
 async def _wait_for_deployment(name: str, timeout: float) -> None:
     from prefect.client.orchestration import get_client
@@ -30,7 +32,7 @@ async def _wait_for_deployment(name: str, timeout: float) -> None:
             except ObjectNotFound:
                 if time.monotonic() > deadline:
                     raise
-                await anyio.sleep(1)
+                await anyio.sleep(0.5)
 
 
 def _read_back(flow_run_id) -> dict:
@@ -63,7 +65,9 @@ def _read_back(flow_run_id) -> dict:
 def test_served_runs_are_isolated_experiments(prefect_api: str, tmp_path: Path, project_root: Path) -> None:
     from prefect.deployments import run_deployment
 
-    repo = make_repo(project_root, tmp_path / "served")
+    # the ci profile's tiny synthetic data, no frozen checkpoints (the run never reaches them): what is asserted is
+    # where a run writes, not what it computes
+    repo = make_repo(project_root, tmp_path / "served", profile="ci", frozen_checkpoints=False)
     other = tmp_path / "other"  # a repository a run must not be able to execute
     other.mkdir()
     (other / "dvc.yaml").write_text("stages:\n  owned:\n    cmd: echo ran > owned.txt\n    outs: [owned.txt]\n")
@@ -72,23 +76,26 @@ def test_served_runs_are_isolated_experiments(prefect_api: str, tmp_path: Path, 
     server_log = tmp_path / "serve.log"
     with open(server_log, "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "serve", "--project", str(repo), "--name", "test"],
-                                cwd=repo, env={**env_with_venv(), "VRSFLOW_TEACHER_API_KEY": "served-secret"},
+                                cwd=repo, env={**env_with_venv(), "VRSFLOW_TEACHER_API_KEY": "served-secret",
+                                               # the runner picks up a scheduled run within 1 s, not 10 s
+                                               "PREFECT_RUNNER_POLL_FREQUENCY": "1"},
                                 stdout=log, stderr=subprocess.STDOUT)
     try:
         anyio.run(_wait_for_deployment, "vrsflow-pipeline/test", 120.0)
         refused = run_deployment("vrsflow-pipeline/test", parameters={"overrides": {"sample.grpo_size": "abc"}},
-                                 timeout=300)
+                                 timeout=300, poll_interval=POLL_S)
         assert refused.state is not None and refused.state.is_failed()
         assert refused.state.message == "refused: sample.grpo_size: expected an integer, got str 'abc'"
         with capture_server() as (url, seen):  # the checked-in key, sent to another host: refused, nothing sent
-            leak = run_deployment("vrsflow-pipeline/test", timeout=300, parameters={
+            leak = run_deployment("vrsflow-pipeline/test", timeout=300, poll_interval=POLL_S, parameters={
                 "overrides": {"teacher.backend": "openai", "teacher.base_url": url}, "targets": ["cot"]})
             assert leak.state is not None and leak.state.is_failed()
             assert leak.state.message == ("refused: teacher.backend, teacher.base_url: fixed by the server, a run "
                                           "may not change them (edit params.yaml and serve again)")
             assert seen == []
         try:
-            elsewhere = run_deployment("vrsflow-pipeline/test", parameters={"project_dir": str(other)}, timeout=300)
+            elsewhere = run_deployment("vrsflow-pipeline/test", parameters={"project_dir": str(other)}, timeout=300,
+                                       poll_interval=POLL_S)
             assert elsewhere.state is not None and not elsewhere.state.is_completed()
         except Exception as err:  # the server refuses a parameter the flow does not have
             assert "project_dir" in str(err)
@@ -99,7 +106,7 @@ def test_served_runs_are_isolated_experiments(prefect_api: str, tmp_path: Path, 
             "vrsflow-pipeline/test",
             parameters={"overrides": {"ingest.check_jpeg": "decode"}, "targets": ["ingest"],
                         "experiment_name": "served-ingest", "push": False},
-            timeout=900,
+            timeout=900, poll_interval=POLL_S,
         )
         assert flow_run.state is not None and flow_run.state.is_completed(), server_log.read_text()[-4000:]
     finally:

@@ -27,9 +27,10 @@ OUTSIDE = ("(paths of a run stay inside the project; `vrsflow serve --allow-root
 
 @pytest.fixture(scope="module")
 def served_repo(tmp_path_factory: pytest.TempPathFactory, project_root: Path) -> Path:
-    # scripts/mutation.sh: the repo's files are the same for every mutant (mutmut picks it at run time)
+    # scripts/mutation.sh: the repo's files are the same for every mutant (mutmut picks it at run time); no frozen
+    # checkpoints: no run here reaches them, and `dvc exp run --temp` would recompress them (tests/pipeline_repo.py)
     return built_once("served-repo", tmp_path_factory.mktemp("hostile") / "repo",
-                      lambda dest: make_repo(project_root, dest))
+                      lambda dest: make_repo(project_root, dest, frozen_checkpoints=False))
 
 
 def _snapshot(repo: Path) -> tuple[bytes, str, str]:
