@@ -68,6 +68,30 @@ def _env(**extra: str) -> dict[str, str]:
             "VRSFLOW_CLUSTER_VENV": str(BIN.parent), **extra}
 
 
+# a test's Ray node stops at once on SIGTERM: Ray drains a node for up to 30 s first (for Serve proxies), which a
+# test's teardown sat out before killing it (RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S <= 0: "immediate teardown")
+RAY_NODE_ENV = {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
+
+
+def wait_ray_up(address: str, process: subprocess.Popen, log_path: Path, timeout_s: float = 300) -> bool:
+    """Until `ray status` answers for the node `process` started at `address` (True) or the process ended (False).
+    `ray status` (a Python start of seconds) is asked only once the node's GCS port accepts connections."""
+    host, port = address.rsplit(":", 1)
+    deadline = time.monotonic() + timeout_s
+    while process.poll() is None:
+        assert time.monotonic() < deadline, log_path.read_text()[-3000:]
+        try:
+            socket.create_connection((host, int(port)), timeout=1).close()
+        except OSError:
+            time.sleep(0.2)
+            continue
+        if subprocess.run([str(BIN / "ray"), "status", f"--address={address}"], env=_env(), capture_output=True,
+                          timeout=120).returncode == 0:
+            return True
+        time.sleep(0.5)
+    return False
+
+
 def split_launch(text: str) -> tuple[str, str]:
     """launch.sh without verl's trainer: (header + the steps before it, header + the steps after it)."""
     lines = text.splitlines()
@@ -142,14 +166,11 @@ def ray_head(world: dict):
          "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}",
          f"--ray-client-server-port={_free_port()}", f"--dashboard-agent-listen-port={_free_port()}",
          f"--metrics-export-port={_free_port()}"],
-        env=_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        env=_env(**RAY_NODE_ENV), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     address = f"127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while subprocess.run([str(BIN / "ray"), "status", f"--address={address}"], env=_env(),
-                             capture_output=True).returncode != 0:
-            assert head.poll() is None and time.monotonic() < deadline, (world["base"] / "ray_head.log").read_text()
-            time.sleep(1)
+        assert wait_ray_up(address, head, world["base"] / "ray_head.log", timeout_s=120), \
+            (world["base"] / "ray_head.log").read_text()
         previous = os.environ.get("RAY_ADDRESS")
         os.environ["RAY_ADDRESS"] = address
         ray.init(address=address, logging_level="ERROR")
