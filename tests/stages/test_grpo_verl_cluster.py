@@ -161,14 +161,17 @@ def _start_node(args: list[str], log_path: Path) -> subprocess.Popen:
     return process
 
 
-def _stop_node(process: subprocess.Popen) -> None:
-    os.killpg(process.pid, signal.SIGTERM)  # the node and everything it started (own session)
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-    process.log.close()
+def _stop_nodes(processes: list[subprocess.Popen]) -> None:
+    """SIGTERM to every node and everything it started (own session) at once, then wait for each."""
+    for process in processes:
+        os.killpg(process.pid, signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        process.log.close()
 
 
 def _wait_gpus(total: float, process: subprocess.Popen, log_path: Path) -> None:
@@ -218,10 +221,7 @@ def cluster(world: dict):
     finally:
         ray.shutdown()
         os.environ.pop("RAY_ADDRESS", None) if previous is None else os.environ.update(RAY_ADDRESS=previous)
-        for node in nodes:
-            _stop_node(node)
-        if head is not None and head.poll() is None:
-            _stop_node(head)
+        _stop_nodes(nodes + ([head] if head is not None and head.poll() is None else []))
         shutil.rmtree(temp, ignore_errors=True)
 
 
