@@ -27,8 +27,6 @@ from typing import Any
 from stages.grpo.verl_agent_loop import seeded_overrides
 from stages.grpo.verl_cpu import PLATFORM, VENV_ENV, cpu_overrides
 from stages.grpo.verl_cpu import VENV as CPU_VENV
-from stages.models.adapter import publish_adapter
-from stages.models.trainable import lora_targets
 from stages.params.grpo import GrpoParams
 from stages.params.reward import RewardParams
 from stages.params.sam2 import Sam2Params
@@ -74,6 +72,8 @@ def verl_overrides(grpo: GrpoParams, reward: RewardParams, model_path: str, trai
              # flash-attn that forward fails ("name '_flash_use_top_left_mask' is not defined", seen on the CPU)
              f"actor_rollout_ref.model.use_remove_padding={str(v.attn_implementation == 'flash_attention_2').lower()}"]
     if grpo.lora_r > 0:
+        from stages.models.trainable import lora_targets  # lazily: stages.models imports torch and transformers
+
         targets = lora_targets(grpo.target_modules, grpo.train_vision)
         rule = f"[{','.join(targets)}]" if isinstance(targets, list) else _hydra_quote(targets)
         model += [f"actor_rollout_ref.model.lora_rank={grpo.lora_r}",
@@ -572,6 +572,8 @@ def write_models(hf_dir: Path, out_dir: Path, base_model: str | None = None,
     processor = AutoProcessor.from_pretrained(hf_dir, local_files_only=True)
     if adapter.is_dir():
         from peft import PeftModel
+
+        from stages.models.adapter import publish_adapter
 
         dtype = getattr(AutoConfig.from_pretrained(hf_dir, local_files_only=True), "dtype", None)
         dtype = dtype if isinstance(dtype, torch.dtype) else getattr(torch, str(dtype), torch.bfloat16)

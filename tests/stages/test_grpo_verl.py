@@ -68,6 +68,30 @@ def _env(**extra: str) -> dict[str, str]:
             "VRSFLOW_CLUSTER_VENV": str(BIN.parent), **extra}
 
 
+# a test's Ray node stops at once on SIGTERM: Ray drains a node for up to 30 s first (for Serve proxies), which a
+# test's teardown sat out before killing it (RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S <= 0: "immediate teardown")
+RAY_NODE_ENV = {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
+
+
+def wait_ray_up(address: str, process: subprocess.Popen, log_path: Path, timeout_s: float = 300) -> bool:
+    """Until `ray status` answers for the node `process` started at `address` (True) or the process ended (False).
+    `ray status` (a Python start of seconds) is asked only once the node's GCS port accepts connections."""
+    host, port = address.rsplit(":", 1)
+    deadline = time.monotonic() + timeout_s
+    while process.poll() is None:
+        assert time.monotonic() < deadline, log_path.read_text()[-3000:]
+        try:
+            socket.create_connection((host, int(port)), timeout=1).close()
+        except OSError:
+            time.sleep(0.2)
+            continue
+        if subprocess.run([str(BIN / "ray"), "status", f"--address={address}"], env=_env(), capture_output=True,
+                          timeout=120).returncode == 0:
+            return True
+        time.sleep(0.5)
+    return False
+
+
 def split_launch(text: str) -> tuple[str, str]:
     """launch.sh without verl's trainer: (header + the steps before it, header + the steps after it)."""
     lines = text.splitlines()
@@ -142,14 +166,11 @@ def ray_head(world: dict):
          "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}",
          f"--ray-client-server-port={_free_port()}", f"--dashboard-agent-listen-port={_free_port()}",
          f"--metrics-export-port={_free_port()}"],
-        env=_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        env=_env(**RAY_NODE_ENV), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     address = f"127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while subprocess.run([str(BIN / "ray"), "status", f"--address={address}"], env=_env(),
-                             capture_output=True).returncode != 0:
-            assert head.poll() is None and time.monotonic() < deadline, (world["base"] / "ray_head.log").read_text()
-            time.sleep(1)
+        assert wait_ray_up(address, head, world["base"] / "ray_head.log", timeout_s=120), \
+            (world["base"] / "ray_head.log").read_text()
         previous = os.environ.get("RAY_ADDRESS")
         os.environ["RAY_ADDRESS"] = address
         ray.init(address=address, logging_level="ERROR")
@@ -306,22 +327,17 @@ def test_curves_and_finish_from_launch_steps(world: dict, verl_run: dict):
     assert record["step"] == STEP and record["actor"] == f"checkpoints/global_step_{STEP}/actor"
 
 
-def test_grpo_stage_brings_the_lora_checkpoint_back(world: dict, verl_run: dict, prefect_api: str):
-    """`vrsflow stage grpo` (what `dvc repro grpo` runs) on a machine without GPUs, after launch.sh finished."""
+def _lora_models_back(world: dict, verl_run: dict, out: Path) -> None:
+    """What the grpo stage brought back to `out` (grpo.out_dir): verl's LoRA checkpoint merged (W + s·B·A, the
+    oracle) as evaluate loads it, the published adapter, lineage and model card."""
     import torch
 
     from stages.models import load_vlm
 
-    base, grpo = world["base"], world["grpo"]
-    result = subprocess.run([str(BIN / "vrsflow"), "stage", "grpo", "--params", str(world["params_path"])],
-                            cwd=base, env=_env(), capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    out, curve = Path(grpo.out_dir), base / "metrics" / "live" / "grpo" / "plots" / "metrics" / "reward.tsv"
-    metrics = json.loads((base / "metrics" / "grpo.json").read_text())
-    assert metrics["engine_verl"] == 1 and metrics["steps"] == 1
+    grpo = world["grpo"]
     assert json.loads((out / "adapter" / "adapter_config.json").read_text())["r"] == grpo.lora_r
     lineage = json.loads((out / "lineage.json").read_text())
-    assert lineage["stage"] == "grpo" and (out / "README.md").is_file() and curve.is_file()
+    assert lineage["stage"] == "grpo" and (out / "README.md").is_file()
     model, processor = load_vlm(out / "merged", device="cpu")  # what evaluate loads
     oracle = verl_run["oracles"][str(grpo.verl.out_dir)]
     want = oracle["W"] + oracle["scaling"] * oracle["B"] @ oracle["A"]
@@ -334,7 +350,7 @@ def test_grpo_stage_brings_the_lora_checkpoint_back(world: dict, verl_run: dict,
     # the published adapter loads with PEFT's own auto class from any directory, onto grpo.model_path
     from peft import AutoPeftModel
 
-    from stages.grpo.verl_engine import publish_adapter
+    from stages.models.adapter import publish_adapter
 
     config = json.loads((out / "adapter" / "adapter_config.json").read_text())
     assert config["base_model_name_or_path"] == str(Path(grpo.model_path).resolve()) and config["task_type"] is None
@@ -349,10 +365,42 @@ def test_grpo_stage_brings_the_lora_checkpoint_back(world: dict, verl_run: dict,
         shutil.rmtree(elsewhere)
     again = peft_model.merge_and_unload().model.language_model.layers[0].self_attn.q_proj.weight.detach()
     torch.testing.assert_close(again.float(), got.float(), rtol=2e-2, atol=2e-3)
-    hub = base / "adapter_hub"
+    hub = out.parent / "adapter_hub"
+    shutil.rmtree(hub, ignore_errors=True)
     shutil.copytree(out / "adapter", hub)
     published = publish_adapter(hub, "Qwen/Qwen2.5-VL-3B-Instruct", type(model))
     assert published["base_model_name_or_path"] == "Qwen/Qwen2.5-VL-3B-Instruct"  # a hub id is kept as is
+
+
+def test_grpo_stage_function_brings_the_lora_checkpoint_back(world: dict, verl_run: dict, tmp_path: Path):
+    """The grpo stage's own function (what `vrsflow stage grpo` runs), in this process, on a machine without
+    GPUs after launch.sh finished: the job is the one launch.sh ran (same params), verl's merger runs under the
+    job's interpreter, the curve is read from verl's log. Its end-to-end twin through the console script (and a
+    Prefect server): test_grpo_stage_brings_the_lora_checkpoint_back (slow)."""
+    from stages.grpo import run_grpo
+
+    grpo = world["grpo"]
+    live = tmp_path / "live"
+    report = run_grpo(grpo, world["reward"], world["sam2"], live, world["params_path"])
+    assert report.metrics["engine_verl"] == 1 and report.metrics["steps"] == 1
+    assert (live / "plots" / "metrics" / "reward.tsv").is_file()
+    _lora_models_back(world, verl_run, Path(grpo.out_dir))
+
+
+@pytest.mark.slow
+def test_grpo_stage_brings_the_lora_checkpoint_back(world: dict, verl_run: dict, prefect_api: str):
+    """`vrsflow stage grpo` (what `dvc repro grpo` runs) on a machine without GPUs, after launch.sh finished.
+    Default-run twin: tests/stages/test_grpo_verl.py::test_grpo_stage_function_brings_the_lora_checkpoint_back
+    (the same run_grpo in the test's process; this one adds the console script, its Prefect flow run and
+    metrics/grpo.json)."""
+    base, grpo = world["base"], world["grpo"]
+    result = subprocess.run([str(BIN / "vrsflow"), "stage", "grpo", "--params", str(world["params_path"])],
+                            cwd=base, env=_env(), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    curve = base / "metrics" / "live" / "grpo" / "plots" / "metrics" / "reward.tsv"
+    metrics = json.loads((base / "metrics" / "grpo.json").read_text())
+    assert metrics["engine_verl"] == 1 and metrics["steps"] == 1 and curve.is_file()
+    _lora_models_back(world, verl_run, Path(grpo.out_dir))
 
 
 def test_full_parameter_checkpoint_merges_without_adapter(world: dict, verl_run: dict, tmp_path: Path):

