@@ -7,7 +7,7 @@ source .venv/bin/activate
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 ruff check .
 # -rs lists every skip with its reason; a skip whose named dependency is installed fails instead
-# (tests/skip_guard.py: no silent skips); --durations names the slowest tests, so that a run near its budget (12
+# (tests/skip_guard.py: no silent skips); --durations names the slowest tests, so that a run near its budget (8
 # minutes on 2 cores) says where its time went. Tests run in VRSFLOW_TEST_WORKERS processes (default 2, one per
 # core; 0 = in this process), whole files per worker (--dist loadfile): a module's fixtures are built once, in one
 # worker.
