@@ -1,10 +1,10 @@
 """Study (issue 61): where does a base's grounding of the synth frames fail — which kinds of expression, and do its
 boxes land on any object at all?
 
-    python research/issue61/by_expression_kind.py MODEL N OUT.json [LOOK [OBJECT_SCALE]]
+    python research/issue61/by_expression_kind.py MODEL N OUT.json [LOOK [OBJECT_SCALE [FRAMES]]]
 
-Draws N held-out synth samples as the pretrain stage draws them (`stages.pretrain.scenes.synth_sample`, 6 frames
-at 112, the synth default preset with LOOK (textured) and OBJECT_SCALE (1.0); their own seed stream, apart from
+Draws N held-out synth samples as the pretrain stage draws them (`stages.pretrain.scenes.synth_sample`, FRAMES (6)
+frames at 112, the synth default preset with LOOK (textured) and OBJECT_SCALE (1.0); their own seed stream, apart from
 every training stream), answers them greedily with the Qwen2.5-VL folder MODEL (fp32, one core) and scores each
 answer with the stage's `score_answer`. Groups: expressions that name a colour or not, one target or several,
 referring or reasoning. Per group: box IoU, the share of first boxes that land on some object (IoU > 0.3), of
@@ -29,7 +29,7 @@ from stages.pretrain.stream import chat
 from stages.synth.expressions import REASONING, REFERRING
 from stages.synth.scene import COLOURS
 
-SIZE, FRAMES, BATCH = 112, 6, 16
+SIZE, BATCH = 112, 16
 
 
 def best_fixed_box_iou(boxes: list[list[int]], size: int = SIZE, step: int = 8) -> float:
@@ -60,8 +60,9 @@ def main() -> None:
     model, n, out = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
     look = sys.argv[4] if len(sys.argv) > 4 else "textured"
     scale = SynthScale(look=look, object_scale=float(sys.argv[5]) if len(sys.argv) > 5 else 1.0)
+    frames = int(sys.argv[6]) if len(sys.argv) > 6 else 6
     torch.set_num_threads(1)
-    samples = [synth_sample(np.random.default_rng(derive_seed(7, "probe", "check", i)), f"check/{i}/synth", FRAMES,
+    samples = [synth_sample(np.random.default_rng(derive_seed(7, "probe", "check", i)), f"check/{i}/synth", frames,
                             SIZE, scale) for i in range(n)]
     vlm, processor = load_vlm(model, "float32", "cpu")
     vlm.eval()
@@ -86,7 +87,7 @@ def main() -> None:
               "reasoning": [r for r in rows if r["type"] == REASONING]}
     result = {"what": "held-out synth samples answered by a base; box IoU, landing and keyframe hits by expression "
                       "kind, beside the best fixed box", "command": " ".join(["python", *sys.argv]),
-              "model": model, "samples": n, "look": look, "object_scale": scale.object_scale,
+              "model": model, "samples": n, "frames": frames, "look": look, "object_scale": scale.object_scale,
               "seconds": round(time.time() - started, 1),
               "groups": {name: group(members) for name, members in groups.items() if members}}
     out.write_text(json.dumps(result, indent=1) + "\n")
