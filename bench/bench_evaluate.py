@@ -123,9 +123,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="default: bench/results/evaluate.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    from stages.models.tiny_qwen import build_tiny_qwen
-    from stages.models.tiny_sam2 import build_tiny_sam2
     from stages.synth import generate_synthetic
+    from stages.tiny_models.tiny_qwen import build_tiny_qwen
+    from stages.tiny_models.tiny_sam2 import build_tiny_sam2
 
     tiny = TinyModelsParams()
     size = 112  # keyframes.train_size default: the frame side shown

@@ -38,8 +38,8 @@ def run_stages(repo: Path, overrides: dict[str, str]) -> dict:
     import torch
 
     from stages.grpo import run_grpo
-    from stages.models import build_tiny_models
     from stages.sft import train_sft
+    from stages.tiny_models import build_tiny_models
 
     params = apply_overrides(read_params_file(repo / "params.yaml"), {**ONE_DEVICE, **overrides})[0]
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"

@@ -29,10 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.results_io import write_result  # noqa: E402
 from stages.evaluate import evaluate  # noqa: E402
 from stages.evaluate.infer import Reply  # noqa: E402
-from stages.models.tiny_qwen import build_tiny_qwen  # noqa: E402
 from stages.params import apply_overrides, load_params, read_params_file  # noqa: E402
 from stages.params.model import ModelParams  # noqa: E402
 from stages.pretrain import pretrain  # noqa: E402
+from stages.tiny_models.tiny_qwen import build_tiny_qwen  # noqa: E402
 
 
 def pretrain_seed(params, seed: int, tmp: Path) -> dict:

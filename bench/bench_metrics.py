@@ -117,7 +117,7 @@ def _qwen_3b(tiny: bool, folder: Path):
         Qwen2VLVideoProcessor,
     )
 
-    from stages.models.tiny_qwen import CHAT_TEMPLATE, SPECIAL_TOKENS, build_tokenizer
+    from stages.tiny_models.tiny_qwen import CHAT_TEMPLATE, SPECIAL_TOKENS, build_tokenizer
 
     tokenizer = build_tokenizer(1024, 0)
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
@@ -157,7 +157,7 @@ def _sam2_large(tiny: bool, folder: Path) -> tuple[str, str]:
     import yaml
     from sam2.build_sam import build_sam2
 
-    from stages.models.tiny_sam2 import BASE_CONFIG, MICRO_OVERRIDES
+    from stages.tiny_models.tiny_sam2 import BASE_CONFIG, MICRO_OVERRIDES
 
     base, overrides = (BASE_CONFIG, ["++model.image_size=256", *MICRO_OVERRIDES]) if tiny else (
         "configs/sam2.1/sam2.1_hiera_l.yaml", [])

@@ -36,10 +36,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.bench_learning import ceiling  # noqa: E402
 from bench.results_io import write_result  # noqa: E402
 from stages.core.lifeline import process_pool  # noqa: E402
-from stages.models.tiny_sam2 import build_tiny_sam2  # noqa: E402
 from stages.params import apply_overrides, load_params, read_params_file  # noqa: E402
 from stages.params.sam2 import Sam2Params  # noqa: E402
 from stages.pretrain_sam2 import CHECKPOINT, CONFIG, CURVE, pretrain_sam2  # noqa: E402
+from stages.tiny_models.tiny_sam2 import build_tiny_sam2  # noqa: E402
 
 BASELINE = "the tiny random SAM2 (tracking check _before figures)"
 BASELINE_INIT = "the SAM2 that --init names, before fine-tuning (tracking check _before figures)"

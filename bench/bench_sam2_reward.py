@@ -41,7 +41,7 @@ def build(image_size: int, micro: bool, folder: Path, config: str = "", device: 
     options = {"device": device, "dtype": dtype, "vos_optimized": vos_optimized}
     from sam2.build_sam import build_sam2
 
-    from stages.models.tiny_sam2 import BASE_CONFIG, build_tiny_sam2
+    from stages.tiny_models.tiny_sam2 import BASE_CONFIG, build_tiny_sam2
 
     if micro:
         checkpoint, config = build_tiny_sam2(folder, image_size, 0)

@@ -60,9 +60,9 @@ def write_clip(path: Path, height: int, width: int, seconds: float, fps: int) ->
 
 
 def build_models(base: Path, gpu: bool) -> tuple[Path, Path, Path]:
-    from stages.models.tiny_qwen import build_tiny_qwen
-    from stages.models.tiny_sam2 import build_tiny_sam2
     from stages.params.tiny_models import TinyModelsParams
+    from stages.tiny_models.tiny_qwen import build_tiny_qwen
+    from stages.tiny_models.tiny_sam2 import build_tiny_sam2
 
     if gpu:  # the shapes bench_metrics times on a GPU: Qwen2.5-VL-3B and SAM2.1-large, random weights
         from bench.bench_metrics import _qwen_3b, _sam2_large

@@ -308,7 +308,8 @@ def bench_grpo_checkpointing(rounds: int, model_dir: Path) -> dict:
 
 
 def bench_cpu(args: argparse.Namespace) -> dict:
-    from stages.models import build_tiny_models, load_vlm
+    from stages.models import load_vlm
+    from stages.tiny_models import build_tiny_models
 
     torch.set_num_threads(args.threads)
     work = Path(tempfile.mkdtemp(prefix="vrsflow-bench-sft-"))

@@ -122,7 +122,7 @@ def cmd_stage(args: argparse.Namespace) -> int:
     built = tiny_models_built_as(params.tiny_models)
     if not base.exists() or (base.resolve().is_relative_to(Path(params.tiny_models.out_dir).resolve())
                              and built is not True):
-        from stages.models import build_tiny_models
+        from stages.tiny_models import build_tiny_models
 
         print(f"gpu_pretrain: {params.tiny_models.out_dir} {built}: building it (tiny_models)", flush=True)
         build_tiny_models(params.tiny_models, Path(params.tiny_models.out_dir))

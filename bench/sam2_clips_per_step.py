@@ -76,8 +76,8 @@ def main() -> None:
     if device == "cpu":
         torch.set_num_threads(args.threads)
     if not (REPO / "models" / "tiny" / "sam2").is_dir():
-        from stages.models import build_tiny_models
         from stages.params import load_params
+        from stages.tiny_models import build_tiny_models
 
         tiny = load_params(REPO / "params.yaml").tiny_models
         build_tiny_models(tiny, REPO / tiny.out_dir)

@@ -20,10 +20,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.results_io import write_result  # noqa: E402
-from stages.models.tiny_qwen import build_tiny_qwen  # noqa: E402
 from stages.params import apply_overrides, read_params_file  # noqa: E402
 from stages.params.model import ModelParams  # noqa: E402
 from stages.pretrain import pretrain  # noqa: E402
+from stages.tiny_models.tiny_qwen import build_tiny_qwen  # noqa: E402
 
 
 def run(params, block, phase: int | None, steps: int) -> dict:

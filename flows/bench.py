@@ -9,7 +9,7 @@ from pathlib import Path
 from prefect import flow
 
 from flows.common import run_stage
-from stages.evaluate.suite import run_benchmark
+from stages.bench import run_benchmark
 from stages.params import load_params
 
 ITEM_ENV = "VRSFLOW_STAGE_ITEM"  # set by `vrsflow stage NAME --item ITEM` (DVC foreach stages)

@@ -8,7 +8,7 @@ from pathlib import Path
 from prefect import flow
 
 from flows.common import run_stage
-from stages.evaluate.suite import write_benchmark_table
+from stages.bench import write_benchmark_table
 from stages.params import load_params
 
 

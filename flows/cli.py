@@ -244,8 +244,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
+    from stages.bench.benchmarks import evaluate_folder
     from stages.core.io import write_json
-    from stages.evaluate.benchmarks import evaluate_folder
 
     try:
         summary, table = evaluate_folder(args.benchmark, Path(args.pred), Path(args.data), args.split,

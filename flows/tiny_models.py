@@ -7,8 +7,8 @@ from pathlib import Path
 from prefect import flow
 
 from flows.common import run_stage
-from stages.models import build_tiny_models
 from stages.params import load_params
+from stages.tiny_models import build_tiny_models
 
 
 @flow(name="dvc-tiny_models")

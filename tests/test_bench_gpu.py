@@ -382,8 +382,8 @@ def test_gpu_pretrain_rebuilds_tiny_models_built_with_other_params(tmp_path: Pat
     from dataclasses import replace
 
     from bench.gpu_pretrain import tiny_models_built_as
-    from stages.models import build_tiny_models
     from stages.params.tiny_models import TinyModelsParams
+    from stages.tiny_models import build_tiny_models
 
     params = TinyModelsParams(vocab_size=512, sam2_image_size=64, out_dir=str(tmp_path / "tiny"))
     assert tiny_models_built_as(params) == "missing"

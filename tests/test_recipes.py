@@ -150,8 +150,8 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Synthetic ReVOS-layout data, its index and the tiny models, built once for the three recipes."""
     from stages.core.runner import RunnerParams
     from stages.ingest import ingest
-    from stages.models import build_tiny_models
     from stages.synth import generate_synthetic
+    from stages.tiny_models import build_tiny_models
 
     base = tmp_path_factory.mktemp("recipes")
     params, _ = apply_overrides(read_params_file(ROOT / "params.yaml"), tiny_overrides("veason-r1", base))

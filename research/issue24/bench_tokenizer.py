@@ -1,5 +1,5 @@
 """Which tiny tokenizer does the default SFT teach the answer format with? The SFT stage's own `train_sft` on a
-project copy's shards, once from a tiny random Qwen2.5-VL with each tokenizer `stages.models.tiny_qwen` can build:
+project copy's shards, once from a tiny random Qwen2.5-VL with each tokenizer `stages.tiny_models.tiny_qwen` can build:
 GPT-2's byte-level regex (each number one token; the default) and Qwen2's pre-tokenizer (digit by digit,
 `build_tokenizer(digits=True)`), the same `tiny_models` params and seed otherwise.
 
@@ -32,8 +32,8 @@ TOKENIZERS = {"whole_numbers": False, "digits": True}  # name → build_tokenize
 
 def run(repo: Path, digits: bool, tmp: Path) -> dict:
     """Build the tiny model with the tokenizer, then the SFT stage on `repo`'s shards; the stage's metrics."""
-    from stages.models.tiny_qwen import build_tiny_qwen
     from stages.sft import train_sft
+    from stages.tiny_models.tiny_qwen import build_tiny_qwen
 
     params = load_params(repo / "params.yaml")
     build_tiny_qwen(params.tiny_models, tmp / "base", digits=digits)

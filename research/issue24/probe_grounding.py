@@ -1,7 +1,7 @@
 """Probe (issue 24): can the tiny Qwen2.5-VL learn WHERE a named shape is, at its simplest?
 
 One synth frame at 112 px, "Box the <colour> <texture> <kind>." → "[x1, y1, x2, y2]" (train-size pixels), full
-fine-tuning from a random tiny model (stages.models.tiny_qwen), AdamW with warm-up and cosine decay; greedy box IoU
+fine-tuning from a random tiny model (stages.tiny_models.tiny_qwen), AdamW with warm-up and cosine decay; greedy box IoU
 on held-out frames (another seed stream) against the constant mean-box baseline. Variants by environment variable:
 ORDER=img_first|text_first (the image before or after the words), NL (layers), HID (hidden size), THETA (the
 language model's rope theta), CUE=1 (a fixed left→right / top→bottom colour ramp blended into every frame,
@@ -9,7 +9,7 @@ TASK=plain's too: an absolute-position cue in the pixels, so that an image token
 ECHO=1 (the answer repeats the asked-for name before its box, so the colour word sits a few tokens
 before each number), MROPE=t,h,w (the language model's mrope_section: how many rotary frequency
 pairs go to time, rows and columns), VIS (the vision tower's width; MLP twice that), DIGITS=1 (the tiny tokenizer
-with Qwen2's pre-tokenizer, numbers digit by digit: stages.models.tiny_qwen's build_tiny_qwen(digits=True)), STEPS,
+with Qwen2's pre-tokenizer, numbers digit by digit: stages.tiny_models.tiny_qwen's build_tiny_qwen(digits=True)), STEPS,
 BS, LR, NV (training videos), TAG, WORK (scratch folder), EVERY (steps between evaluations). TASK=plain asks the
 same question of the easiest possible frame: flat-coloured rectangles on a plain background, the question naming
 one by its colour (ASK=red,blue: only those colours are asked for, one per frame; GROW=400: ASK's first colour
@@ -39,11 +39,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from stages.models import load_vlm  # noqa: E402
 from stages.models.batches import PadCollator, assistant_labels  # noqa: E402
-from stages.models.tiny_qwen import build_tiny_qwen  # noqa: E402
 from stages.params.synth import SynthScale  # noqa: E402
 from stages.params.tiny_models import TinyModelsParams  # noqa: E402
 from stages.synth.render import background, render_frame  # noqa: E402
 from stages.synth.scene import simulate_video  # noqa: E402
+from stages.tiny_models.tiny_qwen import build_tiny_qwen  # noqa: E402
 
 SIZE = int(os.environ.get("SIZE", "112"))
 ORDER = os.environ.get("ORDER", "img_first")

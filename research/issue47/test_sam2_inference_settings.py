@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from sam2_inference_settings import config_with
 
-from stages.models.tiny_sam2 import build_tiny_sam2
 from stages.sam2_wrapper import load_video_predictor
+from stages.tiny_models.tiny_sam2 import build_tiny_sam2
 
 
 @pytest.fixture(scope="module")

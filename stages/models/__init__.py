@@ -1,4 +1,6 @@
-"""Models: build the tiny random Qwen2.5-VL and SAM2 (the `tiny_models` stage), load any local checkpoint.
+"""Models: what the training and inference stages share — load a local checkpoint, LoRA targets, adapters,
+batches, kernels, launched process groups, seed processes, resumable training state. Not a stage (the tiny random
+models are the `tiny_models` stage's, `stages.tiny_models`).
 
 The heavy imports (torch, transformers) are made where they are used: every process that imports a module of this
 package imports this file first, and some need neither (a SAM2 seed's process has no use for transformers; a stage
@@ -9,33 +11,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from stages.core.report import StageReport
-    from stages.params.tiny_models import TinyModelsParams
-
 log = logging.getLogger(__name__)
-
-
-def build_tiny_models(params: TinyModelsParams, out_dir: Path) -> StageReport:
-    """Write models/tiny/qwen25vl (HF format) and models/tiny/sam2 (checkpoint + config)."""
-    import torch
-
-    from stages.core.lineage import write_lineage
-    from stages.core.report import StageReport, summary_line
-    from stages.models.tiny_qwen import build_tiny_qwen
-    from stages.models.tiny_sam2 import build_tiny_sam2
-
-    out_dir = Path(out_dir)
-    n_qwen = build_tiny_qwen(params, out_dir / "qwen25vl")
-    checkpoint, _ = build_tiny_sam2(out_dir / "sam2", params.sam2_image_size, params.seed,
-                                    encoder_width=params.sam2_encoder_width)
-    n_sam2 = sum(v.numel() for v in torch.load(checkpoint, weights_only=True)["model"].values())
-    counts = {"qwen25vl_parameters": n_qwen, "sam2_parameters": n_sam2}
-    write_lineage(out_dir, "tiny_models", params, seed=params.seed, counts=counts, code_modules=["stages.models"])
-    log.info(summary_line("tiny models", counts))  # one short line; all values in the metrics file
-    return StageReport("tiny_models", metrics=counts)
 
 
 def load_vlm(path: str | Path, dtype: str = "auto", device: str | None = None, rope_parameters: dict | None = None):

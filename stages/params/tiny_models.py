@@ -9,7 +9,7 @@ from typing import Literal
 from stages.core.params import PosInt, Seed
 from stages.core.typed_config import Exp, ExpPath
 
-# the tiny SAM2's image encoder widths (stages.models.tiny_sam2): 32 is the widest whose weights stay under the
+# the tiny SAM2's image encoder widths (stages.tiny_models.tiny_sam2): 32 is the widest whose weights stay under the
 # 16 MiB a committed file may take in bf16 (48: 16.5 MiB)
 Sam2EncoderWidth = Literal[16, 32]
 
@@ -25,7 +25,7 @@ class TinyModelsParams:
     num_heads: Exp[PosInt] = 4
     max_image_side: Exp[PosInt] = 112  # processor's longest_edge in pixels (28-pixel multiples)
     sam2_image_size: Exp[PosInt] = 256  # SAM2 input resolution of the micro model
-    # the micro SAM2's image encoder width (stages.models.tiny_sam2.ENCODER_WIDTHS: 32 is the widest whose weights
+    # the micro SAM2's image encoder width (stages.tiny_models.tiny_sam2.ENCODER_WIDTHS: 32 is the widest whose weights
     # stay under 16 MiB in bf16)
     sam2_encoder_width: Exp[Sam2EncoderWidth] = 16
 

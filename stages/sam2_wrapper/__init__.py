@@ -6,7 +6,7 @@ Configs: `sam2.config` is one of three forms (`config_form`):
 - `file`: a full SAM2 Hydra config file in the project (e.g. a copy of the package's), given to sam2 with
   its own folder as the Hydra search path;
 - `vrsflow`: a vrsflow config file — YAML with `base` (a package config name) and `overrides` (Hydra
-  overrides), which is how the tiny random SAM2 is described (stages/models/tiny_sam2.py).
+  overrides), which is how the tiny random SAM2 is described (stages/tiny_models/tiny_sam2.py).
 `config_identity` names what a config resolves to (form + sha256 of the YAML sam2 reads), for lineage.
 
 Two entry points:

@@ -20,7 +20,7 @@ BASE = "models/tiny/qwen25vl"  # relative, as params.yaml's model.path is
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from stages.models.tiny_qwen import build_tiny_qwen
+    from stages.tiny_models.tiny_qwen import build_tiny_qwen
 
     folder = tmp_path_factory.mktemp("project")
     build_tiny_qwen(TinyModelsParams(vocab_size=512, hidden_size=64, num_layers=1, max_image_side=56), folder / BASE)

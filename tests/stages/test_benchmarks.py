@@ -16,7 +16,7 @@ import pytest
 from PIL import Image
 
 from flows.cli import main as cli_main
-from stages.evaluate.benchmarks import PredictionsError, make_submission, merge_annotator, score_benchmark
+from stages.bench.benchmarks import PredictionsError, make_submission, merge_annotator, score_benchmark
 from stages.evaluate.scorer import load_ground_truth, score_predictions
 from stages.ingest.benchmarks import BenchmarkFormatError, ingest_benchmark, read_benchmark
 from stages.ingest.checks import IngestError
@@ -278,7 +278,7 @@ def test_synth_writes_a_benchmark_layout_its_reader_reads(layout: str, split: st
 
 
 def test_table_rows_models_columns_benchmarks_and_the_gain_line() -> None:
-    from stages.evaluate.suite import benchmark_table, gain_line
+    from stages.bench import benchmark_table, gain_line
 
     results = {"revos": {"sft": {"JF": 40.04, "R_visa_overall": 10.0}, "grpo": {"JF": 45.06, "R_visa_overall": 12.0}},
                "mevis": {"sft": {"JF": 30.0}, "grpo": {"JF": 29.0}},
@@ -291,7 +291,7 @@ def test_table_rows_models_columns_benchmarks_and_the_gain_line() -> None:
 
 
 def test_subset_keeps_whole_refdavis_objects_and_scores_only_them() -> None:
-    from stages.evaluate.suite import _first
+    from stages.bench import _first
 
     exps = {"a": [str(i) for i in range(8)], "b": [str(i) for i in range(8)]}
     assert _first("mevis", exps, 3) == {"a": ["0", "1", "2"]}
@@ -314,7 +314,7 @@ def test_refdavis_subset_run_scores_the_kept_objects(layouts: dict[str, Path], t
 
 
 def test_revos_subset_interleaves_referring_and_reasoning(revos_root: Path) -> None:
-    from stages.evaluate.suite import _revos_videos
+    from stages.bench import _revos_videos
 
     # video a: 0 referring, 1 referring, 2 reasoning → referring 0, reasoning 2, referring 1
     assert _revos_videos(revos_root, "valid")["SRC/valid/a"] == ["0", "2", "1"]
@@ -331,7 +331,7 @@ def test_partial_submission_of_the_expressions_run(layouts: dict[str, Path], tmp
 
 
 def test_bench_table_stage_writes_report_and_metrics(tmp_path: Path) -> None:
-    from stages.evaluate.suite import write_benchmark_table
+    from stages.bench import write_benchmark_table
     from stages.params.benchmarks import BenchmarksParams
 
     (tmp_path / "m").mkdir()
@@ -377,7 +377,7 @@ def test_bench_table_stage_writes_report_and_metrics(tmp_path: Path) -> None:
 
 
 def test_prediction_pngs_are_read_as_opencv_reads_them(tmp_path: Path) -> None:
-    from stages.evaluate.benchmarks import read_prediction
+    from stages.bench.benchmarks import read_prediction
     from stages.evaluate.scorer import read_mask_png
 
     mask = np.zeros((4, 6), dtype=np.uint16)

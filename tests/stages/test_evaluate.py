@@ -226,8 +226,8 @@ def test_rcot_loop_reselects_after_b_and_stops_at_lambda(monkeypatch: pytest.Mon
 
 @pytest.fixture(scope="module")
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
-    from stages.models.tiny_qwen import build_tiny_qwen
-    from stages.models.tiny_sam2 import build_tiny_sam2
+    from stages.tiny_models.tiny_qwen import build_tiny_qwen
+    from stages.tiny_models.tiny_sam2 import build_tiny_sam2
 
     torch.set_num_threads(1)  # two threads wait on each other beside the other worker (tests/conftest.py)
     base = tmp_path_factory.mktemp("models")
@@ -455,7 +455,7 @@ def test_the_empty_answer_makes_empty_masks_without_running_sam2(tmp_path: Path)
 def test_a_benchmark_stage_scores_the_empty_answer_row(tiny_models, tmp_path: Path) -> None:
     """`bench@revos` with benchmarks.reference: a `ground_truth` and an `empty_answer` row beside the models; the
     empty answer's row is what empty masks score (the oracle above), every answer parsed with no boxes."""
-    from stages.evaluate.suite import run_benchmark
+    from stages.bench import run_benchmark
     from stages.params.benchmarks import BenchmarksParams
 
     root = write_root(tmp_path / "root", [EMPTY_SPEC])
@@ -520,8 +520,8 @@ def oracle_policy(specs: list[VideoSpec]):
 
 
 def test_oracle_policy_with_box_segmenter_scores_full_marks(tmp_path: Path) -> None:
+    from stages.bench import evaluate_benchmark
     from stages.evaluate import box_masks
-    from stages.evaluate.suite import evaluate_benchmark
 
     specs = oracle_specs()
     root = write_root(tmp_path / "root", specs)
@@ -534,8 +534,8 @@ def test_oracle_policy_with_box_segmenter_scores_full_marks(tmp_path: Path) -> N
 
 
 def test_reference_policy_answers_the_ground_truth_and_the_box_segmenter_scores_full_marks(tmp_path: Path) -> None:
+    from stages.bench import evaluate_benchmark
     from stages.evaluate import box_masks
-    from stages.evaluate.suite import evaluate_benchmark
 
     root = write_root(tmp_path / "root", oracle_specs())
     params = EvaluateParams(n_frames=3, segmenter="box")
@@ -553,8 +553,8 @@ def test_reference_row_falls_when_the_parsed_boxes_swap_x_and_y(tmp_path: Path, 
     """The ground-truth answers go through the parser a model's answer goes through: a parser that swaps x and y
     drops the ceiling row, so a broken text → box path shows in the benchmark table."""
     import schemas.answer as A
+    from stages.bench import evaluate_benchmark
     from stages.evaluate import box_masks
-    from stages.evaluate.suite import evaluate_benchmark
 
     parse = A.parse_answer_fields
 
@@ -572,7 +572,7 @@ def test_reference_row_falls_when_the_parsed_boxes_swap_x_and_y(tmp_path: Path, 
 
 
 def test_oracle_prompts_reach_sam2_at_the_original_resolution_and_frame(tiny_models, tmp_path: Path) -> None:
-    from stages.evaluate.suite import evaluate_benchmark
+    from stages.bench import evaluate_benchmark
     from stages.sam2_wrapper import load_video_predictor
 
     _, checkpoint, config = tiny_models

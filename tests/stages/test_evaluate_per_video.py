@@ -22,8 +22,8 @@ TEXTS = ["the dog", "the red car that turns left at the end of the road", "a cup
 @pytest.fixture(scope="module")
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     """The tiny random Qwen2.5-VL and SAM2 at test_evaluate's shapes."""
-    from stages.models.tiny_qwen import build_tiny_qwen
-    from stages.models.tiny_sam2 import build_tiny_sam2
+    from stages.tiny_models.tiny_qwen import build_tiny_qwen
+    from stages.tiny_models.tiny_sam2 import build_tiny_sam2
 
     base = tmp_path_factory.mktemp("models")
     build_tiny_qwen(TinyModelsParams(vocab_size=512, hidden_size=64, num_layers=1, max_image_side=56), base / "qwen")

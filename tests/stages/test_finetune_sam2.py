@@ -16,11 +16,11 @@ import yaml
 import stages.finetune_sam2 as stage
 import stages.pretrain_sam2 as pretrain
 from stages.core.report import SKIPPED
-from stages.models.tiny_sam2 import build_tiny_sam2
 from stages.params.finetune_sam2 import FinetuneSam2Params
 from stages.params.pretrain_sam2 import PretrainSam2Params
 from stages.params.sam2 import Sam2Params
 from stages.sam2_wrapper import load_video_predictor
+from stages.tiny_models.tiny_sam2 import build_tiny_sam2
 
 ONE_MASK = "++model.multimask_output_for_tracking=false"
 

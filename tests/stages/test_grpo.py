@@ -78,7 +78,7 @@ def tiny_run(tmp_path_factory):
     import torch
 
     from stages.grpo import run_grpo
-    from stages.models.tiny_qwen import build_tiny_qwen
+    from stages.tiny_models.tiny_qwen import build_tiny_qwen
 
     torch.set_num_threads(1)  # two threads wait on each other beside the other worker (tests/conftest.py)
     root = tmp_path_factory.mktemp("grpo")

@@ -37,7 +37,7 @@ class LowTokenShare:
 def inputs(tmp_path_factory):
     import torch
 
-    from stages.models.tiny_qwen import build_tiny_qwen
+    from stages.tiny_models.tiny_qwen import build_tiny_qwen
 
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("grpo_resume")

@@ -132,7 +132,7 @@ def rollouts(gt: dict) -> list[str]:
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """Shards + verl parquet from the real shard stage, tiny Qwen2.5-VL + micro SAM2, params, the job."""
     from stages.grpo.verl_engine import prepare_job
-    from stages.models import build_tiny_models
+    from stages.tiny_models import build_tiny_models
 
     base = tmp_path_factory.mktemp("verl")
     build_upstream(base)

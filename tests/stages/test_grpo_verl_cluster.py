@@ -98,7 +98,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
     import torch
     from sam2.build_sam import build_sam2
 
-    from stages.models import build_tiny_models
+    from stages.tiny_models import build_tiny_models
 
     base = tmp_path_factory.mktemp("verlgpu")
     build_tiny_models(TinyModelsParams(vocab_size=512, hidden_size=64, num_layers=1, num_heads=2,

@@ -138,7 +138,7 @@ def _same_tensors(a: Path, b: Path) -> None:
 
 
 def test_sft_killed_with_sigkill_leaves_nothing_and_resumes_exactly(tmp_path: Path) -> None:
-    from stages.models import build_tiny_models
+    from stages.tiny_models import build_tiny_models
     from tests.stages.test_sft import write_sft_shards
 
     build_tiny_models(TinyModelsParams(vocab_size=384, hidden_size=64, num_layers=1, max_image_side=56),
@@ -171,7 +171,7 @@ def test_sft_killed_with_sigkill_leaves_nothing_and_resumes_exactly(tmp_path: Pa
 
 
 def test_grpo_killed_with_sigkill_leaves_nothing_and_resumes_exactly(tmp_path: Path) -> None:
-    from stages.models.tiny_qwen import build_tiny_qwen
+    from stages.tiny_models.tiny_qwen import build_tiny_qwen
     from tests.stages.grpo_factory import write_grpo_shards
 
     build_tiny_qwen(TinyModelsParams(vocab_size=512, hidden_size=64, num_layers=1, num_heads=2, max_image_side=56),

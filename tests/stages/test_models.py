@@ -12,9 +12,10 @@ import torch
 import yaml
 from PIL import Image
 
-from stages.models import build_tiny_models, load_vlm
-from stages.models.tiny_qwen import SPECIAL_TOKENS
+from stages.models import load_vlm
 from stages.params.tiny_models import TinyModelsParams
+from stages.tiny_models import build_tiny_models
+from stages.tiny_models.tiny_qwen import SPECIAL_TOKENS
 
 PARAMS = TinyModelsParams(vocab_size=512)  # smaller BPE: faster to train, same code path
 
@@ -126,7 +127,7 @@ def test_resume_skips_a_checkpoint_cut_short_by_a_kill(tmp_path) -> None:
 def test_the_default_encoder_width_keeps_the_committed_sam2s_config(tmp_path: Path) -> None:
     # the committed pre-trained SAM2 copied its config from a default tiny SAM2: a default build must still write it
     # byte for byte, or every lineage that hashes the config would name another model
-    from stages.models.tiny_sam2 import build_tiny_sam2
+    from stages.tiny_models.tiny_sam2 import build_tiny_sam2
 
     _, config = build_tiny_sam2(tmp_path, 256, 0)
     committed = Path(__file__).resolve().parents[2] / "models" / "pretrain_sam2" / "config.yaml"

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from stages.evaluate import benchmarks as B
-from stages.evaluate.benchmarks import (
+from stages.bench import benchmarks as B
+from stages.bench.benchmarks import (
     PredictionsError,
     evaluate_folder,
     make_submission,

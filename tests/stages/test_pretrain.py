@@ -16,7 +16,6 @@ import torch
 from schemas.answer import parse_answer
 from stages.core.report import SKIPPED
 from stages.models import load_vlm
-from stages.models.tiny_qwen import build_tiny_qwen
 from stages.params import ParamsError, apply_overrides, read_params_file
 from stages.params.model import ModelParams
 from stages.params.pretrain import PLAIN_COLOURS, PretrainParams, PretrainPhase
@@ -27,6 +26,7 @@ from stages.pretrain.plain import plain_sample
 from stages.pretrain.scenes import synth_sample
 from stages.pretrain.stream import check_samples, colours_at, phase_at, step_samples
 from stages.synth.scene import COLOURS
+from stages.tiny_models.tiny_qwen import build_tiny_qwen
 
 SIZE = 56
 SCALE = SynthScale()  # the synth default preset: the frames the pipeline shows

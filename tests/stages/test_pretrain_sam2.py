@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 
 import stages.pretrain_sam2 as stage
 from stages.core.report import SKIPPED
-from stages.models.tiny_sam2 import build_tiny_sam2
 from stages.models.train_state import load_state, save_state, warmup_cosine
 from stages.params.pretrain_sam2 import PretrainSam2Params
 from stages.params.sam2 import Sam2Params
@@ -26,6 +25,7 @@ from stages.params.synth import SynthScale
 from stages.pretrain_sam2.clips import check_videos, mask_box, training_clip
 from stages.pretrain_sam2.loss import frame_loss
 from stages.sam2_wrapper import load_video_predictor
+from stages.tiny_models.tiny_sam2 import build_tiny_sam2
 
 SCALE = SynthScale()
 # the slow test's bars: about half the smallest gain over the seeds of bench/results/sam2_pretrain.json (tracking J

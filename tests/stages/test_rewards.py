@@ -326,9 +326,9 @@ def test_videoseg_points_prompt_sam2_with_the_boxes(tmp_path, monkeypatch):
     """VideoSeg-R1: a rollout's positive point (label 1) and negative points (label 0) reach SAM2's own predictor
     with its box corners (labels 2, 3), at SAM2's input scale; padding uses SAM2's "not a point" label −1."""
     torch = pytest.importorskip("torch")
-    from stages.models.tiny_sam2 import build_tiny_sam2
     from stages.rewards import precompute_masks
     from stages.sam2_wrapper import load_video_predictor
+    from stages.tiny_models.tiny_sam2 import build_tiny_sam2
     from tests.stages.grpo_factory import frames
 
     checkpoint, config = build_tiny_sam2(tmp_path, image_size=128, seed=0)

@@ -20,7 +20,7 @@ from tests.stages.grpo_factory import answer, frames, ground_truth  # noqa: E402
 
 @pytest.fixture(scope="module")
 def predictor(tmp_path_factory):
-    from stages.models.tiny_sam2 import build_tiny_sam2
+    from stages.tiny_models.tiny_sam2 import build_tiny_sam2
 
     torch.set_num_threads(1)  # two threads wait on each other beside the other worker (tests/conftest.py)
     checkpoint, config = build_tiny_sam2(tmp_path_factory.mktemp("sam2"), image_size=128, seed=0)
@@ -69,7 +69,7 @@ def test_rollouts_with_distinct_keyframes_share_one_encoder_pass_and_equal_per_r
 
 
 def test_gpu_only_sam2_options_are_refused_on_the_cpu(tmp_path):
-    from stages.models.tiny_sam2 import build_tiny_sam2
+    from stages.tiny_models.tiny_sam2 import build_tiny_sam2
 
     checkpoint, config = build_tiny_sam2(tmp_path, image_size=128, seed=0)
     with pytest.raises(ValueError, match="sam2: vos_optimized is GPU-only"):
@@ -100,9 +100,9 @@ def test_sam2s_builder_makes_the_compiled_predictor_with_vrsflows_additions(tmp_
     from sam2.build_sam import build_sam2_video_predictor
     from sam2.sam2_video_predictor import SAM2VideoPredictorVOS
 
-    from stages.models.tiny_sam2 import build_tiny_sam2
     from stages.sam2_wrapper import resolve_config, vrsflow_overrides
     from stages.sam2_wrapper.predictor import SharedFrameSelfAttentionLayer, VideoPredictorVOS
+    from stages.tiny_models.tiny_sam2 import build_tiny_sam2
 
     checkpoint, config = build_tiny_sam2(tmp_path, image_size=128, seed=0)
     name, overrides = resolve_config(str(config))

@@ -67,9 +67,9 @@ def oracle(queries):
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
-    from stages.models.tiny_qwen import build_tiny_qwen
-    from stages.models.tiny_sam2 import build_tiny_sam2
     from stages.params.tiny_models import TinyModelsParams
+    from stages.tiny_models.tiny_qwen import build_tiny_qwen
+    from stages.tiny_models.tiny_sam2 import build_tiny_sam2
 
     torch.set_num_threads(1)  # two threads wait on each other beside the other worker (tests/conftest.py)
     base = tmp_path_factory.mktemp("models")

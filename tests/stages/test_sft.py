@@ -18,15 +18,15 @@ from PIL import Image
 
 from stages.core import live, progress
 from stages.core.live import METRICS_DIR, live_dir, read_live
-from stages.models import build_tiny_models
 from stages.models.batches import assistant_labels
-from stages.models.tiny_qwen import CHAT_TEMPLATE
 from stages.params.model import ModelParams
 from stages.params.sft import SftParams
 from stages.params.tiny_models import TinyModelsParams
 from stages.sft import train_sft
 from stages.sft.data import SftDataset, encode_example, index_shards, messages, read_shards
 from stages.tasks import get_task
+from stages.tiny_models import build_tiny_models
+from stages.tiny_models.tiny_qwen import CHAT_TEMPLATE
 
 FRAME = 56  # 56 px frames → 4 vision tokens each: keeps the tests fast
 

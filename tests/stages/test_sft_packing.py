@@ -12,10 +12,10 @@ from PIL import Image
 from stages.models import load_vlm
 from stages.models.batches import IGNORE_INDEX, PackCollator, PadCollator, PaddingCount
 from stages.models.qwen_shapes import QWEN25VL_3B_TEXT, QWEN25VL_3B_VISION, qwen25vl_3b_config
-from stages.models.tiny_qwen import build_tiny_qwen
 from stages.params.tiny_models import TinyModelsParams
 from stages.sft.data import encode_example
 from stages.tasks import get_task
+from stages.tiny_models.tiny_qwen import build_tiny_qwen
 
 PATCH = 14 * 14 * 3 * 2  # one flattened 14 × 14 patch over 2 frames (temporal_patch_size), RGB
 

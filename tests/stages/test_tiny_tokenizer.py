@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stages.models.tiny_qwen import build_tokenizer
+from stages.tiny_models.tiny_qwen import build_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@
 `evaluate_benchmark` reads the split in its published layout (`stages.ingest.benchmarks`), writes the chosen
 videos as a ReVOS-layout root (`to_revos`) so inference runs unchanged, writes predictions in the
 benchmark's prediction layout (`<video key>/<exp_id>/<frame>.png`), then scores them with the benchmark's
-protocol against the published files (`stages.evaluate.benchmarks`) — or, for a server split, writes the
+protocol against the published files (`stages.bench.benchmarks`) — or, for a server split, writes the
 submission archive. `run_benchmark` is the `bench` stage (one DVC stage per benchmark): every model of
 `benchmarks.models`, one metrics file. The `bench_table` stage joins those files into the papers' table.
 """
@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from schemas.evaluate import InferenceSchema
+from stages.bench.benchmarks import make_submission, score_benchmark
 from stages.core import revos
 from stages.core.ids import expression_id
 from stages.core.io import atomic_write_text, markdown_table, write_table
@@ -36,7 +37,6 @@ from stages.evaluate import (
     segmenter,
 )
 from stages.evaluate.baselines import constant_policy, read_training_prior
-from stages.evaluate.benchmarks import make_submission, score_benchmark
 from stages.evaluate.scorer import _exp_order, load_ground_truth
 from stages.ingest.benchmarks import DEFAULT_SPLIT, SERVER_SPLITS, read_benchmark, to_revos
 from stages.params.benchmarks import BenchmarksParams
@@ -204,7 +204,8 @@ def run_benchmark(name: str, params: BenchmarksParams, evaluate: EvaluateParams,
         log.info("%s / %s: %s", name, label, metrics[label])
     write_lineage(out_dir, f"bench@{name}", {"benchmarks": params, "evaluate": evaluate, "sam2": sam2},
                   inputs={"root": root, **{label: Path(p) for label, p in params.models.items()}},
-                  counts={"models": len(metrics)}, code_modules=["stages.evaluate", "stages.ingest.benchmarks"],
+                  counts={"models": len(metrics)},
+                  code_modules=["stages.bench", "stages.evaluate", "stages.ingest.benchmarks"],
                   extra={"benchmark": name, "split": split})
     flat = {f"{label}.{k}": v for label, m in metrics.items() for k, v in m.items()}
     table = pd.DataFrame([{"model": label, **m} for label, m in metrics.items()])
