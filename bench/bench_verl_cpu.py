@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.results_io import write_result  # noqa: E402
+from bench.results_io import portable_figures, write_result  # noqa: E402
 
 # verl's per-step timers (trainer metrics, `timing_s/<phase>`) and what each one covers
 PHASES = {"gen": "rollout (vLLM CPU server, all rollouts of the step; verl scores each rollout inside this phase: "
@@ -339,11 +339,7 @@ def main(argv: list[str] | None = None) -> None:
                   "save_every_steps": grpo["save_every_steps"]},
     }
     # process lines and the stage's line name this machine's folders; a results file is read on others
-    text = json.dumps(figures)
-    for local, name in ((str(repo), "<repo>"), (str(Path(__file__).resolve().parents[1]), "<project>"),
-                        (str(Path.home()), "<home>")):
-        text = text.replace(local, name)
-    figures = json.loads(text)
+    figures = portable_figures(figures, {str(repo): "<repo>"})
     write_result("verl-cpu", figures, baseline="none: the first verl training steps on this machine; the phases "
                  "split verl's own step timer", out=args.out)
 

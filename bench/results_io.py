@@ -81,6 +81,17 @@ def portable_path(value: str) -> str:
     return path.relative_to(root).as_posix() if path.is_relative_to(root) else f"<{path.name}>"
 
 
+def portable_figures(figures: dict, named: dict[str, str]) -> dict:
+    """Figures with this machine's folders replaced inside every string (process command lines, a stage's log
+    lines): each of `named` (folder → the name it takes, longest first) and then the project and the home folder
+    as `<project>`, `<home>`."""
+    folders = {**named, str(RESULTS.parents[1]): "<project>", str(Path.home()): "<home>"}
+    text = json.dumps(figures)
+    for local in sorted(folders, key=len, reverse=True):
+        text = text.replace(local, folders[local])
+    return json.loads(text)
+
+
 def portable_command(argv: list[str]) -> str:
     """The command line as a results file records it: paths inside the project relative to it, any other absolute
     path as `<its last component>` (a results file is committed; this machine's folders mean nothing elsewhere)."""

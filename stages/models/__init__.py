@@ -9,9 +9,7 @@ that only starts torchrun, `stages.models.launch`, no use for torch).
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
-log = logging.getLogger(__name__)
 
 
 def load_vlm(path: str | Path, dtype: str = "auto", device: str | None = None, rope_parameters: dict | None = None):
