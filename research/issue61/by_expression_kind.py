@@ -1,7 +1,7 @@
 """Study (issue 61): where does a base's grounding of the synth frames fail — which kinds of expression, and do its
 boxes land on any object at all?
 
-    python research/issue61/by_expression_kind.py MODEL N OUT.json [LOOK [OBJECT_SCALE [FRAMES]]]
+    python research/issue61/by_expression_kind.py MODEL N OUT.json [LOOK [OBJECT_SCALE [FRAMES [PHRASE]]]]
 
 Draws N held-out synth samples as the pretrain stage draws them (`stages.pretrain.scenes.synth_sample`, FRAMES (6)
 frames at 112, the synth default preset with LOOK (textured) and OBJECT_SCALE (1.0); their own seed stream, apart from
@@ -9,9 +9,12 @@ every training stream), answers them greedily with the Qwen2.5-VL folder MODEL (
 answer with the stage's `score_answer`. Groups: expressions that name a colour or not, one target or several,
 referring or reasoning. Per group: box IoU, the share of first boxes that land on some object (IoU > 0.3), of
 those the share on the asked target, keyframe hits; the IoU of the best fixed box on an 8-pixel grid is the bar a
-model that does not look reaches.
+model that does not look reaches. PHRASE `rectangle` asks every one-target expression that names a colour as "the
+<colour> rectangle" (the words of the base's plain scenes) instead of its own words (`as-is`, the default): does a
+base's binding hang on the pixels or on the words it was trained with?
 """
 
+import dataclasses
 import json
 import sys
 import time
@@ -48,6 +51,14 @@ def best_fixed_box_iou(boxes: list[list[int]], size: int = SIZE, step: int = 8) 
     return round(best, 4)
 
 
+def rephrased(sample):
+    """The sample asked as "the <colour> rectangle" when it has one target and its expression names a colour."""
+    colour = next((word for word in sample.expression.split() if word in COLOURS), None)
+    if colour is None or len(sample.boxes) != 1:
+        return sample
+    return dataclasses.replace(sample, expression=f"the {colour} rectangle")
+
+
 def group(rows: list[dict]) -> dict:
     landed = [r["on_target"] for r in rows if r["on_target"] is not None]
     return {"n": len(rows), "box_iou": round(float(np.mean([r["box_iou"] for r in rows])), 4),
@@ -61,9 +72,12 @@ def main() -> None:
     look = sys.argv[4] if len(sys.argv) > 4 else "textured"
     scale = SynthScale(look=look, object_scale=float(sys.argv[5]) if len(sys.argv) > 5 else 1.0)
     frames = int(sys.argv[6]) if len(sys.argv) > 6 else 6
+    phrase = sys.argv[7] if len(sys.argv) > 7 else "as-is"
     torch.set_num_threads(1)
     samples = [synth_sample(np.random.default_rng(derive_seed(7, "probe", "check", i)), f"check/{i}/synth", frames,
                             SIZE, scale) for i in range(n)]
+    if phrase == "rectangle":
+        samples = [rephrased(s) for s in samples]
     vlm, processor = load_vlm(model, "float32", "cpu")
     vlm.eval()
     processor.tokenizer.padding_side = "left"
@@ -87,7 +101,8 @@ def main() -> None:
               "reasoning": [r for r in rows if r["type"] == REASONING]}
     result = {"what": "held-out synth samples answered by a base; box IoU, landing and keyframe hits by expression "
                       "kind, beside the best fixed box", "command": " ".join(["python", *sys.argv]),
-              "model": model, "samples": n, "frames": frames, "look": look, "object_scale": scale.object_scale,
+              "model": model, "samples": n, "frames": frames, "phrase": phrase, "look": look,
+              "object_scale": scale.object_scale,
               "seconds": round(time.time() - started, 1),
               "groups": {name: group(members) for name, members in groups.items() if members}}
     out.write_text(json.dumps(result, indent=1) + "\n")

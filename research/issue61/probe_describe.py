@@ -14,7 +14,9 @@ from their own seed stream, greedy, scored by the stage's `score_answer` (box Io
 steps. GROW=k asks only red at first and one more colour every k steps (decision 006's U1 curriculum; 0: all six
 from the first step). The model, AdamW and the checks so far are saved as OUT.state.pt every EVERY steps: a rerun
 with the same settings resumes there (every batch depends on (SEED, step) only). Env: DESCRIBE, GROW (0), STEPS, BS
-(16), LR (1e-3), EVERY (250), SEED (0), OBJ (3).
+(16), LR (1e-3), EVERY (250), SEED (0), OBJ (3), NUMINIT (0: 1 gives number tokens Fourier-coded rows), SMOOTH (0:
+sigma in pixels of a Gaussian target over nearby numbers), AUX (0: the weight of a loss that names, at every image
+token an object covers, that object's colour word through lm_head).
 """
 
 import dataclasses
@@ -41,6 +43,9 @@ STEPS, BS = int(os.environ.get("STEPS", "3000")), int(os.environ.get("BS", "16")
 LR, EVERY = float(os.environ.get("LR", "1e-3")), int(os.environ.get("EVERY", "250"))
 SEED, OBJ = int(os.environ.get("SEED", "0")), int(os.environ.get("OBJ", "3"))
 GROW = int(os.environ.get("GROW", "0"))
+NUMINIT = os.environ.get("NUMINIT", "0") == "1"  # number tokens' embedding and output rows: Fourier codes of the value
+AUX = float(os.environ.get("AUX", "0"))  # > 0: weight of a loss naming, at each image token, the colour seen there
+SMOOTH = float(os.environ.get("SMOOTH", "0"))  # > 0: a number label's target spread over nearby numbers (Gaussian, px)
 SIZE, WARMUP, CHECK = 112, 50, 96
 ALL = ("red", "green", "blue", "yellow", "orange", "white")
 PALETTE = {name: np.array(rgb, dtype=float) for name, rgb in COLOURS.items()}
@@ -49,6 +54,22 @@ PALETTE = {name: np.array(rgb, dtype=float) for name, rgb in COLOURS.items()}
 def colour_at(image, box) -> str:
     pixel = np.asarray(image, dtype=float)[(box[1] + box[3] - 1) // 2, (box[0] + box[2] - 1) // 2]
     return min(PALETTE, key=lambda name: float(np.sum((PALETTE[name] - pixel) ** 2)))
+
+
+def cell_colours(s, grid: int = 4) -> list[str | None]:
+    """Per merged image token (row-major over the 4 x 4 grid of 28-pixel cells at 112), the colour of the rectangle
+    covering most of the cell when it covers at least 30 % of it, else None (background: no label)."""
+    cell = SIZE // grid
+    objects = [(b, colour_at(s.images[0], b)) for b in [*s.boxes, *s.distractors]]
+    out = []
+    for row in range(grid):
+        for col in range(grid):
+            x1, y1 = col * cell, row * cell
+            cover = [(max(0, min(x1 + cell, b[2]) - max(x1, b[0])) * max(0, min(y1 + cell, b[3]) - max(y1, b[1])), c)
+                     for b, c in objects]
+            area, colour = max(cover, default=(0, None))
+            out.append(colour if area >= 0.3 * cell * cell else None)
+    return out
 
 
 def sample(rng: np.random.Generator, name: str, step: int | None = None):
@@ -70,6 +91,77 @@ def encode(processor, s, response: str) -> dict:
     item = dict(processor(text=[text], images=[s.images], return_tensors="pt"))
     item["labels"] = assistant_labels(item["input_ids"], processor.tokenizer)
     return item
+
+
+def number_tokens(tokenizer) -> dict[int, tuple[int, bool]]:
+    """token id -> (the whole number it writes, whether it has a leading space): "7" and " 7" are two tokens."""
+    out = {}
+    for token, token_id in tokenizer.get_vocab().items():
+        spaced = token.startswith("\u0120")
+        digits = token[1:] if spaced else token
+        if digits.isascii() and digits.isdigit() and (digits == "0" or not digits.startswith("0")):
+            out[token_id] = (int(digits), spaced)
+    return out
+
+
+def fourier(value: float, dims: int) -> torch.Tensor:
+    """cos / sin of the value at geometric periods from 3 to 600 pixels: nearby numbers get nearby vectors."""
+    periods = torch.logspace(np.log10(3.0), np.log10(600.0), dims // 2, dtype=torch.float64)
+    angles = 2 * np.pi * value / periods
+    return torch.cat([torch.cos(angles), torch.sin(angles)]).float()
+
+
+@torch.no_grad()
+def init_numbers(model, numbers: dict[int, tuple[int, bool]]) -> None:
+    """Give every number token's input embedding and output row the Fourier code of its value through one fixed
+    random projection (the spaced and unspaced tokens of a value share it), at the rows' initial norm."""
+    gen = torch.Generator().manual_seed(SEED)
+    hidden = model.get_input_embeddings().weight.shape[1]
+    projection = torch.linalg.qr(torch.randn(hidden, 32, generator=gen))[0].T  # 32 x hidden, orthonormal rows
+    for weight in (model.get_input_embeddings().weight, model.lm_head.weight):
+        norm = weight.norm(dim=1).mean()
+        for token_id, (value, _) in numbers.items():
+            code = fourier(value, 32) @ projection
+            weight[token_id] = code / code.norm() * norm
+
+
+def soft_targets(vocab: int, numbers: dict[int, tuple[int, bool]]) -> torch.Tensor:
+    """(vocab, vocab): row t is the target distribution for label t: one-hot, or for a number a Gaussian of width
+    SMOOTH over the numbers written the same way (same leading space)."""
+    targets = torch.eye(vocab)
+    ids = list(numbers)
+    for token_id, (value, spaced) in numbers.items():
+        same = [i for i in ids if numbers[i][1] == spaced]
+        weights = torch.tensor([np.exp(-((numbers[i][0] - value) ** 2) / (2 * SMOOTH ** 2)) for i in same])
+        targets[token_id] = 0
+        targets[token_id, same] = (weights / weights.sum()).float()
+    return targets
+
+
+def aux_loss(model, batch: dict, cells: list[list[str | None]], colour_ids: dict[str, int],
+             image_token: int) -> torch.Tensor:
+    """The answer's loss plus AUX x the cross-entropy of the colour word read out (through lm_head) at each image
+    token whose cell an object covers: a dense signal tying what a token sees to the word that names it."""
+    out = model(**batch)
+    targets = torch.full_like(batch["input_ids"], -100)
+    for row, colours in enumerate(cells):
+        positions = (batch["input_ids"][row] == image_token).nonzero().flatten()
+        assert len(positions) == len(colours), (len(positions), len(colours))
+        for position, colour in zip(positions.tolist(), colours, strict=True):
+            if colour is not None:
+                targets[row, position] = colour_ids[colour]
+    keep = targets != -100
+    aux = torch.nn.functional.cross_entropy(out.logits[keep].float(), targets[keep])
+    return out.loss + AUX * aux
+
+
+def smooth_loss(model, batch: dict, targets: torch.Tensor) -> torch.Tensor:
+    labels = batch.pop("labels")
+    logits = model(**batch).logits[:, :-1].float()
+    labels = labels[:, 1:]
+    keep = labels != -100
+    log_probs = torch.log_softmax(logits[keep], dim=-1)
+    return -(targets[labels[keep]] * log_probs).sum(-1).mean()
 
 
 @torch.no_grad()
@@ -101,12 +193,22 @@ def main() -> None:
     torch.manual_seed(SEED)
     model, processor = fresh_model(params)
     model.train()
+    numbers = number_tokens(processor.tokenizer)
+    if NUMINIT:
+        init_numbers(model, numbers)
+    targets = soft_targets(model.lm_head.weight.shape[0], numbers) if SMOOTH > 0 else None
+    colour_ids = {c: processor.tokenizer.convert_tokens_to_ids("\u0120" + c) for c in ALL}
+    image_token = model.config.image_token_id
     collate = PadCollator(processor.tokenizer.pad_token_id)
     held = [sample(np.random.default_rng(derive_seed(7, "describe", "check", i)), f"check/{i}") for i in range(CHECK)]
     opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / WARMUP) * 0.5 * (1 + np.cos(np.pi * min(s, STEPS) / STEPS)))
     settings = {"describe": DESCRIBE, "grow": GROW, "steps": STEPS, "bs": BS, "lr": LR, "seed": SEED, "objects": OBJ}
+    if NUMINIT or SMOOTH:  # only when set, so that the states of runs without them still resume
+        settings.update({"numinit": NUMINIT, "smooth": SMOOTH})
+    if AUX:
+        settings["aux"] = AUX
     log, losses, started, first = [], [], time.time(), 0
     state_path = out.with_suffix(".state.pt")
     if state_path.is_file():
@@ -119,9 +221,15 @@ def main() -> None:
             started -= state["seconds"]
             print(f"resumed at step {first}", flush=True)
     for step in range(first, STEPS):
-        batch = [encode(processor, *sample(np.random.default_rng(derive_seed(SEED, "describe", "train", step, i)),
-                                           f"train/{step}/{i}", step)) for i in range(BS)]
-        loss = model(**collate(batch)).loss
+        drawn = [sample(np.random.default_rng(derive_seed(SEED, "describe", "train", step, i)), f"train/{step}/{i}",
+                        step) for i in range(BS)]
+        batch = collate([encode(processor, *d) for d in drawn])
+        if AUX:
+            loss = aux_loss(model, batch, [cell_colours(s) for s, _ in drawn], colour_ids, image_token)
+        elif targets is not None:
+            loss = smooth_loss(model, batch, targets)
+        else:
+            loss = model(**batch).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step(), sched.step(), opt.zero_grad()
