@@ -29,7 +29,13 @@ from stages.core.io import derive_seed, read_table, write_table
 from stages.core.lineage import write_lineage
 from stages.core.report import StageReport
 from stages.core.runner import RunnerParams, map_ordered
-from stages.keyframes.frames import choose_keyframe, inscribed_circle_centre, sample_frames, scale_box, spread_frames
+from stages.keyframes.frames import (
+    frames_and_keyframe,
+    inscribed_circle_centre,
+    sample_frames,
+    scale_box,
+    spread_frames,
+)
 from stages.params.keyframes import KeyframesParams
 
 log = logging.getLogger(__name__)
@@ -154,19 +160,13 @@ def _process(job: _Job) -> dict:
         union_areas = np.asarray([mask_utils.area(rle.union([obj[t] for obj in job.rles], H, W))
                                   for t in range(T)], dtype=float)
     rng = np.random.default_rng(job.seed)
-    # uniform: the frames are fixed first (the evaluation's spread) and the keyframe, its top-k and the AKS
-    # candidates are drawn among them only; anchor: the keyframe is drawn over the video, the frames around it
-    shown = spread_frames(T, params.n_frames) if params.frames == "uniform" else list(range(T))
     try:
-        key_pos, topk_pos = choose_keyframe(union_areas[shown], params.top_k, params.mode, rng)
+        indices, key_idx, topk = frames_and_keyframe(union_areas, params.n_frames, params.top_k, params.mode,
+                                                     params.frames, rng)
     except ValueError as err:
         annos = [int(a) for a in sample["anno_ids"]]
-        # uniform only: a target present in the video but in none of the frames the spread shows
-        why = f"target is empty in every shown frame (uniform spread of {len(shown)})" if union_areas.any() else err
         return {"sample_id": sample["sample_id"],
-                "reason": f"{sample['expression_id']}: {why} of {sample['video']} ({T} frames, anno_ids {annos})"}
-    key_idx, topk = shown[key_pos], [shown[p] for p in topk_pos]
-    indices = shown if params.frames == "uniform" else sample_frames(T, params.n_frames, key_idx)
+                "reason": f"{sample['expression_id']}: {err} of {sample['video']} ({T} frames, anno_ids {annos})"}
     unions = {t: rle.union([obj[t] for obj in job.rles], H, W) for t in indices}
     area_scale = (S * S) / (H * W)
     boxes = [[scale_box(job.boxes[k, t], W, H, S) for k in range(len(job.rles))] for t in indices]
@@ -175,7 +175,8 @@ def _process(job: _Job) -> dict:
     for obj in job.rles:
         centre = inscribed_circle_centre(rle.decode(obj[key_idx], H, W))
         points.append(None if centre is None else [centre[0] * S / W, centre[1] * S / H])
-    zero = [int(t) for t in shown if union_areas[t] == 0]
+    # uniform: the AKS candidates are shown frames too, as the evaluation's candidates (its selections) always are
+    zero = [int(t) for t in (indices if params.frames == "uniform" else range(T)) if union_areas[t] == 0]
     # AKS candidates for both options are chosen here (RCoT-Seg: option A is the largest-area frame, option B
     # a zero-area frame drawn with the per-sample seed); which option a sample gets is decided per pool by
     # `_balance_aks`, so that A:B is 1:1 exactly over the samples that have both

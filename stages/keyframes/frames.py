@@ -80,6 +80,28 @@ def choose_keyframe(areas: Sequence[float], k: int, mode: str, rng: np.random.Ge
     return int(candidates[int(rng.integers(len(candidates)))]), candidates
 
 
+def frames_and_keyframe(areas: Sequence[float], n_frames: int, k: int, mode: str, spread: str,
+                        rng: np.random.Generator) -> tuple[list[int], int, list[int]]:
+    """The shown frame indices, the keyframe and its top-k candidates, all video frame indices.
+
+    spread "anchor": the keyframe is drawn over the whole video, the frames are `sample_frames` around it (the
+    papers); "uniform": the frames are `spread_frames` (what the evaluation shows) and the keyframe is drawn by
+    the same `mode` rule among them only. Raises ValueError when the target is empty in every (shown) frame.
+    """
+    areas = np.asarray(areas, dtype=float)
+    if spread == "anchor":
+        key, top = choose_keyframe(areas, k, mode, rng)
+        return sample_frames(len(areas), n_frames, key), key, top
+    shown = spread_frames(len(areas), n_frames)
+    try:
+        position, top = choose_keyframe(areas[shown], k, mode, rng)
+    except ValueError:
+        if areas.any():  # present in the video, but in none of the frames the spread shows
+            raise ValueError(f"target is empty in every shown frame (uniform spread of {len(shown)})") from None
+        raise
+    return shown, shown[position], [shown[p] for p in top]
+
+
 def scale_box(box: Sequence[float] | None, width: int, height: int, size: int) -> list[float] | None:
     """A box from the original frame to the square train resolution (None stays None)."""
     if box is None or any(np.isnan(v) for v in box):
