@@ -80,6 +80,8 @@ class KeyframesSchema(SampleSchema):
     keyframe_idx: Series[int] = pa.Field(ge=0)
     keyframe_timestamp: Series[int] = pa.Field(ge=0)
     keyframe_mode: Series[str] = pa.Field(isin=["topk_random", "max_area"])
+    frame_spread: Series[str] = pa.Field(isin=["anchor", "uniform"], description="keyframes.frames: anchor (N frames "
+                                         "around the keyframe) | uniform (the evaluation's spread over the video)")
     topk_indices: Series[object]
     boxes: Series[object]
     areas: Series[object]

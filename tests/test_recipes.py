@@ -23,7 +23,8 @@ PAPER = {
     "veason-r1": {
         "sample.sft_first_k": 10, "sample.grpo_size": 10000, "sample.disjoint": False,
         "sample.include_no_target_train": False, "sample.sft_tasks": ["veason"], "sample.grpo_tasks": ["veason"],
-        "keyframes.n_frames": 6, "keyframes.top_k": 5, "keyframes.mode": "topk_random", "keyframes.train_size": 560,
+        "keyframes.n_frames": 6, "keyframes.top_k": 5, "keyframes.mode": "topk_random", "keyframes.frames": "anchor",
+        "keyframes.train_size": 560,
         "teacher.model": "doubao-1-5-thinking-vision-pro-250428", "teacher.thinking": "enabled",
         "teacher.max_tokens": 4096, "teacher.temperature": 1.0,
         "sft.epochs": 1, "sft.learning_rate": 1e-4, "sft.lr_scheduler": "cosine", "sft.grad_accum": 8, "sft.lora_r": 8,
@@ -41,7 +42,8 @@ PAPER = {
         "sample.grpo_size": 10000, "sample.single_multi_ratio": 3.0,
         "sample.sft_tasks": ["rcot_vdg", "rcot_kfg", "rcot_aks", "rcot_ktg"],
         "sample.grpo_tasks": ["rcot_aks", "rcot_ktg"], "sample.grpo_task_weights": [4.0, 6.0],
-        "keyframes.mode": "max_area", "keyframes.train_size": 448, "keyframes.keyframe_size": 840,
+        "keyframes.mode": "max_area", "keyframes.frames": "anchor", "keyframes.train_size": 448,
+        "keyframes.keyframe_size": 840,
         "teacher.model": "Qwen/Qwen2.5-VL-7B-Instruct",
         "sft.lora_r": 8, "sft.learning_rate": 1e-4, "sft.warmup_ratio": 0.1, "sft.grad_accum": 8, "sft.epochs": 1,
         "reward.components": ["format", "keyframe", "rcot_match", "aks_option"],
@@ -53,6 +55,7 @@ PAPER = {
     },
     "videoseg-r1": {
         "sample.sft_tasks": ["videoseg"], "sample.grpo_tasks": ["videoseg"], "keyframes.keyframe_size": 840,
+        "keyframes.frames": "anchor",
         "reward.components": ["format", "rcot_match", "non_repeat", "negative_point"],
         "reward.negative_point_tau": 40.0, "reward.threshold_size": 840, "reward.length_penalty": True,
         "difficulty.backend": "mllm", "grpo.batch_size": 16, "grpo.num_generations": 8, "grpo.learning_rate": 1e-6,

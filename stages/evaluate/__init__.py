@@ -143,7 +143,8 @@ def evaluate(params: EvaluateParams, model: ModelParams, sam2: Sam2Params, train
                           **({"masks": Path(index_dir) / mask_table.FILE} if index_dir else {}),
                           **({"sam2": Path(sam2.checkpoint)} if params.segmenter == "sam2" else {})},
                   counts={"expressions": len(answers_df), "videos": len(seconds)},
-                  code_modules=["stages.evaluate", "stages.sam2_wrapper", "schemas.evaluate"],
+                  code_modules=["stages.evaluate", "stages.sam2_wrapper", "stages.keyframes.frames",
+                                "schemas.evaluate"],
                   extra={"model_path": str(model_path), "frame_size": size, "question_prompt": QUESTION_VERSION,
                          **({"judge_prompt": JUDGE_VERSION} if params.mode == "rcot" else {})})
     # the released model's card: the evaluated checkpoint's whole chain (raw data → weights) + eval metrics

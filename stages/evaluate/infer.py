@@ -15,11 +15,11 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 from PIL import Image
 
 from schemas.answer import Answer, parse_answer
+from stages.keyframes.frames import spread_frames
 from stages.tasks import get_task, timestamp_tag
 
 log = logging.getLogger(__name__)
@@ -28,13 +28,8 @@ JUDGE_VERSION = "rcot_aks/v1"  # RCoT mode asks its tasks' own questions (stages
 RESELECT_NOTE = "These frames were judged not to be valid keyframes: {rejected}. Choose a different keyframe."
 
 
-def uniform_frames(n_video_frames: int, n_frames: int) -> list[int]:
-    """N frame indices spread evenly over the video, first and last included (all frames when T ≤ N)."""
-    if n_video_frames <= 0 or n_frames <= 0:
-        raise ValueError(f"need positive frame counts, got T={n_video_frames}, N={n_frames}")
-    if n_video_frames <= n_frames:
-        return list(range(n_video_frames))
-    return [int(i) for i in np.unique(np.round(np.linspace(0, n_video_frames - 1, n_frames)).astype(int))]
+# the frames the evaluation shows: the one spread rule, shared with the pre-training and `keyframes.frames: uniform`
+uniform_frames = spread_frames
 
 
 @dataclass

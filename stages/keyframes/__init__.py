@@ -1,5 +1,9 @@
 """`keyframes` stage: per sample, the keyframe, N sampled frames and geometry at train resolution.
 
+`keyframes.frames`: anchor draws the keyframe over the video and shows N frames around it (the papers);
+uniform shows the evaluation's spread of the video and draws the keyframe, its top-k and the AKS candidates
+among those shown frames only (docs/sampling.md).
+
 Areas and boxes come from ingest's tracks table (computed on RLEs, no decoding). The union area of a
 multi-object target and the union masks need the RLEs of the sampled targets, read from ingest's mask
 table (`masks.parquet`, one row group at a time, only the anno_ids of sampled expressions are kept;
@@ -25,7 +29,13 @@ from stages.core.io import derive_seed, read_table, write_table
 from stages.core.lineage import write_lineage
 from stages.core.report import StageReport
 from stages.core.runner import RunnerParams, map_ordered
-from stages.keyframes.frames import choose_keyframe, inscribed_circle_centre, sample_frames, scale_box
+from stages.keyframes.frames import (
+    frames_and_keyframe,
+    inscribed_circle_centre,
+    sample_frames,
+    scale_box,
+    spread_frames,
+)
 from stages.params.keyframes import KeyframesParams
 
 log = logging.getLogger(__name__)
@@ -151,12 +161,12 @@ def _process(job: _Job) -> dict:
                                   for t in range(T)], dtype=float)
     rng = np.random.default_rng(job.seed)
     try:
-        key_idx, topk = choose_keyframe(union_areas, params.top_k, params.mode, rng)
+        indices, key_idx, topk = frames_and_keyframe(union_areas, params.n_frames, params.top_k, params.mode,
+                                                     params.frames, rng)
     except ValueError as err:
         annos = [int(a) for a in sample["anno_ids"]]
         return {"sample_id": sample["sample_id"],
                 "reason": f"{sample['expression_id']}: {err} of {sample['video']} ({T} frames, anno_ids {annos})"}
-    indices = sample_frames(T, params.n_frames, key_idx)
     unions = {t: rle.union([obj[t] for obj in job.rles], H, W) for t in indices}
     area_scale = (S * S) / (H * W)
     boxes = [[scale_box(job.boxes[k, t], W, H, S) for k in range(len(job.rles))] for t in indices]
@@ -165,7 +175,8 @@ def _process(job: _Job) -> dict:
     for obj in job.rles:
         centre = inscribed_circle_centre(rle.decode(obj[key_idx], H, W))
         points.append(None if centre is None else [centre[0] * S / W, centre[1] * S / H])
-    zero = [int(t) for t in range(T) if union_areas[t] == 0]
+    # uniform: the AKS candidates are shown frames too, as the evaluation's candidates (its selections) always are
+    zero = [int(t) for t in (indices if params.frames == "uniform" else range(T)) if union_areas[t] == 0]
     # AKS candidates for both options are chosen here (RCoT-Seg: option A is the largest-area frame, option B
     # a zero-area frame drawn with the per-sample seed); which option a sample gets is decided per pool by
     # `_balance_aks`, so that A:B is 1:1 exactly over the samples that have both
@@ -184,7 +195,7 @@ def _process(job: _Job) -> dict:
         "height": H, "width": W, "n_video_frames": T,
         "frame_indices": indices, "frame_names": [video["frames"][t] for t in indices], "timestamps": indices,
         "keyframe_pos": indices.index(key_idx), "keyframe_idx": key_idx, "keyframe_timestamp": key_idx,
-        "keyframe_mode": params.mode, "topk_indices": topk,
+        "keyframe_mode": params.mode, "frame_spread": params.frames, "topk_indices": topk,
         "boxes": boxes, "areas": areas, "union_areas": [float(union_areas[t]) * area_scale for t in indices],
         "union_masks": [json.dumps(rle.to_json(unions[t]), sort_keys=True) for t in indices],
         "ktg_points": points, "aks_valid": topk, "aks_invalid": zero, "aks_option": "A", **candidate(aks_a),
@@ -207,21 +218,26 @@ def _balance_aks(rows: list[dict], seed: int) -> list[dict]:
 
 
 def _no_target_row(job: _Job) -> dict:
-    """A no-target sample (evaluation; training pools only when asked): frames around the middle frame,
-    no geometry, every frame a zero-area (AKS option B) frame."""
+    """A no-target sample (evaluation; training pools only when asked): frames around the middle frame (anchor)
+    or the evaluation's spread with its middle shown frame as the keyframe (uniform), no geometry, every frame
+    a zero-area (AKS option B) frame."""
     sample, video, params = job.sample, job.video, job.params
     T, H, W = int(video["n_frames"]), int(video["height"]), int(video["width"])
-    key_idx = T // 2
-    indices = sample_frames(T, params.n_frames, key_idx)
+    if params.frames == "uniform":
+        indices = spread_frames(T, params.n_frames)
+        key_idx, invalid = indices[len(indices) // 2], list(indices)
+    else:
+        key_idx, invalid = T // 2, list(range(T))
+        indices = sample_frames(T, params.n_frames, key_idx)
     empty = json.dumps(rle.to_json(rle.union([], H, W)), sort_keys=True)
     return {
         **{k: sample[k] for k in SampleSchema.to_schema().columns},
         "height": H, "width": W, "n_video_frames": T,
         "frame_indices": indices, "frame_names": [video["frames"][t] for t in indices], "timestamps": indices,
         "keyframe_pos": indices.index(key_idx), "keyframe_idx": key_idx, "keyframe_timestamp": key_idx,
-        "keyframe_mode": params.mode, "topk_indices": [], "boxes": [[] for _ in indices],
+        "keyframe_mode": params.mode, "frame_spread": params.frames, "topk_indices": [], "boxes": [[] for _ in indices],
         "areas": [[] for _ in indices], "union_areas": [0.0 for _ in indices], "union_masks": [empty] * len(indices),
-        "ktg_points": [], "aks_valid": [], "aks_invalid": list(range(T)), "aks_option": "B",
+        "ktg_points": [], "aks_valid": [], "aks_invalid": invalid, "aks_option": "B",
         "aks_frame_idx": key_idx, "aks_frame_name": str(video["frames"][key_idx]), "aks_boxes": [], "aks_areas": [],
         "aks_union_mask": empty, "aks_frame_b": None, "train_size": params.train_size,
         "video_union_areas": [0.0] * T,

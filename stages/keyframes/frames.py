@@ -1,6 +1,7 @@
-"""Pure rules: keyframe choice, anchor-based frame sampling, box scaling, KTG point.
+"""Pure rules: keyframe choice, frame sampling (anchor-based or the evaluation's uniform spread), box scaling, KTG
+point.
 
-Frame sampling rule (docs/sampling.md). Given T frames, N wanted and the keyframe (anchor) a:
+Anchor sampling rule (docs/sampling.md). Given T frames, N wanted and the keyframe (anchor) a:
 - T ≤ N: all T frames (no duplicates; the model sees fewer than N frames).
 - otherwise the stride is k = ⌊(T−1)/(N−1)⌋ (the widest even spacing that fits N frames in the video)
   and the phase is a mod k, so the grid {a mod k + i·k} contains the anchor; of that grid, the N
@@ -43,6 +44,21 @@ def sample_frames(n_video_frames: int, n_wanted: int, anchor: int) -> list[int]:
     raise AssertionError("unreachable: stride 1 always fits")  # pragma: no cover
 
 
+def spread_frames(n_video_frames: int, n_frames: int) -> list[int]:
+    """N frame indices spread evenly over the video, first and last included (all frames when T ≤ N): the frames
+    the evaluation shows, the pre-training's clips and `keyframes.frames: uniform` (one rule for all three).
+
+    Raises:
+        ValueError: non-positive sizes.
+    """
+    if n_video_frames <= 0 or n_frames <= 0:
+        raise ValueError(f"need positive frame counts, got T={n_video_frames}, N={n_frames}")
+    if n_video_frames <= n_frames:
+        return list(range(n_video_frames))
+    # T > N makes the spacing (T−1)/(N−1) > 1, so the rounded points are distinct: N of them
+    return [int(i) for i in np.round(np.linspace(0, n_video_frames - 1, n_frames)).astype(int)]
+
+
 def top_k_frames(areas: Sequence[float], k: int) -> list[int]:
     """Indices of the k largest positive areas, largest first (ties: earlier frame first)."""
     areas = np.asarray(areas, dtype=float)
@@ -62,6 +78,28 @@ def choose_keyframe(areas: Sequence[float], k: int, mode: str, rng: np.random.Ge
     if mode == "max_area":
         return candidates[0], candidates
     return int(candidates[int(rng.integers(len(candidates)))]), candidates
+
+
+def frames_and_keyframe(areas: Sequence[float], n_frames: int, k: int, mode: str, spread: str,
+                        rng: np.random.Generator) -> tuple[list[int], int, list[int]]:
+    """The shown frame indices, the keyframe and its top-k candidates, all video frame indices.
+
+    spread "anchor": the keyframe is drawn over the whole video, the frames are `sample_frames` around it (the
+    papers); "uniform": the frames are `spread_frames` (what the evaluation shows) and the keyframe is drawn by
+    the same `mode` rule among them only. Raises ValueError when the target is empty in every (shown) frame.
+    """
+    areas = np.asarray(areas, dtype=float)
+    if spread == "anchor":
+        key, top = choose_keyframe(areas, k, mode, rng)
+        return sample_frames(len(areas), n_frames, key), key, top
+    shown = spread_frames(len(areas), n_frames)
+    try:
+        position, top = choose_keyframe(areas[shown], k, mode, rng)
+    except ValueError:
+        if areas.any():  # present in the video, but in none of the frames the spread shows
+            raise ValueError(f"target is empty in every shown frame (uniform spread of {len(shown)})") from None
+        raise
+    return shown, shown[position], [shown[p] for p in top]
 
 
 def scale_box(box: Sequence[float] | None, width: int, height: int, size: int) -> list[float] | None:

@@ -16,7 +16,8 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
-from stages.pretrain.scenes import GroundingSample, spread_frames
+from stages.keyframes.frames import spread_frames
+from stages.pretrain.scenes import GroundingSample
 from stages.synth.scene import COLOURS
 
 PLACE_TRIES = 50  # tries at a path apart from the others' before one that overlaps is kept

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
+from stages.keyframes.frames import spread_frames
 from stages.params.synth import SynthScale
 from stages.synth.expressions import NO_TARGET, Facts, generate_expressions
 from stages.synth.render import background, full_shape_area, render_frame
@@ -49,14 +50,6 @@ def synth_sample(rng: np.random.Generator, name: str, n_frames: int, size: int, 
         samples = _clip_samples(rng, name, n_frames, size, scale)
         if samples:
             return samples[int(rng.integers(len(samples)))]
-
-
-def spread_frames(n_video_frames: int, n_frames: int) -> list[int]:
-    """N frame indices spread evenly over the clip, first and last included (all when the clip is shorter): the
-    rule the evaluation uses to pick the frames it shows."""
-    if n_video_frames <= n_frames:
-        return list(range(n_video_frames))
-    return [int(i) for i in np.unique(np.round(np.linspace(0, n_video_frames - 1, n_frames)).astype(int))]
 
 
 def _clip_samples(rng: np.random.Generator, name: str, n_frames: int, size: int,

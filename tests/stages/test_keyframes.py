@@ -21,9 +21,18 @@ from scipy import ndimage
 
 from schemas.sample import KeyframesSchema
 from stages.core import rle
+from stages.core.io import read_table
 from stages.core.runner import RunnerParams
 from stages.keyframes import select_keyframes
-from stages.keyframes.frames import choose_keyframe, inscribed_circle_centre, sample_frames, scale_box, top_k_frames
+from stages.keyframes.frames import (
+    choose_keyframe,
+    frames_and_keyframe,
+    inscribed_circle_centre,
+    sample_frames,
+    scale_box,
+    spread_frames,
+    top_k_frames,
+)
 from stages.params.keyframes import KeyframesParams
 from stages.params.sample import SampleParams
 from stages.sample import sample_pools
@@ -310,3 +319,99 @@ def test_max_area_mode(pipeline: Path) -> None:
     grpo = pd.read_parquet(out / "grpo.parquet")
     assert (grpo["keyframe_idx"] == grpo["topk_indices"].map(lambda t: t[0])).all()
     assert set(grpo["keyframe_mode"]) == {"max_area"}
+
+
+# --- keyframes.frames: uniform (the evaluation's spread; the keyframe among the shown frames) ----------------------
+
+
+@pytest.mark.parametrize(("T", "N", "expected"), [
+    # round(i·(T−1)/(N−1)), i = 0..N−1: first and last frame, evenly spaced between
+    (30, 6, [0, 6, 12, 17, 23, 29]),  # 29/5 = 5.8: 0, 5.8, 11.6, 17.4, 23.2, 29
+    (10, 4, [0, 3, 6, 9]),
+    (10, 6, [0, 2, 4, 5, 7, 9]),  # 1.8: 0, 1.8, 3.6, 5.4, 7.2, 9
+    (8, 6, [0, 1, 3, 4, 6, 7]),  # 1.4: 0, 1.4, 2.8, 4.2, 5.6, 7
+    (12, 8, [0, 2, 3, 5, 6, 8, 9, 11]),  # 11/7 ≈ 1.571
+    (4, 6, [0, 1, 2, 3]),  # short video: every frame once
+    (6, 6, [0, 1, 2, 3, 4, 5]),
+    (50, 1, [0]),
+])
+def test_uniform_spread_is_the_evaluations_rule(T: int, N: int, expected: list[int]) -> None:
+    from stages.evaluate.infer import uniform_frames
+    from stages.pretrain import scenes
+
+    assert spread_frames(T, N) == expected
+    # one implementation: the evaluation's and the pre-training's names are the same function
+    assert uniform_frames is spread_frames and scenes.spread_frames is spread_frames
+    key_rng = np.random.default_rng(0)
+    shown, key, top = frames_and_keyframe(np.arange(1, T + 1, dtype=float), N, 3, "topk_random", "uniform", key_rng)
+    assert shown == expected and key in top and top == expected[::-1][:3]  # areas grow: the last shown frames
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 60), st.integers(1, 12), st.sampled_from(["topk_random", "max_area"]), st.integers(1, 5),
+       st.integers(0, 2**32), st.data())
+def test_uniform_keyframe_is_a_shown_frame_or_quarantined(T: int, N: int, mode: str, k: int, seed: int,
+                                                          data: st.DataObject) -> None:
+    # areas with many zeros, so that "present in the video but in no shown frame" occurs
+    areas = data.draw(arrays(np.float64, T, elements=st.sampled_from([0.0, 0.0, 0.0, 1.0, 7.5, 40.0])))
+    expected = spread_frames(T, N)
+    shown_areas = areas[expected]
+    if not shown_areas.any():
+        with pytest.raises(ValueError, match="empty in every shown frame" if areas.any() else "empty in every frame"):
+            frames_and_keyframe(areas, N, k, mode, "uniform", np.random.default_rng(seed))
+        return
+    shown, key, top = frames_and_keyframe(areas, N, k, mode, "uniform", np.random.default_rng(seed))
+    assert shown == expected and len(shown) == min(T, N)
+    assert all(0 <= f < T for f in shown) and all(a < b for a, b in zip(shown, shown[1:], strict=False))
+    assert key in shown and key in top and set(top) <= set(shown) and areas[key] > 0
+    # the top-k of the shown frames: largest first, ties to the earlier frame
+    assert top == sorted((t for t in shown if areas[t] > 0), key=lambda t: (-areas[t], t))[:k]
+    if mode == "max_area":
+        assert key == shown[int(np.argmax(shown_areas))]  # the first of equal largest shown areas
+    # the same per-sample draw as anchor mode makes over the shown frames' areas
+    assert key == shown[choose_keyframe(shown_areas, k, mode, np.random.default_rng(seed))[0]]
+
+
+def test_select_keyframes_uniform(tmp_path: Path) -> None:
+    square = [(2, 2, 10, 10)]
+    videos = [
+        # present only in frame 1, which the 6-frame spread of 10 (0, 2, 4, 5, 7, 9) does not show
+        VideoSpec("U/train/late", n_frames=10, objects={61: [None] + square + [None] * 8},
+                  expressions=[{"exp": "the blink", "obj_id": [0], "anno_id": [61], "type_id": 0}]),
+        # area grows with t; present at odd frames only: shown zero-area frames 0, 2, 4 (AKS option B)
+        VideoSpec("U/train/odd", n_frames=10, objects={62: [(2, 2, 4 + t, 4 + t) if t % 2 else None
+                                                            for t in range(10)]},
+                  expressions=[{"exp": "the odd square", "obj_id": [0], "anno_id": [62], "type_id": 0}]),
+        VideoSpec("U/valid/nt", split="valid", n_frames=7, objects={63: square * 7},
+                  expressions=[{"exp": "the square", "obj_id": [0], "anno_id": [63], "type_id": 0},
+                               {"exp": "the purple cat", "obj_id": [], "anno_id": [], "type_id": 2}]),
+    ]
+    write_root(tmp_path / "root", videos)
+    write_index(tmp_path / "index", videos)
+    sample_pools(SampleParams(sft_first_k=1, grpo_size=0), 0, tmp_path / "index", tmp_path / "sample")
+
+    def run(name: str, **kw) -> tuple[pd.DataFrame, pd.DataFrame]:
+        select_keyframes(KeyframesParams(n_frames=6, top_k=3, train_size=56, **kw), 0, tmp_path / "root",
+                         tmp_path / "index", tmp_path / "sample", tmp_path / name)
+        rows = pd.concat([read_table(tmp_path / name / f"{p}.parquet", KeyframesSchema) for p in ("sft", "eval")])
+        return rows.set_index(["video", "type"]), pd.read_parquet(tmp_path / name / "quarantine.parquet")
+
+    rows, quarantine = run("uniform", frames="uniform", mode="max_area")
+    assert set(rows["frame_spread"]) == {"uniform"}
+    assert quarantine["reason"].tolist() == ["U/train/late#0: target is empty in every shown frame (uniform spread "
+                                             "of 6) of U/train/late (10 frames, anno_ids [61])"]
+    odd = rows.loc[("U/train/odd", "referring")]
+    assert list(odd["frame_indices"]) == [0, 2, 4, 5, 7, 9] and list(odd["timestamps"]) == [0, 2, 4, 5, 7, 9]
+    assert odd["keyframe_idx"] == 9 and odd["keyframe_pos"] == 5 and list(odd["topk_indices"]) == [9, 7, 5]
+    assert list(odd["aks_valid"]) == [9, 7, 5] and list(odd["aks_invalid"]) == [0, 2, 4]  # shown frames only
+    assert odd["aks_frame_idx"] in (9, 0, 2, 4) and list(odd["union_areas"]) == pytest.approx(
+        [a * (56 * 56) / (24 * 32) for a in (0, 0, 0, 49, 81, 121)])
+    assert odd["ktg_points"][0][0] == pytest.approx(7.5 * 56 / 32)  # the inscribed centre at frame 9's square
+    assert list(odd["video_union_areas"]) == [float((2 + t) ** 2) if t % 2 else 0.0 for t in range(10)]
+    nt = rows.loc[("U/valid/nt", "no_target")]
+    assert list(nt["frame_indices"]) == [0, 1, 2, 4, 5, 6] and nt["keyframe_idx"] == 4  # the middle shown frame
+    assert list(nt["aks_invalid"]) == [0, 1, 2, 4, 5, 6] and nt["aks_frame_idx"] == 4
+    # anchor (the default) on the same samples: the late target is kept, its keyframe the frame it is in
+    rows, quarantine = run("anchor")
+    assert quarantine.empty and set(rows["frame_spread"]) == {"anchor"}
+    assert rows.loc[("U/train/late", "referring"), "keyframe_idx"] == 1
