@@ -12,7 +12,8 @@ under one phase: six frames, a share SHARE (0.5) of synth frames drawn plain at 
 every kind of expression, the rest the base's moving rectangles with all six colours. AdamW LR (3e-4), warm-up 50,
 cosine to STEPS, batch BS (16), one core. Every EVERY (250) steps it answers 96 held-out plain synth samples (their
 own seed stream) greedily and scores them with the stage's `score_answer`: box IoU, first boxes landed on an object,
-share of those on the asked target, for all and for the expressions that name a colour. Resumable from OUT.state.pt.
+share of those on the asked target, for all and for the expressions that name a colour. KINDS=colour keeps only the
+synth samples with one target named by its colour ("the red star", "the red shape"). Resumable from OUT.state.pt.
 """
 
 import json
@@ -37,6 +38,7 @@ from stages.synth.scene import COLOURS
 STEPS, BS = int(os.environ.get("STEPS", "1500")), int(os.environ.get("BS", "16"))
 LR, EVERY = float(os.environ.get("LR", "3e-4")), int(os.environ.get("EVERY", "250"))
 SHARE, SEED = float(os.environ.get("SHARE", "0.5")), int(os.environ.get("SEED", "0"))
+KINDS = os.environ.get("KINDS", "all")  # all | colour: synth samples drawn again until one target is named by colour
 OBJECT_SCALE, MAX_OBJECTS = float(os.environ.get("OBJECT_SCALE", "2.0")), int(os.environ.get("MAX_OBJECTS", "3"))
 FRAMES, SIZE, WARMUP, CHECK = 6, 112, 50, 96
 SCALE = SynthScale(look="plain", object_scale=OBJECT_SCALE, max_objects=MAX_OBJECTS)
@@ -69,6 +71,19 @@ def check(model, processor, held: list) -> dict:
             "parse": round(float(np.mean([r["parsed"] for r in rows])), 4), "last_answer": answers[-1][-120:]}
 
 
+def names_a_colour(sample) -> bool:
+    return len(sample.boxes) == 1 and any(word in COLOURS for word in sample.expression.split())
+
+
+def train_sample(rng: np.random.Generator, name: str):
+    """One sample of the phase; with KINDS=colour a synth sample is drawn again (same generator) until its expression
+    has one target and names its colour."""
+    while True:
+        s = draw_sample(rng, name, PHASE, PHASE.colours, SIZE, SCALE)
+        if KINDS == "all" or s.video.endswith("/plain") or names_a_colour(s):
+            return s
+
+
 def main() -> None:
     base, out = sys.argv[1], Path(sys.argv[2])
     torch.set_num_threads(1)
@@ -83,6 +98,8 @@ def main() -> None:
         opt, lambda s: min(1.0, (s + 1) / WARMUP) * 0.5 * (1 + np.cos(np.pi * min(s, STEPS) / STEPS)))
     settings = {"base": base, "steps": STEPS, "bs": BS, "lr": LR, "seed": SEED, "share": SHARE,
                 "object_scale": OBJECT_SCALE, "max_objects": MAX_OBJECTS}
+    if KINDS != "all":  # only when set, so that the states of earlier runs still resume
+        settings["kinds"] = KINDS
     log, losses, started, first = [], [], time.time(), 0
     state_path = out.with_suffix(".state.pt")
     if state_path.is_file():
@@ -99,9 +116,8 @@ def main() -> None:
         log.append(row)
         print(json.dumps(row), flush=True)
     for step in range(first, STEPS):
-        batch = [encode(processor, draw_sample(np.random.default_rng(derive_seed(SEED, "bridge", "train", step, i)),
-                                               f"train/{step}/{i}", PHASE, PHASE.colours, SIZE, SCALE))
-                 for i in range(BS)]
+        batch = [encode(processor, train_sample(np.random.default_rng(derive_seed(SEED, "bridge", "train", step, i)),
+                                                f"train/{step}/{i}")) for i in range(BS)]
         loss = model(**collate(batch)).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -16,7 +16,8 @@ from the first step). The model, AdamW and the checks so far are saved as OUT.st
 with the same settings resumes there (every batch depends on (SEED, step) only). Env: DESCRIBE, GROW (0), STEPS, BS
 (16), LR (1e-3), EVERY (250), SEED (0), OBJ (3), NUMINIT (0: 1 gives number tokens Fourier-coded rows), SMOOTH (0:
 sigma in pixels of a Gaussian target over nearby numbers), AUX (0: the weight of a loss that names, at every image
-token an object covers, that object's colour word through lm_head).
+token an object covers, that object's colour word through lm_head), SCENE (rectangles | shapes: one synth frame drawn
+plain at object scale 1.4 with OBJ objects, asked "the <colour> <kind>"; DESCRIBE and AUX stay 0 with it).
 """
 
 import dataclasses
@@ -32,10 +33,12 @@ import torch
 from stages.core.io import derive_seed
 from stages.models.batches import PadCollator, assistant_labels
 from stages.params import load_params
+from stages.params.synth import SynthScale
 from stages.pretrain import fresh_model, score_answer
 from stages.pretrain.plain import plain_sample
+from stages.pretrain.scenes import synth_sample
 from stages.pretrain.stream import chat
-from stages.synth.scene import COLOURS
+from stages.synth.scene import COLOURS, KINDS
 from stages.tasks import answer_text
 
 DESCRIBE = os.environ.get("DESCRIBE", "0") == "1"
@@ -46,6 +49,7 @@ GROW = int(os.environ.get("GROW", "0"))
 NUMINIT = os.environ.get("NUMINIT", "0") == "1"  # number tokens' embedding and output rows: Fourier codes of the value
 AUX = float(os.environ.get("AUX", "0"))  # > 0: weight of a loss naming, at each image token, the colour seen there
 SMOOTH = float(os.environ.get("SMOOTH", "0"))  # > 0: a number label's target spread over nearby numbers (Gaussian, px)
+SCENE = os.environ.get("SCENE", "rectangles")  # rectangles | shapes: one synth frame drawn plain, "the red star" asked
 SIZE, WARMUP, CHECK = 112, 50, 96
 ALL = ("red", "green", "blue", "yellow", "orange", "white")
 PALETTE = {name: np.array(rgb, dtype=float) for name, rgb in COLOURS.items()}
@@ -72,9 +76,26 @@ def cell_colours(s, grid: int = 4) -> list[str | None]:
     return out
 
 
+SHAPES = SynthScale(look="plain", object_scale=1.4, min_objects=OBJ, max_objects=OBJ)
+
+
+def shape_sample(rng: np.random.Generator, name: str, asked_from: tuple[str, ...]):
+    """One synth frame drawn plain (object scale 1.4, OBJ objects) asked by colour and kind ("the red star", unique
+    in its frame by construction), the colour one of `asked_from`: drawn again from the same generator until so."""
+    while True:
+        s = synth_sample(rng, name, 1, SIZE, SHAPES)
+        words = s.expression.split()
+        if len(words) == 3 and words[1] in asked_from and words[2] in KINDS and len(s.boxes) == 1:
+            return s
+
+
 def sample(rng: np.random.Generator, name: str, step: int | None = None):
     """A plain scene and its response; `step` (training) limits the asked colours under GROW, None (held out): all."""
     asked_from = ALL if GROW == 0 or step is None else ALL[:1 + step // GROW]
+    if SCENE == "shapes":
+        s = shape_sample(rng, name, asked_from)
+        return s, answer_text(f"The target is clearest at {s.keyframe}s.",
+                              {"keyframe_timestamp": s.keyframe, "bbox_2d_list": s.boxes})
     s = plain_sample(rng, name, 1, SIZE, (OBJ,), asked_from, 0)
     asked = next(w for w in s.expression.split() if w in COLOURS)
     if DESCRIBE:
@@ -209,6 +230,8 @@ def main() -> None:
         settings.update({"numinit": NUMINIT, "smooth": SMOOTH})
     if AUX:
         settings["aux"] = AUX
+    if SCENE != "rectangles":
+        settings["scene"] = SCENE
     log, losses, started, first = [], [], time.time(), 0
     state_path = out.with_suffix(".state.pt")
     if state_path.is_file():
