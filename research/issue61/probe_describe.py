@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from PIL import Image
 
 from stages.core.io import derive_seed
 from stages.models.batches import PadCollator, assistant_labels
@@ -36,9 +37,10 @@ from stages.params import load_params
 from stages.params.synth import SynthScale
 from stages.pretrain import fresh_model, score_answer
 from stages.pretrain.plain import plain_sample
-from stages.pretrain.scenes import synth_sample
+from stages.pretrain.scenes import GroundingSample
 from stages.pretrain.stream import chat
-from stages.synth.scene import COLOURS, KINDS
+from stages.synth.render import background, render_frame
+from stages.synth.scene import COLOURS, simulate_video
 from stages.tasks import answer_text
 
 DESCRIBE = os.environ.get("DESCRIBE", "0") == "1"
@@ -80,13 +82,29 @@ SHAPES = SynthScale(look="plain", object_scale=1.4, min_objects=OBJ, max_objects
 
 
 def shape_sample(rng: np.random.Generator, name: str, asked_from: tuple[str, ...]):
-    """One synth frame drawn plain (object scale 1.4, OBJ objects) asked by colour and kind ("the red star", unique
-    in its frame by construction), the colour one of `asked_from`: drawn again from the same generator until so."""
+    """The first frame of a synth clip drawn plain (object scale 1.4, OBJ objects; the synth stage's own simulator and
+    renderer), asked by colour and kind ("the red star": unique in a clip by construction), the colour one of
+    `asked_from` and at least half the target in view: clips are drawn again from the same generator until so. Only
+    that frame is rendered (an appearance needs no motion facts)."""
     while True:
-        s = synth_sample(rng, name, 1, SIZE, SHAPES)
-        words = s.expression.split()
-        if len(words) == 3 and words[1] in asked_from and words[2] in KINDS and len(s.boxes) == 1:
-            return s
+        video = simulate_video(rng, SHAPES)
+        image, visible = render_frame(video, background(video), 0)
+        boxes = {}
+        for o in video.objects:
+            seen = visible[o.obj_id]
+            if seen.area:
+                ys, xs = np.nonzero(seen.patch)
+                y0, x0 = seen.window[0], seen.window[2]
+                sx, sy = SIZE / video.width, SIZE / video.height
+                boxes[o.obj_id] = [round((x0 + int(xs.min())) * sx), round((y0 + int(ys.min())) * sy),
+                                   round((x0 + int(xs.max()) + 1) * sx), round((y0 + int(ys.max()) + 1) * sy)]
+        askable = [o for o in video.objects if o.colour in asked_from and o.obj_id in boxes
+                   and visible[o.obj_id].area >= 0.5 * visible[o.obj_id].full_area]
+        if askable:
+            target = askable[int(rng.integers(len(askable)))]
+            frame = Image.fromarray(image).resize((SIZE, SIZE), Image.Resampling.BICUBIC)
+            return GroundingSample(name, f"the {target.colour} {target.kind}", 0, [0], [frame], 0,
+                                   [boxes[target.obj_id]], [b for k, b in sorted(boxes.items()) if k != target.obj_id])
 
 
 def sample(rng: np.random.Generator, name: str, step: int | None = None):
