@@ -173,8 +173,9 @@ def bench_video(frames: int, n_frames: int, new_tokens: int, tiny: bool, repeats
     import torch
     from PIL import Image
 
+    from stages.core.frame_spread import spread_frames
     from stages.evaluate import predict_masks
-    from stages.evaluate.infer import Query, answer_queries, uniform_frames
+    from stages.evaluate.infer import Query, answer_queries
     from stages.models import load_vlm
     from stages.sam2_wrapper import load_video_predictor
 
@@ -189,7 +190,7 @@ def bench_video(frames: int, n_frames: int, new_tokens: int, tiny: bool, repeats
     rng = np.random.default_rng(0)
     video = [rng.integers(0, 255, (height, width, 3), dtype=np.uint8) for _ in range(frames)]
     runs = []
-    shown_idx = uniform_frames(frames, n_frames)
+    shown_idx = spread_frames(frames, n_frames)
     prompts = [(shown_idx[len(shown_idx) // 2], [[width * 0.2, height * 0.2, width * 0.5, height * 0.6],
                                                   [width * 0.6, height * 0.3, width * 0.9, height * 0.8]])]
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)

@@ -32,6 +32,7 @@ from schemas.answer import DEGENERATE_BOXES, NO_BOXES, parse_answer
 from schemas.evaluate import ANSWER_STATUSES, ExpressionScoresSchema, InferenceSchema
 from schemas.sample import KeyframesSchema
 from stages.core import mask_table, revos
+from stages.core.frame_spread import spread_frames
 from stages.core.io import read_table, write_table
 from stages.core.lineage import write_lineage
 from stages.core.model_card import write_model_card
@@ -41,7 +42,7 @@ from stages.core.report import StageReport
 from stages.core.rle import to_coco
 from stages.core.runner import RunnerParams
 from stages.evaluate.baselines import constant_policy, read_training_prior, swap_partners
-from stages.evaluate.infer import JUDGE_VERSION, Query, Reply, answer_queries, uniform_frames, use_static_cache
+from stages.evaluate.infer import JUDGE_VERSION, Query, Reply, answer_queries, use_static_cache
 from stages.evaluate.metrics import aggregate
 from stages.evaluate.report import write_report
 from stages.evaluate.scorer import GroundTruth, load_ground_truth, score_predictions
@@ -143,7 +144,7 @@ def evaluate(params: EvaluateParams, model: ModelParams, sam2: Sam2Params, train
                           **({"masks": Path(index_dir) / mask_table.FILE} if index_dir else {}),
                           **({"sam2": Path(sam2.checkpoint)} if params.segmenter == "sam2" else {})},
                   counts={"expressions": len(answers_df), "videos": len(seconds)},
-                  code_modules=["stages.evaluate", "stages.sam2_wrapper", "stages.keyframes.frames",
+                  code_modules=["stages.evaluate", "stages.sam2_wrapper", "stages.core.frame_spread",
                                 "schemas.evaluate"],
                   extra={"model_path": str(model_path), "frame_size": size, "question_prompt": QUESTION_VERSION,
                          **({"judge_prompt": JUDGE_VERSION} if params.mode == "rcot" else {})})
@@ -385,7 +386,7 @@ def answer_video(params: EvaluateParams, size: int, policy: Policy, frames: Sequ
     when indexed (`vrsflow segment` on a long video): only the frames shown and chosen are read here.
     """
     height, width = frames[0].shape[:2]
-    shown_idx = uniform_frames(len(frames), params.n_frames)
+    shown_idx = spread_frames(len(frames), params.n_frames)
     shown = [Image.fromarray(frames[t]).resize((size, size), Image.Resampling.BICUBIC) for t in shown_idx]
     key_side = params.keyframe_size or size  # RCoT-Seg AKS / KTG and VideoSeg-R1: the chosen frame alone, this side
 

@@ -19,17 +19,12 @@ import torch
 from PIL import Image
 
 from schemas.answer import Answer, parse_answer
-from stages.keyframes.frames import spread_frames
 from stages.tasks import get_task, timestamp_tag
 
 log = logging.getLogger(__name__)
 
 JUDGE_VERSION = "rcot_aks/v1"  # RCoT mode asks its tasks' own questions (stages/tasks: rcot_vdg, _kfg, _aks, _ktg)
 RESELECT_NOTE = "These frames were judged not to be valid keyframes: {rejected}. Choose a different keyframe."
-
-
-# the frames the evaluation shows: the one spread rule, shared with the pre-training and `keyframes.frames: uniform`
-uniform_frames = spread_frames
 
 
 @dataclass

@@ -25,6 +25,7 @@ from pycocotools import mask as mask_utils
 from schemas.index import QuarantineSchema, TracksSchema, VideosSchema
 from schemas.sample import POOLS, KeyframesSchema, SampleSchema
 from stages.core import mask_table, revos, rle
+from stages.core.frame_spread import spread_frames
 from stages.core.io import derive_seed, read_table, write_table
 from stages.core.lineage import write_lineage
 from stages.core.report import StageReport
@@ -34,7 +35,6 @@ from stages.keyframes.frames import (
     inscribed_circle_centre,
     sample_frames,
     scale_box,
-    spread_frames,
 )
 from stages.params.keyframes import KeyframesParams
 

@@ -1,5 +1,5 @@
-"""Pure rules: keyframe choice, frame sampling (anchor-based or the evaluation's uniform spread), box scaling, KTG
-point.
+"""Pure rules: keyframe choice, frame sampling (anchor-based, or the evaluation's uniform spread from
+`stages.core.frame_spread`), box scaling, KTG point.
 
 Anchor sampling rule (docs/sampling.md). Given T frames, N wanted and the keyframe (anchor) a:
 - T ≤ N: all T frames (no duplicates; the model sees fewer than N frames).
@@ -18,6 +18,8 @@ from collections.abc import Sequence
 
 import numpy as np
 from scipy import ndimage
+
+from stages.core.frame_spread import spread_frames
 
 
 def sample_frames(n_video_frames: int, n_wanted: int, anchor: int) -> list[int]:
@@ -42,21 +44,6 @@ def sample_frames(n_video_frames: int, n_wanted: int, anchor: int) -> list[int]:
             return grid[start:start + N]
         stride -= 1
     raise AssertionError("unreachable: stride 1 always fits")  # pragma: no cover
-
-
-def spread_frames(n_video_frames: int, n_frames: int) -> list[int]:
-    """N frame indices spread evenly over the video, first and last included (all frames when T ≤ N): the frames
-    the evaluation shows, the pre-training's clips and `keyframes.frames: uniform` (one rule for all three).
-
-    Raises:
-        ValueError: non-positive sizes.
-    """
-    if n_video_frames <= 0 or n_frames <= 0:
-        raise ValueError(f"need positive frame counts, got T={n_video_frames}, N={n_frames}")
-    if n_video_frames <= n_frames:
-        return list(range(n_video_frames))
-    # T > N makes the spacing (T−1)/(N−1) > 1, so the rounded points are distinct: N of them
-    return [int(i) for i in np.round(np.linspace(0, n_video_frames - 1, n_frames)).astype(int)]
 
 
 def top_k_frames(areas: Sequence[float], k: int) -> list[int]:

@@ -317,7 +317,7 @@ def _publish(params: PretrainParams, model: ModelParams, train_size: int, scale:
               **{f"on_target_seed{seed}": results[seed]["on_target"] for seed in sorted(results)}}
     write_lineage(out_dir, "pretrain", {"pretrain": params, "model": model}, seed=chosen,
                   inputs={"base_model": Path(params.base)}, counts={"steps": params.steps, "seeds": len(results)},
-                  code_modules=["stages.pretrain", "stages.synth", "stages.models", "stages.keyframes.frames"],
+                  code_modules=["stages.pretrain", "stages.synth", "stages.models", "stages.core.frame_spread"],
                   extra={"device": device, "steps": params.steps, "seeds": list(params.seeds), "chosen_seed": chosen,
                          "dtype": "bfloat16", "train_size": train_size, "synth_scale": to_dict(scale),
                          "fingerprint": _fingerprint(params, chosen, train_size, scale)})

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
-from stages.keyframes.frames import spread_frames
+from stages.core.frame_spread import spread_frames
 from stages.pretrain.scenes import GroundingSample
 from stages.synth.scene import COLOURS
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
-from stages.keyframes.frames import spread_frames
+from stages.core.frame_spread import spread_frames
 from stages.params.synth import SynthScale
 from stages.synth.expressions import NO_TARGET, Facts, generate_expressions
 from stages.synth.render import background, full_shape_area, render_frame
@@ -71,10 +71,8 @@ def _clip_samples(rng: np.random.Generator, name: str, n_frames: int, size: int,
             seen = visible[o]
             visible_area[t, o], full_area[t, o] = seen.area, seen.full_area
             centroids[t, o] = seen.centroid()
-            if seen.area:
-                ys, xs = np.nonzero(seen.patch)
-                y0, x0 = seen.window[0], seen.window[2]
-                boxes[(t, o)] = (x0 + int(xs.min()), y0 + int(ys.min()), x0 + int(xs.max()) + 1, y0 + int(ys.max()) + 1)
+            if (box := seen.box()) is not None:
+                boxes[(t, o)] = box
     shape_area = np.array([full_shape_area(o.kind, o.radius) for o in video.objects], dtype=np.int64)
     expressions = generate_expressions(video, Facts(visible_area, full_area, centroids, shape_area, hidden_by), rng)
     shown = spread_frames(n_t, n_frames)

@@ -46,6 +46,14 @@ class Visible:
         ys, xs = np.nonzero(self.patch)
         return float(xs.mean() + self.window[2]), float(ys.mean() + self.window[0])
 
+    def box(self) -> tuple[int, int, int, int] | None:
+        """(x1, y1, x2, y2) of the visible pixels in frame pixels, exclusive ends; None when nothing is visible."""
+        if self.window is None or not self.patch.any():
+            return None
+        ys, xs = np.nonzero(self.patch)
+        y0, x0 = self.window[0], self.window[2]
+        return x0 + int(xs.min()), y0 + int(ys.min()), x0 + int(xs.max()) + 1, y0 + int(ys.max()) + 1
+
 
 def background(video: SimVideo) -> np.ndarray:
     """The static background image (H, W, 3) uint8 of a video."""

@@ -16,6 +16,7 @@ from PIL import Image
 from flows.cli import main as cli_main
 from schemas.answer import parse_answer
 from schemas.evaluate import ExpressionScoresSchema, InferenceSchema
+from stages.core.frame_spread import spread_frames
 from stages.core.io import read_table
 from stages.core.runner import RunnerParams
 from stages.evaluate import evaluate, predict_masks, read_answers, select_prompt, write_prediction
@@ -133,7 +134,7 @@ def test_cli_scores_a_folder(root: Path, tmp_path: Path, capsys: pytest.CaptureF
     (10, 6, [0, 2, 4, 5, 7, 9]), (4, 6, [0, 1, 2, 3]), (100, 2, [0, 99]), (7, 1, [0]), (6, 6, list(range(6))),
 ])
 def test_uniform_frames(T: int, N: int, expected: list[int]) -> None:
-    assert I.uniform_frames(T, N) == expected
+    assert spread_frames(T, N) == expected  # the frames the evaluation shows (stages.core.frame_spread)
 
 
 @pytest.mark.parametrize(("text", "option"), [

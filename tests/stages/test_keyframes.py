@@ -21,6 +21,7 @@ from scipy import ndimage
 
 from schemas.sample import KeyframesSchema
 from stages.core import rle
+from stages.core.frame_spread import spread_frames
 from stages.core.io import read_table
 from stages.core.runner import RunnerParams
 from stages.keyframes import select_keyframes
@@ -30,7 +31,6 @@ from stages.keyframes.frames import (
     inscribed_circle_centre,
     sample_frames,
     scale_box,
-    spread_frames,
     top_k_frames,
 )
 from stages.params.keyframes import KeyframesParams
@@ -336,12 +336,12 @@ def test_max_area_mode(pipeline: Path) -> None:
     (50, 1, [0]),
 ])
 def test_uniform_spread_is_the_evaluations_rule(T: int, N: int, expected: list[int]) -> None:
-    from stages.evaluate.infer import uniform_frames
+    import stages.evaluate as evaluate_stage
     from stages.pretrain import scenes
 
     assert spread_frames(T, N) == expected
     # one implementation: the evaluation's and the pre-training's names are the same function
-    assert uniform_frames is spread_frames and scenes.spread_frames is spread_frames
+    assert evaluate_stage.spread_frames is spread_frames and scenes.spread_frames is spread_frames
     key_rng = np.random.default_rng(0)
     shown, key, top = frames_and_keyframe(np.arange(1, T + 1, dtype=float), N, 3, "topk_random", "uniform", key_rng)
     assert shown == expected and key in top and top == expected[::-1][:3]  # areas grow: the last shown frames
