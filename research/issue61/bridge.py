@@ -16,15 +16,14 @@ share of those on the asked target, for all and for the expressions that name a 
 synth samples with one target named by its colour ("the red star", "the red shape"). Resumable from OUT.state.pt.
 """
 
-import json
 import os
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from research.issue61.resumable import train
 from stages.core.io import derive_seed
 from stages.models import load_vlm
 from stages.models.batches import PadCollator
@@ -93,45 +92,18 @@ def main() -> None:
     collate = PadCollator(processor.tokenizer.pad_token_id)
     held = [synth_sample(np.random.default_rng(derive_seed(7, "bridge", "check", i)), f"check/{i}/synth", FRAMES,
                          SIZE, SCALE) for i in range(CHECK)]
-    opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / WARMUP) * 0.5 * (1 + np.cos(np.pi * min(s, STEPS) / STEPS)))
     settings = {"base": base, "steps": STEPS, "bs": BS, "lr": LR, "seed": SEED, "share": SHARE,
                 "object_scale": OBJECT_SCALE, "max_objects": MAX_OBJECTS}
     if KINDS != "all":  # only when set, so that the states of earlier runs still resume
         settings["kinds"] = KINDS
-    log, losses, started, first = [], [], time.time(), 0
-    state_path = out.with_suffix(".state.pt")
-    if state_path.is_file():
-        state = torch.load(state_path, weights_only=False)
-        if state["settings"] == settings:
-            model.load_state_dict(state["model"])
-            opt.load_state_dict(state["opt"])
-            sched.load_state_dict(state["sched"])
-            log, first = state["log"], state["step"]
-            started -= state["seconds"]
-            print(f"resumed at step {first}", flush=True)
-    if first == 0:
-        row = {"step": 0, "seconds": 0, **check(model, processor, held)}
-        log.append(row)
-        print(json.dumps(row), flush=True)
-    for step in range(first, STEPS):
-        batch = [encode(processor, train_sample(np.random.default_rng(derive_seed(SEED, "bridge", "train", step, i)),
-                                                f"train/{step}/{i}")) for i in range(BS)]
-        loss = model(**collate(batch)).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step(), sched.step(), opt.zero_grad()
-        losses.append(loss.item())
-        if (step + 1) % EVERY == 0:
-            row = {"step": step + 1, "loss": round(float(np.mean(losses[-EVERY:])), 4),
-                   "seconds": round(time.time() - started), **check(model, processor, held)}
-            log.append(row)
-            print(json.dumps(row), flush=True)
-            out.write_text(json.dumps({"what": __doc__.split("\n")[0], **settings,
-                                       "command": " ".join(["python", *sys.argv]), "checks": log}, indent=1) + "\n")
-            torch.save({"settings": settings, "step": step + 1, "seconds": time.time() - started, "log": log,
-                        "model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict()}, state_path)
+
+    def step_loss(step: int) -> torch.Tensor:
+        return model(**collate([encode(processor, train_sample(
+            np.random.default_rng(derive_seed(SEED, "bridge", "train", step, i)), f"train/{step}/{i}"))
+            for i in range(BS)])).loss
+
+    train(model, LR, WARMUP, STEPS, EVERY, settings, out, __doc__.split("\n")[0], step_loss,
+          lambda: check(model, processor, held), check_first=True)
 
 
 if __name__ == "__main__":

@@ -21,16 +21,15 @@ plain at object scale 1.4 with OBJ objects, asked "the <colour> <kind>"; DESCRIB
 """
 
 import dataclasses
-import json
 import os
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 from PIL import Image
 
+from research.issue61.resumable import train
 from stages.core.io import derive_seed
 from stages.models.batches import PadCollator, assistant_labels
 from stages.params import load_params
@@ -89,15 +88,10 @@ def shape_sample(rng: np.random.Generator, name: str, asked_from: tuple[str, ...
     while True:
         video = simulate_video(rng, SHAPES)
         image, visible = render_frame(video, background(video), 0)
-        boxes = {}
-        for o in video.objects:
-            seen = visible[o.obj_id]
-            if seen.area:
-                ys, xs = np.nonzero(seen.patch)
-                y0, x0 = seen.window[0], seen.window[2]
-                sx, sy = SIZE / video.width, SIZE / video.height
-                boxes[o.obj_id] = [round((x0 + int(xs.min())) * sx), round((y0 + int(ys.min())) * sy),
-                                   round((x0 + int(xs.max()) + 1) * sx), round((y0 + int(ys.max()) + 1) * sy)]
+        sx, sy = SIZE / video.width, SIZE / video.height
+        boxes = {o.obj_id: [round(x1 * sx), round(y1 * sy), round(x2 * sx), round(y2 * sy)]
+                 for o in video.objects if (box := visible[o.obj_id].box()) is not None
+                 for x1, y1, x2, y2 in [box]}
         askable = [o for o in video.objects if o.colour in asked_from and o.obj_id in boxes
                    and visible[o.obj_id].area >= 0.5 * visible[o.obj_id].full_area]
         if askable:
@@ -240,9 +234,6 @@ def main() -> None:
     image_token = model.config.image_token_id
     collate = PadCollator(processor.tokenizer.pad_token_id)
     held = [sample(np.random.default_rng(derive_seed(7, "describe", "check", i)), f"check/{i}") for i in range(CHECK)]
-    opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / WARMUP) * 0.5 * (1 + np.cos(np.pi * min(s, STEPS) / STEPS)))
     settings = {"describe": DESCRIBE, "grow": GROW, "steps": STEPS, "bs": BS, "lr": LR, "seed": SEED, "objects": OBJ}
     if NUMINIT or SMOOTH:  # only when set, so that the states of runs without them still resume
         settings.update({"numinit": NUMINIT, "smooth": SMOOTH})
@@ -250,40 +241,19 @@ def main() -> None:
         settings["aux"] = AUX
     if SCENE != "rectangles":
         settings["scene"] = SCENE
-    log, losses, started, first = [], [], time.time(), 0
-    state_path = out.with_suffix(".state.pt")
-    if state_path.is_file():
-        state = torch.load(state_path, weights_only=False)
-        if state["settings"] == settings:
-            model.load_state_dict(state["model"])
-            opt.load_state_dict(state["opt"])
-            sched.load_state_dict(state["sched"])
-            log, first = state["log"], state["step"]
-            started -= state["seconds"]
-            print(f"resumed at step {first}", flush=True)
-    for step in range(first, STEPS):
+
+    def step_loss(step: int) -> torch.Tensor:
         drawn = [sample(np.random.default_rng(derive_seed(SEED, "describe", "train", step, i)), f"train/{step}/{i}",
                         step) for i in range(BS)]
         batch = collate([encode(processor, *d) for d in drawn])
         if AUX:
-            loss = aux_loss(model, batch, [cell_colours(s) for s, _ in drawn], colour_ids, image_token)
-        elif targets is not None:
-            loss = smooth_loss(model, batch, targets)
-        else:
-            loss = model(**batch).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step(), sched.step(), opt.zero_grad()
-        losses.append(loss.item())
-        if (step + 1) % EVERY == 0:
-            row = {"step": step + 1, "loss": round(float(np.mean(losses[-EVERY:])), 4),
-                   "seconds": round(time.time() - started), **check(model, processor, held)}
-            log.append(row)
-            print(json.dumps(row), flush=True)
-            out.write_text(json.dumps({"what": __doc__.split("\n")[0], **settings,
-                                       "command": " ".join(["python", *sys.argv]), "checks": log}, indent=1) + "\n")
-            torch.save({"settings": settings, "step": step + 1, "seconds": time.time() - started, "log": log,
-                        "model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict()}, state_path)
+            return aux_loss(model, batch, [cell_colours(s) for s, _ in drawn], colour_ids, image_token)
+        if targets is not None:
+            return smooth_loss(model, batch, targets)
+        return model(**batch).loss
+
+    train(model, LR, WARMUP, STEPS, EVERY, settings, out, __doc__.split("\n")[0], step_loss,
+          lambda: check(model, processor, held))
 
 
 if __name__ == "__main__":
