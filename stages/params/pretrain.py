@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Literal
 
 from annotated_types import MinLen
 
@@ -33,12 +33,15 @@ class PretrainPhase:
 
     steps: Exp[PosInt] = 1  # optimizer steps of this phase (the phases run in order; they sum to pretrain.steps)
     frames: Exp[PosInt] = 1  # frames shown per sample, spread over the clip (the evaluation shows evaluate.n_frames)
-    # share of the samples that are synth frames (the synth simulator's textured shapes, expressions of every kind);
-    # the rest are plain scenes: flat rectangles on a plain background, one named by its colour
+    # share of the samples that are synth frames (the synth simulator's shapes, expressions of every kind); the rest
+    # are the phase's `scene`
     synth_share: Exp[Fraction] = 0.0
-    objects: Exp[Annotated[tuple[PosInt, ...], MinLen(1)]] = (3,)  # rectangles per plain frame, one count drawn each
-    move: Exp[NonNegInt] = 0  # plain rectangles' largest speed, pixels per clip frame (0: they stay)
-    # colours a plain scene may ask for, in the order the growth adds them (the other rectangles take any colour)
+    # rectangles: flat rectangles on a plain background, one named by its colour ("the red rectangle"); shapes: synth
+    # clips at the synth stage's scale, one shape named by its appearance ("the red star")
+    scene: Exp[Literal["rectangles", "shapes"]] = "rectangles"
+    objects: Exp[Annotated[tuple[PosInt, ...], MinLen(1)]] = (3,)  # objects per scene, one count drawn each
+    move: Exp[NonNegInt] = 0  # rectangles' largest speed, pixels per clip frame (0: they stay; shapes move as synth's)
+    # colours a scene may ask for, in the order the growth adds them (the other objects take any colour)
     colours: Exp[Annotated[tuple[str, ...], MinLen(1)]] = PLAIN_COLOURS
     # 0: any of `colours` from the phase's first step; k: the first colour only, one more every k steps (the probe's
     # GROW: the one curriculum under which the tiny model bound a colour word to what it sees)
@@ -51,7 +54,7 @@ class PretrainPhase:
         if len(set(self.colours)) != len(self.colours):
             yield "colours", f"colours repeat: {list(self.colours)}"
         if max(self.objects) > len(PLAIN_COLOURS):
-            yield "objects", f"at most {len(PLAIN_COLOURS)} rectangles (one per colour), got {max(self.objects)}"
+            yield "objects", f"at most {len(PLAIN_COLOURS)} objects (one per colour), got {max(self.objects)}"
 
 
 # The default curriculum (bench/probe_grounding.py's U1, then the evaluation's format): three rectangles in every frame,

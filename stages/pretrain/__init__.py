@@ -244,8 +244,8 @@ def score_answer(text: str, sample: GroundingSample) -> dict[str, float | bool |
 @torch.no_grad()
 def grounding_check(vlm, processor, samples: list[GroundingSample], max_new_tokens: int,
                     batch_size: int = 16) -> dict[str, float]:
-    """Greedy answers on held-out samples: parse rate, keyframe hits, box IoU (all samples, and the plain and the
-    synth ones apart), how many first boxes land on an object, and of those the share on the asked one."""
+    """Greedy answers on held-out samples: parse rate, keyframe hits, box IoU (all samples, and each kind of scene
+    apart), how many first boxes land on an object, and of those the share on the asked one."""
     vlm.eval()
     processor.tokenizer.padding_side = "left"
     scores = []
@@ -264,7 +264,7 @@ def grounding_check(vlm, processor, samples: list[GroundingSample], max_new_toke
                "keyframe_hit_rate": _mean([s["keyframe_hit"] for s in scores]),
                "box_iou": _mean([s["box_iou"] for s in scores]), "landed": len(landed), "on_target": _mean(landed),
                "mean_box_iou": mean_box_iou(samples)}
-    for kind in ("plain", "synth"):
+    for kind in ("plain", "shapes", "synth"):
         ious = [s["box_iou"] for s, sample in zip(scores, samples, strict=True) if sample.video.endswith(kind)]
         figures[f"box_iou_{kind}"] = _mean(ious)
     return figures

@@ -10,7 +10,7 @@ one short sentence: pre-training teaches where things are; the SFT stage teaches
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from PIL import Image
@@ -50,6 +50,40 @@ def synth_sample(rng: np.random.Generator, name: str, n_frames: int, size: int, 
         samples = _clip_samples(rng, name, n_frames, size, scale)
         if samples:
             return samples[int(rng.integers(len(samples)))]
+
+
+def shape_sample(rng: np.random.Generator, name: str, n_frames: int, size: int, scale: SynthScale,
+                 objects: tuple[int, ...], colours: tuple[str, ...]) -> GroundingSample:
+    """One clip of `rng.choice(objects)` synth shapes at `scale` (its look and object size), asked by its appearance
+    ("the red star", as the synth stage words it; unique in a clip by construction) for one object whose colour is
+    one of `colours` and at least half of which is in view at the keyframe: the colour-and-kind scenes under which
+    the tiny model learns to find the default's shapes (decision 021). Clips without such an object are drawn again
+    from the same generator. Only the shown frames are rendered (an appearance needs no motion facts)."""
+    count = int(rng.choice(objects))
+    clip_scale = replace(scale, min_objects=count, max_objects=count)
+    while True:
+        video = simulate_video(rng, clip_scale)
+        bg = background(video)
+        shown = spread_frames(video.n_frames, n_frames)
+        rendered = [render_frame(video, bg, t) for t in shown]
+        # per object: the shown frame where most of it is visible (the first of equal), if half of it is in view there
+        keys = {}
+        for o in video.objects:
+            areas = [visible[o.obj_id].area for _, visible in rendered]
+            k = int(np.argmax(areas))
+            if areas[k] > 0 and 2 * areas[k] >= rendered[k][1][o.obj_id].full_area:
+                keys[o.obj_id] = k
+        askable = [o for o in video.objects if o.colour in colours and o.obj_id in keys]
+        if askable:
+            break
+    target = askable[int(rng.integers(len(askable)))]
+    k = keys[target.obj_id]
+    sx, sy = size / video.width, size / video.height
+    boxes = {o: [round(x1 * sx), round(y1 * sy), round(x2 * sx), round(y2 * sy)]
+             for o, seen in rendered[k][1].items() if (box := seen.box()) is not None for x1, y1, x2, y2 in [box]}
+    images = [Image.fromarray(image).resize((size, size), Image.Resampling.BICUBIC) for image, _ in rendered]
+    return GroundingSample(name, f"the {target.name}", 0, list(shown), images, shown[k], [boxes[target.obj_id]],
+                           [box for o, box in sorted(boxes.items()) if o != target.obj_id])
 
 
 def _clip_samples(rng: np.random.Generator, name: str, n_frames: int, size: int,

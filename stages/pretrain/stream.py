@@ -1,8 +1,9 @@
 """The pre-training's samples, streamed: every optimizer step's batch generated for that step alone.
 
 Sample i of step s is drawn from its own generator, `derive_seed(seed, "pretrain", "train", s, i)`, under the
-curriculum phase that step falls in (`pretrain.curriculum`): which kinds of scene (plain rectangles or synth frames,
-`synth_share`), how many frames, rectangles and which colours may be asked (growing by `grow_every`). So a batch
+curriculum phase that step falls in (`pretrain.curriculum`): which kinds of scene (synth frames with every kind of
+expression at `synth_share`, else plain rectangles or synth shapes named by colour and kind: `scene`), how many
+frames and objects and which colours may be asked (growing by `grow_every`). So a batch
 depends on (seed, step) only — never on what ran before it, how many loader processes render, or where a resumed run
 started — and no scene is shown twice. The held-out check draws from the fixed stream
 `derive_seed(CHECK_SEED, "pretrain", "check", i)` under the last phase with all its colours: the same samples for
@@ -22,7 +23,7 @@ from stages.models.batches import PadCollator, assistant_labels
 from stages.params.pretrain import PretrainParams, PretrainPhase
 from stages.params.synth import SynthScale
 from stages.pretrain.plain import plain_sample
-from stages.pretrain.scenes import GroundingSample, synth_sample
+from stages.pretrain.scenes import GroundingSample, shape_sample, synth_sample
 from stages.tasks import get_task, user_content
 
 CHECK_SEED = 0  # the held-out stream's base seed: one fixed set of samples whatever the training seeds
@@ -47,10 +48,12 @@ def colours_at(phase: PretrainPhase, step_in_phase: int) -> tuple[str, ...]:
 
 def draw_sample(rng: np.random.Generator, name: str, phase: PretrainPhase, colours: tuple[str, ...], size: int,
                 scale: SynthScale) -> GroundingSample:
-    """One sample of the phase's mix: synth frames with probability `synth_share`, else a plain scene (its id ends
-    in /synth or /plain)."""
+    """One sample of the phase's mix: synth frames with probability `synth_share`, else the phase's scene (its id
+    ends in /synth, /plain or /shapes)."""
     if rng.random() < phase.synth_share:
         return synth_sample(rng, f"{name}/synth", phase.frames, size, scale)
+    if phase.scene == "shapes":
+        return shape_sample(rng, f"{name}/shapes", phase.frames, size, scale, phase.objects, colours)
     return plain_sample(rng, f"{name}/plain", phase.frames, size, phase.objects, colours, phase.move)
 
 

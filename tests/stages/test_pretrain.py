@@ -23,7 +23,7 @@ from stages.params.synth import SynthScale
 from stages.params.tiny_models import TinyModelsParams
 from stages.pretrain import box_iou, choose, grounding_check, pretrain, score_answer, train_seed
 from stages.pretrain.plain import plain_sample
-from stages.pretrain.scenes import synth_sample
+from stages.pretrain.scenes import shape_sample, synth_sample
 from stages.pretrain.stream import check_samples, colours_at, phase_at, step_samples
 from stages.synth.scene import COLOURS
 from stages.tiny_models.tiny_qwen import build_tiny_qwen
@@ -132,6 +132,42 @@ def test_synth_samples_box_the_target_inside_the_frame() -> None:
         assert answer is not None and [list(map(int, box)) for box in answer.boxes] == s.boxes
         for x1, y1, x2, y2 in s.boxes + s.distractors:
             assert 0 <= x1 < x2 <= SIZE and 0 <= y1 < y2 <= SIZE
+
+
+def test_shape_scenes_name_one_shape_by_colour_and_kind_and_box_its_pixels() -> None:
+    """Oracle from the definition, read off the frames: the expression names a shape of an allowed colour by colour
+    and kind, and at the keyframe the answer's box holds the asked colour's pixels (a shape fills at least a quarter
+    of its box: a triangle half, a star less), inside the frame, with one box per other visible shape."""
+    scale = SynthScale(look="plain", object_scale=1.4)
+    size = 112
+    for i in range(12):
+        frames = 6 if i % 2 else 1
+        sample = shape_sample(np.random.default_rng(i), f"s{i}", frames, size, scale, (2, 3), ("red", "blue"))
+        words = sample.expression.split()
+        assert len(words) == 3 and words[0] == "the" and words[1] in ("red", "blue")
+        assert words[2] in ("circle", "square", "triangle", "diamond", "star")
+        assert len(sample.images) == len(sample.timestamps) == frames  # clips have 8-14 frames
+        assert sample.keyframe in sample.timestamps and len(sample.boxes) == 1 and len(sample.distractors) <= 2
+        (x1, y1, x2, y2), = sample.boxes
+        assert 0 <= x1 < x2 <= size and 0 <= y1 < y2 <= size
+        key = np.asarray(sample.images[sample.timestamps.index(sample.keyframe)], dtype=float)[y1:y2, x1:x2]
+        near = np.linalg.norm(key - np.array(COLOURS[words[1]], dtype=float), axis=-1) < 40
+        assert near.mean() >= 0.25, (sample.expression, near.mean())
+        answer = parse_answer(sample.response)
+        assert answer.keyframe_timestamp == sample.keyframe
+        assert [list(map(int, b)) for b in answer.boxes] == sample.boxes
+    again = shape_sample(np.random.default_rng(3), "s3", 6, size, scale, (2, 3), ("red", "blue"))
+    first = shape_sample(np.random.default_rng(3), "s3", 6, size, scale, (2, 3), ("red", "blue"))
+    assert _key(again) == _key(first)
+
+
+def test_a_shapes_phase_draws_shape_scenes_beside_synth_frames() -> None:
+    params = replace(PretrainParams(), batch_size=12, steps=10, curriculum=(
+        PretrainPhase(steps=10, frames=2, synth_share=0.5, scene="shapes", objects=(3,), grow_every=5),))
+    kinds = [s.video.rsplit("/", 1)[1] for s in step_samples(params, 0, 1, SIZE, SCALE)]
+    assert set(kinds) == {"shapes", "synth"}
+    shapes = [s for s in step_samples(params, 0, 2, SIZE, SCALE) if s.video.endswith("shapes")]
+    assert shapes and {s.expression.split()[1] for s in shapes} == {"red"}  # the colours grow as for rectangles
 
 
 def test_box_iou_and_where_an_answer_lands() -> None:
