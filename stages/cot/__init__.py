@@ -142,6 +142,8 @@ def build_request(sample: dict, template_id: str, trace_index: int, teacher: Tea
                "boxes": _lists(sample["boxes"]), "union_areas": [float(a) for a in sample["union_areas"]],
                "n_instances": int(sample["n_instances"]), "ktg_points": _scaled_points(sample, task),
                "aks_option": str(sample["aks_option"]), "aks_timestamp": int(sample["aks_frame_idx"])}
+    if teacher.template_style != "full":  # absent when full, so that the cached full traces keep their keys
+        context["template_style"] = teacher.template_style
     identity: dict[str, Any] = {"sample_id": sample["sample_id"], "backend": teacher.backend,
                                 "template_id": template_id, "instruction": instruction, "trace_index": trace_index}
     if teacher.backend == "template":

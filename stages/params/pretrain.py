@@ -93,6 +93,9 @@ class PretrainParams:
     rope_theta: Exp[PosFloat] = 3.0
     mrope_section: Exp[tuple[PosInt, ...]] = (2, 15, 15)
     max_new_tokens: Exp[PosInt] = 48  # answer length of the grounding check
+    # the thought before each answer: sentence ("The target is clearest at 4s.") | compact (the template teacher's
+    # three steps in a few words: teacher.template_style compact writes the same for the SFT traces)
+    think: Exp[Literal["sentence", "compact"]] = "sentence"
 
     def _rules(self) -> Iterator[tuple[str, str]]:
         if len(self.mrope_section) != 3:

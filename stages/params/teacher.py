@@ -36,6 +36,9 @@ class TeacherParams:
     thinking: Exp[Literal["default", "enabled", "disabled", "auto"]] = "default"  # default: send no switch
     # how `thinking` is sent: ark = {"thinking": {"type": …}}; chat_template = chat_template_kwargs.enable_thinking
     thinking_switch: Server[Literal["ark", "chat_template"]] = "ark"
+    # the template backend's Veason-R1 traces: full (three steps in sentences, ~175 tokens) | compact (three steps in
+    # a few words each, the pre-trained base's own thought: pretrain.think)
+    template_style: Exp[Literal["full", "compact"]] = "full"
 
     def _rules(self) -> Iterator[tuple[str, str]]:
         if self.backoff_base_s > self.backoff_max_s:

@@ -5,7 +5,8 @@ generator its caller gives (the pre-training's own seed stream), so no evaluatio
 A sample is one expression with a target, drawn from one simulated clip, in the evaluation's question format: N
 frames spread uniformly over the clip at the train size, the expression, and an answer naming the shown frame where
 the targets' visible area is largest and the targets' boxes there, in pixels of the train size. The think part is
-one short sentence: pre-training teaches where things are; the SFT stage teaches the reasoning.
+short (`pretrain.think`): one sentence, or the template teacher's compact three steps, the thought the default's
+SFT traces then keep (a grounding base writes no box after a thought it never saw).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from stages.synth.expressions import NO_TARGET, Facts, generate_expressions
 from stages.synth.render import background, full_shape_area, render_frame
 from stages.synth.scene import simulate_video
 from stages.tasks import answer_text
+from stages.teacher.template_teacher import compact_trace
 
 
 @dataclass(frozen=True)
@@ -35,12 +37,17 @@ class GroundingSample:
     keyframe: int
     boxes: list[list[int]]  # [x1, y1, x2, y2] per target at the keyframe, train-size pixels, exclusive ends
     distractors: list[list[int]]  # the boxes of the other objects visible at the keyframe (is a box on the target?)
+    think: str = "sentence"  # the thought of its answer: `pretrain.think`
 
     @property
     def response(self) -> str:
-        """The target completion: one short sentence of thought, then the evaluation's answer JSON."""
-        return answer_text(f"The target is clearest at {self.keyframe}s.",
-                           {"keyframe_timestamp": self.keyframe, "bbox_2d_list": self.boxes})
+        """The target completion: a short thought (one sentence, or the template teacher's compact three steps),
+        then the evaluation's answer JSON."""
+        if self.think == "compact":
+            thought = compact_trace(self.timestamps, self.keyframe, self.boxes, self.images[0].width, len(self.boxes))
+        else:
+            thought = f"The target is clearest at {self.keyframe}s."
+        return answer_text(thought, {"keyframe_timestamp": self.keyframe, "bbox_2d_list": self.boxes})
 
 
 def synth_sample(rng: np.random.Generator, name: str, n_frames: int, size: int, scale: SynthScale) -> GroundingSample:

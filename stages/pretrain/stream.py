@@ -15,6 +15,8 @@ the pipeline shows it.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import torch
 
@@ -61,16 +63,17 @@ def step_samples(params: PretrainParams, seed: int, step: int, size: int, scale:
     """The `batch_size` samples of optimizer step `step` (0-based) of training seed `seed`, synth frames at `scale`."""
     phase, within = phase_at(params.curriculum, step)
     colours = colours_at(phase, within)
-    return [draw_sample(np.random.default_rng(derive_seed(seed, "pretrain", "train", step, i)),
-                        f"train/{seed}/{step}/{i}", phase, colours, size, scale)
+    return [replace(draw_sample(np.random.default_rng(derive_seed(seed, "pretrain", "train", step, i)),
+                                f"train/{seed}/{step}/{i}", phase, colours, size, scale), think=params.think)
             for i in range(params.batch_size)]
 
 
 def check_samples(params: PretrainParams, size: int, scale: SynthScale) -> list[GroundingSample]:
     """The held-out samples: `check_samples` of the last phase with all its colours, from the fixed check stream."""
     phase = params.curriculum[-1]
-    return [draw_sample(np.random.default_rng(derive_seed(CHECK_SEED, "pretrain", "check", i)), f"check/{i}",
-                        phase, phase.colours, size, scale) for i in range(params.check_samples)]
+    return [replace(draw_sample(np.random.default_rng(derive_seed(CHECK_SEED, "pretrain", "check", i)), f"check/{i}",
+                                phase, phase.colours, size, scale), think=params.think)
+            for i in range(params.check_samples)]
 
 
 def chat(sample: GroundingSample, with_answer: bool) -> list[dict]:

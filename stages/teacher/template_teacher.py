@@ -121,6 +121,30 @@ def write_trace(context: dict[str, Any]) -> str:
     return "\n".join([_summary(context, per_frame), _why_keyframe(context), _where_at_keyframe(context)])
 
 
+def compact_trace(timestamps: Sequence[int], keyframe: int, key_boxes: Sequence[Sequence[float] | None], size: float,
+                  n_instances: int) -> str:
+    """Veason-R1's three steps in a few words each: the frames shown, the keyframe, where the target(s) are there.
+
+    The default's tiny model answers after what it was pre-trained to think; a grounding base writes no box after a
+    thought it never saw (research/issue61 `think_length.py`). So the pre-training and the default's template
+    teacher write this one form: short enough for CPU training, and still the filter's three steps, the keyframe
+    named in step 2 and step 3's location words true to the box."""
+    n = int(n_instances)
+    place = union_box(key_boxes)
+    step3 = (f"Step 3: {'It is' if n == 1 else 'They are'} near {location_phrase(place, size, size)}." if place
+             else "Step 3: Nothing there matches the description.")
+    return "\n".join([f"Step 1: {len(timestamps)} frames from {timestamps[0]}s to {timestamps[-1]}s.",
+                      f"Step 2: The {_noun(n)} {'is' if n == 1 else 'are'} clearest at {keyframe}s.", step3])
+
+
+def write_compact_trace(context: dict[str, Any]) -> str:
+    """`compact_trace` from a sample's annotations (the keys of `write_trace`)."""
+    timestamps = list(context["timestamps"])
+    key_pos = timestamps.index(context["keyframe_timestamp"])
+    return compact_trace(timestamps, int(context["keyframe_timestamp"]), context["boxes"][key_pos],
+                         float(context["train_size"]), int(context["n_instances"]))
+
+
 def write_ktg_trace(context: dict[str, Any]) -> str:
     """RCoT-Seg KTG: the three steps plus a point inside each target at the keyframe (`ktg_points`)."""
     points = [p for p in context.get("ktg_points") or [] if p is not None]
@@ -164,8 +188,11 @@ WRITERS = {"veason": write_trace, "rcot_ktg": write_ktg_trace, "rcot_aks": write
 
 
 def template_writer(request: ChatRequest) -> str:
-    """`TeacherClient` hook for the template backend: the writer of the request's template set."""
+    """`TeacherClient` hook for the template backend: the writer of the request's template set (Veason-R1's in its
+    compact form when the request's context asks for it: `teacher.template_style`)."""
     template_set = request.context.get("template_set", "veason")
+    if template_set == "veason" and request.context.get("template_style", "full") == "compact":
+        return write_compact_trace(request.context)
     if template_set not in WRITERS:
         raise ValueError(f"template backend: no writer for template set {template_set!r} (known: {sorted(WRITERS)})")
     return WRITERS[template_set](request.context)

@@ -67,7 +67,9 @@ def test_params_yaml_uses_the_committed_sam2_and_dvc_keeps_its_stages_frozen() -
                 } <= set(tracked)
 
 
-PHASE_ADDED_LATER = {"scene": "rectangles"}  # pretrain.curriculum settings the committed base's lineage predates
+# pretrain settings (and pretrain.curriculum settings) the committed base's lineage predates, at their value then
+BASE_ADDED_LATER = {"think": "sentence"}
+PHASE_ADDED_LATER = {"scene": "rectangles"}
 
 
 @pytest.mark.parametrize("stage", sorted(SAM2_STAGES))
@@ -221,7 +223,7 @@ def test_params_yaml_trains_what_the_committed_base_was_trained_with() -> None:
     from stages.pretrain import NOT_TRAINING
 
     recorded = json.loads((VLM_DIR / "lineage.json").read_text())
-    settings = dict(recorded["params"]["pretrain"])
+    settings = {**BASE_ADDED_LATER, **recorded["params"]["pretrain"]}
     settings["curriculum"] = [{**PHASE_ADDED_LATER, **phase} for phase in settings["curriculum"]]
     current = to_dict(load_params(ROOT / "params.yaml").pretrain)
     for key, value in current.items():

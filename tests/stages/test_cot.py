@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from stages.cot import generate_cot
 from stages.keyframes import select_keyframes
@@ -50,6 +52,52 @@ def test_template_backend_offline(data: Path, tmp_path: Path) -> None:
     assert table["text"].str.contains("Step 3:").all() and (table["error"] == "").all()
     lineage = json.loads((tmp_path / "out" / "lineage.json").read_text())
     assert sum(lineage["extra"]["template_counts"].values()) == len(table)
+
+
+def test_compact_template_traces_are_three_short_steps_the_filter_accepts(data: Path, tmp_path: Path) -> None:
+    """teacher.template_style compact: every Veason-R1 trace is three steps of a few words naming the shown span,
+    the keyframe and the target's place; the filter accepts them (its own rules, at a lower length bound); the two
+    styles are cached apart."""
+    from stages.filter import filter_traces
+    from stages.params.filter import FilterParams
+
+    cache = str(tmp_path / "cache")
+    generate_cot(TeacherParams(), CotParams(cache_dir=cache), 0, data / "root", data / "keyframes", tmp_path / "full")
+    generate_cot(TeacherParams(template_style="compact"), CotParams(cache_dir=cache), 0, data / "root",
+                 data / "keyframes", tmp_path / "cot")
+    full = pd.read_parquet(tmp_path / "full" / "generations.parquet")
+    table = pd.read_parquet(tmp_path / "cot" / "generations.parquet")
+    assert not set(full["request_key"]) & set(table["request_key"])
+    samples = pd.read_parquet(data / "keyframes" / "sft.parquet").set_index("sample_id")
+    for row in table.itertuples():
+        sample = samples.loc[row.sample_id]
+        lines = row.text.split("\n")
+        assert [line.split(":")[0] for line in lines] == ["Step 1", "Step 2", "Step 3"], row.text
+        assert lines[0] == (f"Step 1: {len(sample['timestamps'])} frames from {sample['timestamps'][0]}s to "
+                            f"{sample['timestamps'][-1]}s.")
+        assert lines[1].endswith(f"clearest at {sample['keyframe_timestamp']}s.") and len(row.text) < 120
+    report = filter_traces(FilterParams(min_chars=60), tmp_path / "cot", data / "keyframes", tmp_path / "filter")
+    assert report.metrics["rejected"] == 0 and report.metrics["accepted"] == len(table)
+    assert filter_traces(FilterParams(), tmp_path / "cot", data / "keyframes",
+                         tmp_path / "filter120").metrics["accepted"] == 0  # under the full traces' 120 characters
+
+
+@given(span=st.integers(1, 6), start=st.integers(0, 20), key=st.integers(0, 5),
+       corners=st.lists(st.tuples(st.integers(0, 100), st.integers(0, 100), st.integers(1, 12), st.integers(1, 12)),
+                        min_size=1, max_size=3))
+def test_a_compact_trace_passes_the_filters_own_step_keyframe_and_location_rules(
+        span: int, start: int, key: int, corners: list[tuple[int, int, int, int]]) -> None:
+    """Property, against the filter's rules (its own location code): three steps, the keyframe named in step 2 and
+    no other shown timestamp there, step 3's place true to the targets' box at the keyframe."""
+    from stages.filter import rules
+    from stages.teacher.template_teacher import compact_trace
+
+    timestamps = [start + 2 * i for i in range(span)]
+    keyframe = timestamps[min(key, span - 1)]
+    boxes = [[x, y, x + w, y + h] for x, y, w, h in corners]
+    text = compact_trace(timestamps, keyframe, boxes, 112, len(boxes))
+    assert rules.three_steps(text) is None and rules.keyframe_named(text, keyframe, timestamps) is None
+    assert rules.location_faithful(text, boxes, 112) is None and rules.no_markings(text) is None
 
 
 def test_openai_backend_and_secret_never_written(data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
