@@ -82,6 +82,11 @@ class PretrainParams:
     weight_decay: Exp[NonNegFloat] = 0.0
     grad_clip: Exp[PosFloat] = 1.0
     check_samples: Exp[PosInt] = 96  # held-out samples (a fixed stream, the same for every seed) of the last phase
+    # every k steps each seed answers `select_samples` held-out samples of the last phase (a stream apart from the
+    # check's) and the stage publishes the weights of its best such step, not only its last (a seed that found the
+    # shapes lost them by its end: docs/decisions/021); 0 = the last weights
+    select_every_steps: Exp[NonNegInt] = 0
+    select_samples: Exp[PosInt] = 48
     save_every_steps: Exp[PosInt] = 200  # resumable-state interval (resume after a kill)
     parallel: Server[NonNegInt] = 0  # seeds trained at once: 0 = all on a GPU, one per core on the CPU
     loader_workers: Server[NonNegInt] = 0  # processes rendering batches ahead of the training (GPU: a few per seed)

@@ -31,6 +31,7 @@ A real checkpoint needs none of this: when `model.path` is not `pretrain.out_dir
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import shutil
@@ -57,11 +58,12 @@ from stages.params.model import ModelParams
 from stages.params.pretrain import PretrainParams
 from stages.params.synth import SynthScale
 from stages.pretrain.scenes import GroundingSample
-from stages.pretrain.stream import StepBatches, chat, check_samples, encode
+from stages.pretrain.stream import StepBatches, chat, check_samples, encode, select_samples
 
 log = logging.getLogger(__name__)
 
 MODEL = "model"  # a seed's bf16 Qwen2.5-VL folder in its checkpoint folder
+BEST = "best"  # its best step's bf16 folder so far (`select_every_steps`)
 STATE = "state.pt"  # a seed's resumable training state
 RESULT = "result.json"  # a finished seed's figures, kept until the stage publishes
 SEEDS = "seeds.json"  # every seed's figures and the one kept, in out_dir
@@ -145,6 +147,8 @@ def train_seed(params: PretrainParams, seed: int, train_size: int, scale: SynthS
         num_workers=params.loader_workers, prefetch_factor=4 if params.loader_workers else None,
         pin_memory=device == "cuda")
     started = time.perf_counter()
+    selection = Selection(seed_dir / BEST, start, select_samples(params, train_size, scale)
+                          if params.select_every_steps else [], params.max_new_tokens)
     steps = zip(range(start, params.steps), loader, strict=True)
     for step, micro in track(steps, total=params.steps - start, desc=f"pretrain seed {seed}"):
         loss = train_step(model, micro, device)
@@ -154,6 +158,8 @@ def train_seed(params: PretrainParams, seed: int, train_size: int, scale: SynthS
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         curve.append({"step": step + 1, "loss": round(loss, 6), "lr": lr})
+        if params.select_every_steps and ((step + 1) % params.select_every_steps == 0 or step + 1 == params.steps):
+            selection.offer(step + 1, model, processor)
         if (step + 1) % params.save_every_steps == 0 and step + 1 < params.steps:
             _save_state(state_path, state_key, step + 1, model, optimizer, scheduler, curve, CURVE_KEYS,
                         earlier_s + time.perf_counter() - started)
@@ -161,10 +167,12 @@ def train_seed(params: PretrainParams, seed: int, train_size: int, scale: SynthS
 
     _save_bf16(model, processor, seed_dir / MODEL)
     del model, optimizer
+    kept_step = selection.keep(seed_dir / MODEL, params.steps)
     # the check reads the saved bf16 folder back in fp32, as SFT and evaluation load model.path
     saved, saved_processor = load_vlm(seed_dir / MODEL, "float32", device)
     check = check_samples(params, train_size, scale)
-    figures = {"seed": seed, "steps": params.steps, "resumed_from_step": start, "batch_size": params.batch_size,
+    figures = {"seed": seed, "steps": params.steps, "kept_step": kept_step, "resumed_from_step": start,
+               "batch_size": params.batch_size,
                "train_s": round(earlier_s + sitting_s, 1), "device": describe_device(device),
                "samples_per_s": round((params.steps - start) * params.batch_size / sitting_s, 2) if sitting_s > 0
                else 0.0,
@@ -175,6 +183,41 @@ def train_seed(params: PretrainParams, seed: int, train_size: int, scale: SynthS
     state_path.unlink(missing_ok=True)
     log.info(summary_line(f"pretrain seed {seed}", figures))
     return figures
+
+
+class Selection:
+    """A seed's best step so far by its selection samples' (box IoU, share on target), its bf16 weights kept in
+    `folder` with `selection.json` (the step and its figures). A later step of equal figures replaces an earlier
+    one, so a seed that never improves keeps its last weights. Resumable: a record from beyond the resumed step
+    (written after the last saved state) is dropped, since the rerun passes that step again and offers it anew."""
+
+    def __init__(self, folder: Path, resumed_at: int, samples: list[GroundingSample], max_new_tokens: int) -> None:
+        self.folder, self.samples, self.max_new_tokens = folder, samples, max_new_tokens
+        record = folder / "selection.json"
+        self.best = json.loads(record.read_text()) if record.is_file() else None
+        if self.best is not None and (not samples or self.best["step"] > resumed_at):
+            shutil.rmtree(folder, ignore_errors=True)
+            self.best = None
+
+    def offer(self, step: int, model, processor) -> None:
+        figures = grounding_check(model, processor, self.samples, self.max_new_tokens)
+        model.train()
+        processor.tokenizer.padding_side = "right"
+        key = (figures["box_iou"], figures["on_target"])
+        if self.best is None or key >= (self.best["box_iou"], self.best["on_target"]):
+            _save_bf16(copy.deepcopy(model), processor, self.folder)
+            write_json(self.folder / "selection.json", {"step": step, **figures})
+            self.best = {"step": step, **figures}
+
+    def keep(self, last: Path, steps: int) -> int:
+        """The step whose weights `last` (the seed's final bf16 folder) ends with: the best one's, moved there."""
+        if self.best is None or self.best["step"] == steps:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            return steps
+        (self.folder / "selection.json").unlink()
+        shutil.rmtree(last)
+        self.folder.rename(last)
+        return int(self.best["step"])
 
 
 def fresh_model(params: PretrainParams):

@@ -76,6 +76,15 @@ def check_samples(params: PretrainParams, size: int, scale: SynthScale) -> list[
             for i in range(params.check_samples)]
 
 
+def select_samples(params: PretrainParams, size: int, scale: SynthScale) -> list[GroundingSample]:
+    """The samples that choose a seed's kept step (`select_every_steps`): `select_samples` of the last phase with all
+    its colours, from a fixed stream of their own (the reported check stays apart from what chose the weights)."""
+    phase = params.curriculum[-1]
+    return [replace(draw_sample(np.random.default_rng(derive_seed(CHECK_SEED, "pretrain", "select", i)),
+                                f"select/{i}", phase, phase.colours, size, scale), think=params.think)
+            for i in range(params.select_samples)]
+
+
 def chat(sample: GroundingSample, with_answer: bool) -> list[dict]:
     """The evaluation's question about the sample's frames (veason task), with the answer when training."""
     question = get_task("veason").question(sample.expression, sample.timestamps)

@@ -222,12 +222,18 @@ def test_a_real_model_path_skips_the_stage(tmp_path: Path) -> None:
     assert (tmp_path / "pretrain_curve.tsv").read_text() == "step\tloss\tlr\n"
 
 
+@pytest.mark.parametrize("select_every", [0, 2])  # with selection, the step-2 pick outlives the kill
 def test_a_resumed_seed_or_one_fed_by_loader_workers_ends_byte_identical(tiny_base: Path, tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                    monkeypatch: pytest.MonkeyPatch,
+                                                                    select_every: int) -> None:
     import stages.pretrain as stage
 
     torch.set_num_threads(1)
-    whole = _tiny_params(tiny_base, tmp_path / "whole")
+
+    def params_of(base, tmp, **changes):  # the tiny run, with selection as parametrised
+        return _tiny_params(base, tmp, select_every_steps=select_every, select_samples=2, **changes)
+
+    whole = params_of(tiny_base, tmp_path / "whole")
     figures = train_seed(whole, 0, SIZE, SCALE)
     assert figures["resumed_from_step"] == 0
 
@@ -240,7 +246,7 @@ def test_a_resumed_seed_or_one_fed_by_loader_workers_ends_byte_identical(tiny_ba
         save(*args, **kwargs)
         raise Stop
 
-    stopped = _tiny_params(tiny_base, tmp_path / "stopped")
+    stopped = params_of(tiny_base, tmp_path / "stopped")
     monkeypatch.setattr(stage, "_save_state", save_then_stop)
     with pytest.raises(Stop):
         train_seed(stopped, 0, SIZE, SCALE)
@@ -257,13 +263,52 @@ def test_a_resumed_seed_or_one_fed_by_loader_workers_ends_byte_identical(tiny_ba
     assert {k: v for k, v in resumed.items() if k not in ("resumed_from_step", "train_s", "samples_per_s")} == \
         {k: v for k, v in figures.items() if k not in ("resumed_from_step", "train_s", "samples_per_s")}
     # batches rendered ahead by loader processes are the same batches
-    workers = _tiny_params(tiny_base, tmp_path / "workers", loader_workers=2)
+    workers = params_of(tiny_base, tmp_path / "workers", loader_workers=2)
     train_seed(workers, 0, SIZE, SCALE)
     assert (tmp_path / "workers/checkpoints/seed-0/model/model.safetensors").read_bytes() == \
         (tmp_path / "whole/checkpoints/seed-0/model/model.safetensors").read_bytes()
     # a finished seed is not trained again
     monkeypatch.setattr(stage, "train_step", lambda *a: pytest.fail("a finished seed was trained again"))
     assert train_seed(stopped, 0, SIZE, SCALE) == resumed
+
+
+def test_a_seed_keeps_its_best_selection_steps_weights_and_a_tie_keeps_the_later(
+        tiny_base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """select_every_steps: the selection samples' figures at steps 2 and 4 (scripted here: the tiny run scores 0
+    everywhere) decide which weights the seed ends with; the check still scores the kept weights; a rerun resumed
+    after the last saved state keeps a selection record up to it and drops one from beyond it."""
+    import stages.pretrain as stage
+
+    torch.set_num_threads(1)
+    real = stage.grounding_check
+    scripted: list[float] = []
+    seen: dict[int, dict[str, torch.Tensor]] = {}
+
+    def check(vlm, processor, samples, max_new_tokens, batch_size=16):
+        if not samples[0].video.startswith("select/"):
+            return real(vlm, processor, samples, max_new_tokens, batch_size)
+        seen[len(seen)] = {k: v.detach().to(torch.bfloat16).clone() for k, v in vlm.state_dict().items()}
+        return {"box_iou": scripted.pop(0), "on_target": 0.5}
+
+    monkeypatch.setattr(stage, "grounding_check", check)
+    for scores, kept in (([0.5, 0.1], 2), ([0.3, 0.3], 4)):
+        scripted[:], seen_before = scores, len(seen)
+        params = _tiny_params(tiny_base, tmp_path / str(kept), select_every_steps=2, select_samples=2)
+        figures = train_seed(params, 0, SIZE, SCALE)
+        assert figures["kept_step"] == kept and not scripted
+        vlm, _ = load_vlm(tmp_path / str(kept) / "checkpoints/seed-0/model", "float32", "cpu")
+        weights = {k: v.to(torch.bfloat16) for k, v in vlm.state_dict().items()}
+        expected = seen[seen_before + kept // 2 - 1]
+        assert set(weights) == set(expected)
+        assert all(torch.equal(weights[k], expected[k]) for k in weights)
+        other = seen[seen_before + (1 if kept == 2 else 0)]  # the step not kept: other weights
+        assert not all(torch.equal(weights[k], other[k]) for k in weights)
+        assert not (tmp_path / str(kept) / "checkpoints/seed-0" / stage.BEST).exists()
+    folder = tmp_path / "record" / stage.BEST
+    folder.mkdir(parents=True)
+    (folder / "selection.json").write_text(json.dumps({"step": 4, "box_iou": 0.9, "on_target": 1.0}))
+    assert stage.Selection(folder, 4, [object()], 12).best["step"] == 4
+    assert stage.Selection(folder, 2, [object()], 12).best is None and not folder.exists()
 
 
 def test_the_stage_keeps_the_best_seed_in_bf16_with_figures_from_the_saved_weights(tiny_base: Path,
