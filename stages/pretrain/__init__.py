@@ -200,9 +200,10 @@ class Selection:
             self.best = None
 
     def offer(self, step: int, model, processor) -> None:
+        side = processor.tokenizer.padding_side  # the check pads prompts on the left for generation
         figures = grounding_check(model, processor, self.samples, self.max_new_tokens)
         model.train()
-        processor.tokenizer.padding_side = "right"
+        processor.tokenizer.padding_side = side
         key = (figures["box_iou"], figures["on_target"])
         if self.best is None or key >= (self.best["box_iou"], self.best["on_target"]):
             _save_bf16(copy.deepcopy(model), processor, self.folder)
