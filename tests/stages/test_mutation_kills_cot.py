@@ -63,6 +63,7 @@ CHANGES = {
     "extra_body": ({"top_k": 6}, True),
     "thinking": ("disabled", True),
     "thinking_switch": ("chat_template", False),  # with thinking "default" no switch is sent
+    "template_style": ("compact", False),  # the template backend's writing (its key: the test below)
 }
 
 
@@ -80,6 +81,14 @@ def test_every_teacher_field_is_classified():
 def test_key_changes_with_every_reply_field_and_no_other(name):
     value, changes = CHANGES[name]
     assert (final_key(replace(OPENAI, **{name: value})) != final_key(OPENAI)) is changes
+
+
+def test_the_template_backends_key_changes_with_its_style_and_the_full_styles_key_with_nothing_new():
+    template = TeacherParams()
+    assert final_key(replace(template, template_style="compact")) != final_key(template)
+    # the full style's key is the identity of a template request before the setting existed (its cache stays)
+    request = build_request(SAMPLE, "veason/v1/style_a", 0, template, Path("/nonexistent"))
+    assert "template_style" not in request.context
 
 
 def test_thinking_switch_counts_once_thinking_is_sent():
@@ -114,7 +123,8 @@ def test_template_backend_key_depends_on_its_context_only():
     template = TeacherParams()
     base = final_key(template)
     for name, (value, _) in CHANGES.items():
-        if name != "backend":  # the template teacher sends nothing: no teacher field changes its answer
+        if name not in ("backend", "template_style"):  # the template teacher sends nothing: no teacher field but
+            # its own writing style changes its answer
             assert final_key(replace(template, **{name: value})) == base, name
     assert final_key(template, {**SAMPLE, "union_areas": [1.0, 2.0, 3.0]}) != base  # it writes from these
     assert final_key(template, {**SAMPLE, "aks_option": "B"}) != base
