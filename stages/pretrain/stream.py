@@ -70,19 +70,20 @@ def step_samples(params: PretrainParams, seed: int, step: int, size: int, scale:
 
 def check_samples(params: PretrainParams, size: int, scale: SynthScale) -> list[GroundingSample]:
     """The held-out samples: `check_samples` of the last phase with all its colours, from the fixed check stream."""
-    phase = params.curriculum[-1]
-    return [replace(draw_sample(np.random.default_rng(derive_seed(CHECK_SEED, "pretrain", "check", i)), f"check/{i}",
-                                phase, phase.colours, size, scale), think=params.think)
-            for i in range(params.check_samples)]
+    return _held_out(params, "check", params.check_samples, size, scale)
 
 
 def select_samples(params: PretrainParams, size: int, scale: SynthScale) -> list[GroundingSample]:
     """The samples that choose a seed's kept step (`select_every_steps`): `select_samples` of the last phase with all
     its colours, from a fixed stream of their own (the reported check stays apart from what chose the weights)."""
+    return _held_out(params, "select", params.select_samples, size, scale)
+
+
+def _held_out(params: PretrainParams, stream: str, count: int, size: int, scale: SynthScale) -> list[GroundingSample]:
     phase = params.curriculum[-1]
-    return [replace(draw_sample(np.random.default_rng(derive_seed(CHECK_SEED, "pretrain", "select", i)),
-                                f"select/{i}", phase, phase.colours, size, scale), think=params.think)
-            for i in range(params.select_samples)]
+    return [replace(draw_sample(np.random.default_rng(derive_seed(CHECK_SEED, "pretrain", stream, i)), f"{stream}/{i}",
+                                phase, phase.colours, size, scale), think=params.think)
+            for i in range(count)]
 
 
 def chat(sample: GroundingSample, with_answer: bool) -> list[dict]:
