@@ -13,7 +13,9 @@ config: the probe's seeds differed in initialisation and batches, and bound a co
 ends with its held-out grounding check on the fixed check stream, measured on its bf16 weights read back in fp32
 through `stages.models.load_vlm` (as SFT and evaluation load them): parse rate, keyframe hits, box IoU of the answer
 against the targets, and — the binding measure — of the answers whose first box lands on an object (IoU > 0.3),
-the share on the asked one. The seed with the best (box IoU, share on target) is written to `out_dir` as a
+the share on the asked one. With `select_every_steps` a seed ends with the weights of its best step on a
+selection stream of its own (`Selection`), not only its last. The seed with the best (box IoU, share on target) is
+written to `out_dir` as a
 Qwen2.5-VL folder (bf16 safetensors, the pre-training rope in its config, the processor), with `seeds.json`
 (every seed's figures), lineage (device, steps, seeds, dtype) and the model card.
 
