@@ -15,9 +15,8 @@ through `stages.models.load_vlm` (as SFT and evaluation load them): parse rate, 
 against the targets, and — the binding measure — of the answers whose first box lands on an object (IoU > 0.3),
 the share on the asked one. With `select_every_steps` a seed ends with the weights of its best step on a
 selection stream of its own (`Selection`), not only its last. The seed with the best (box IoU, share on target) is
-written to `out_dir` as a
-Qwen2.5-VL folder (bf16 safetensors, the pre-training rope in its config, the processor), with `seeds.json`
-(every seed's figures), lineage (device, steps, seeds, dtype) and the model card.
+written to `out_dir` as a Qwen2.5-VL folder (bf16 safetensors, the pre-training rope in its config, the
+processor), with `seeds.json` (every seed's figures), lineage (device, steps, seeds, dtype) and the model card.
 
 A plain torch loop, not transformers' `Trainer`: the batch of a step must depend on the step alone (so a resume is
 exact and no scene repeats), which a map over steps given to a `DataLoader` gives directly, with worker processes
