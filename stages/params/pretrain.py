@@ -17,6 +17,7 @@ PLAIN_COLOURS = ("red", "green", "blue", "yellow", "orange", "white")
 
 
 MAX_SEEDS = 8  # seeds a pre-training stage trains (a process each; a UI run may not start more)
+MAX_HELD_OUT = 1024  # held-out samples of a check or a selection (kept rendered in memory for the whole run)
 
 
 def seed_rules(seeds: tuple[int, ...]) -> Iterator[tuple[str, str]]:
@@ -82,9 +83,9 @@ class PretrainParams:
     weight_decay: Exp[NonNegFloat] = 0.0
     grad_clip: Exp[PosFloat] = 1.0
     check_samples: Exp[PosInt] = 96  # held-out samples (a fixed stream, the same for every seed) of the last phase
-    # every k steps each seed answers `select_samples` held-out samples of the last phase (a stream apart from the
-    # check's) and the stage publishes the weights of its best such step, not only its last (a seed that found the
-    # shapes lost them by its end: docs/decisions/021); 0 = the last weights
+    # every k steps of the last phase each seed answers `select_samples` held-out samples of that phase (a stream
+    # apart from the check's) and the stage publishes the weights of its best such step, not only its last (a seed
+    # that found the shapes lost them by its end: docs/decisions/021); 0 = the last weights
     select_every_steps: Exp[NonNegInt] = 0
     select_samples: Exp[PosInt] = 48
     save_every_steps: Exp[PosInt] = 200  # resumable-state interval (resume after a kill)
@@ -109,5 +110,8 @@ class PretrainParams:
         if covered != self.steps:
             yield "curriculum", f"phases cover {covered} steps, pretrain.steps is {self.steps}: they must be equal"
         yield from seed_rules(self.seeds)
+        for name in ("check_samples", "select_samples"):  # each held in memory, rendered, for the whole run
+            if getattr(self, name) > MAX_HELD_OUT:
+                yield name, f"at most {MAX_HELD_OUT} held-out samples, got {getattr(self, name)}"
         if self.batch_size % self.micro_batches:
             yield "micro_batches", f"must divide batch_size ({self.batch_size}), got {self.micro_batches}"

@@ -13,9 +13,9 @@ config: the probe's seeds differed in initialisation and batches, and bound a co
 ends with its held-out grounding check on the fixed check stream, measured on its bf16 weights read back in fp32
 through `stages.models.load_vlm` (as SFT and evaluation load them): parse rate, keyframe hits, box IoU of the answer
 against the targets, and — the binding measure — of the answers whose first box lands on an object (IoU > 0.3),
-the share on the asked one. With `select_every_steps` a seed ends with the weights of its best step on a
-selection stream of its own (`Selection`), not only its last. The seed with the best (box IoU, share on target) is
-written to `out_dir` as a Qwen2.5-VL folder (bf16 safetensors, the pre-training rope in its config, the
+the share on the asked one. With `select_every_steps` a seed ends with the weights of its best step of the last
+phase on a selection stream of its own (`Selection`), not only its last. The seed with the best (box IoU, share on
+target) is written to `out_dir` as a Qwen2.5-VL folder (bf16 safetensors, the pre-training rope in its config, the
 processor), with `seeds.json` (every seed's figures), lineage (device, steps, seeds, dtype) and the model card.
 
 A plain torch loop, not transformers' `Trainer`: the batch of a step must depend on the step alone (so a resume is
@@ -150,6 +150,8 @@ def train_seed(params: PretrainParams, seed: int, train_size: int, scale: SynthS
     started = time.perf_counter()
     selection = Selection(seed_dir / BEST, start, select_samples(params, train_size, scale)
                           if params.select_every_steps else [], params.max_new_tokens)
+    # its samples are the last phase's: the weights of earlier phases were never trained on their format
+    select_from = params.steps - params.curriculum[-1].steps
     steps = zip(range(start, params.steps), loader, strict=True)
     for step, micro in track(steps, total=params.steps - start, desc=f"pretrain seed {seed}"):
         loss = train_step(model, micro, device)
@@ -159,7 +161,8 @@ def train_seed(params: PretrainParams, seed: int, train_size: int, scale: SynthS
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         curve.append({"step": step + 1, "loss": round(loss, 6), "lr": lr})
-        if params.select_every_steps and ((step + 1) % params.select_every_steps == 0 or step + 1 == params.steps):
+        if params.select_every_steps and step >= select_from and (
+                (step + 1) % params.select_every_steps == 0 or step + 1 == params.steps):
             selection.offer(step + 1, model, processor)
         if (step + 1) % params.save_every_steps == 0 and step + 1 < params.steps:
             _save_state(state_path, state_key, step + 1, model, optimizer, scheduler, curve, CURVE_KEYS,
@@ -201,10 +204,7 @@ class Selection:
             self.best = None
 
     def offer(self, step: int, model, processor) -> None:
-        side = processor.tokenizer.padding_side  # the check pads prompts on the left for generation
         figures = grounding_check(model, processor, self.samples, self.max_new_tokens)
-        model.train()
-        processor.tokenizer.padding_side = side
         key = (figures["box_iou"], figures["on_target"])
         if self.best is None or key >= (self.best["box_iou"], self.best["on_target"]):
             _save_bf16(copy.deepcopy(model), processor, self.folder)
@@ -290,9 +290,20 @@ def score_answer(text: str, sample: GroundingSample) -> dict[str, float | bool |
 def grounding_check(vlm, processor, samples: list[GroundingSample], max_new_tokens: int,
                     batch_size: int = 16) -> dict[str, float]:
     """Greedy answers on held-out samples: parse rate, keyframe hits, box IoU (all samples, and each kind of scene
-    apart), how many first boxes land on an object, and of those the share on the asked one."""
+    apart), how many first boxes land on an object, and of those the share on the asked one. The model's training
+    mode and the tokenizer's padding side are as they were after it (a seed is checked mid-training too)."""
+    was_training, side = vlm.training, processor.tokenizer.padding_side
     vlm.eval()
-    processor.tokenizer.padding_side = "left"
+    processor.tokenizer.padding_side = "left"  # generation continues every prompt from its last token
+    try:
+        return _grounding_figures(vlm, processor, samples, max_new_tokens, batch_size)
+    finally:
+        vlm.train(was_training)
+        processor.tokenizer.padding_side = side
+
+
+def _grounding_figures(vlm, processor, samples: list[GroundingSample], max_new_tokens: int,
+                       batch_size: int) -> dict[str, float]:
     scores = []
     for i in range(0, len(samples), batch_size):
         batch = samples[i:i + batch_size]
@@ -362,7 +373,8 @@ def _publish(params: PretrainParams, model: ModelParams, train_size: int, scale:
               **{f"on_target_seed{seed}": results[seed]["on_target"] for seed in sorted(results)}}
     write_lineage(out_dir, "pretrain", {"pretrain": params, "model": model}, seed=chosen,
                   inputs={"base_model": Path(params.base)}, counts={"steps": params.steps, "seeds": len(results)},
-                  code_modules=["stages.pretrain", "stages.synth", "stages.models", "stages.core.frame_spread"],
+                  code_modules=["stages.pretrain", "stages.synth", "stages.models", "stages.core.frame_spread",
+                                "stages.teacher.template_teacher"],
                   extra={"device": device, "steps": params.steps, "seeds": list(params.seeds), "chosen_seed": chosen,
                          "dtype": "bfloat16", "train_size": train_size, "synth_scale": to_dict(scale),
                          "fingerprint": _fingerprint(params, chosen, train_size, scale)})

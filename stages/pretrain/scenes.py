@@ -20,7 +20,7 @@ from stages.core.frame_spread import spread_frames
 from stages.params.synth import SynthScale
 from stages.synth.expressions import NO_TARGET, Facts, generate_expressions
 from stages.synth.render import background, full_shape_area, render_frame
-from stages.synth.scene import simulate_video
+from stages.synth.scene import SimVideo, simulate_video
 from stages.tasks import answer_text
 from stages.teacher.template_teacher import compact_trace
 
@@ -85,9 +85,8 @@ def shape_sample(rng: np.random.Generator, name: str, n_frames: int, size: int, 
             break
     target = askable[int(rng.integers(len(askable)))]
     k = keys[target.obj_id]
-    sx, sy = size / video.width, size / video.height
-    boxes = {o: [round(x1 * sx), round(y1 * sy), round(x2 * sx), round(y2 * sy)]
-             for o, seen in rendered[k][1].items() if (box := seen.box()) is not None for x1, y1, x2, y2 in [box]}
+    boxes = {o: _train_size_box(box, video, size) for o, seen in rendered[k][1].items()
+             if (box := seen.box()) is not None}
     images = [Image.fromarray(image).resize((size, size), Image.Resampling.BICUBIC) for image, _ in rendered]
     return GroundingSample(name, f"the {target.name}", 0, list(shown), images, shown[k], [boxes[target.obj_id]],
                            [box for o, box in sorted(boxes.items()) if o != target.obj_id])
@@ -118,7 +117,6 @@ def _clip_samples(rng: np.random.Generator, name: str, n_frames: int, size: int,
     expressions = generate_expressions(video, Facts(visible_area, full_area, centroids, shape_area, hidden_by), rng)
     shown = spread_frames(n_t, n_frames)
     images = [Image.fromarray(frames[t]).resize((size, size), Image.Resampling.BICUBIC) for t in shown]
-    sx, sy = size / video.width, size / video.height
     out = []
     for expression in expressions:
         if expression.type_id == NO_TARGET:
@@ -127,10 +125,15 @@ def _clip_samples(rng: np.random.Generator, name: str, n_frames: int, size: int,
         if max(areas) == 0:
             continue
         key = shown[int(np.argmax(areas))]  # the first of equal areas
-        scaled = {o: [round(x1 * sx), round(y1 * sy), round(x2 * sx), round(y2 * sy)]
-                  for (t, o), (x1, y1, x2, y2) in boxes.items() if t == key}
+        scaled = {o: _train_size_box(box, video, size) for (t, o), box in boxes.items() if t == key}
         targets = [scaled[o] for o in expression.obj_ids if o in scaled]
         others = [box for o, box in sorted(scaled.items()) if o not in expression.obj_ids]
         out.append(GroundingSample(name, expression.text, expression.type_id, list(shown), images, key, targets,
                                    others))
     return out
+
+
+def _train_size_box(box: tuple[int, int, int, int], video: SimVideo, size: int) -> list[int]:
+    """A frame-pixel box [x1, y1, x2, y2] in pixels of the size × size frames shown."""
+    sx, sy = size / video.width, size / video.height
+    return [round(box[0] * sx), round(box[1] * sy), round(box[2] * sx), round(box[3] * sy)]

@@ -275,8 +275,9 @@ def test_a_resumed_seed_or_one_fed_by_loader_workers_ends_byte_identical(tiny_ba
 def test_a_seed_keeps_its_best_selection_steps_weights_and_a_tie_keeps_the_later(
         tiny_base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """select_every_steps: the selection samples' figures at steps 2 and 4 (scripted here: the tiny run scores 0
-    everywhere) decide which weights the seed ends with; the check still scores the kept weights; a rerun resumed
-    after the last saved state keeps a selection record up to it and drops one from beyond it."""
+    everywhere) decide which weights the seed ends with; the check still scores the kept weights; only the last
+    phase's steps are offered; a rerun resumed after the last saved state keeps a selection record up to it and
+    drops one from beyond it."""
     import stages.pretrain as stage
 
     torch.set_num_threads(1)
@@ -304,6 +305,12 @@ def test_a_seed_keeps_its_best_selection_steps_weights_and_a_tie_keeps_the_later
         other = seen[seen_before + (1 if kept == 2 else 0)]  # the step not kept: other weights
         assert not all(torch.equal(weights[k], other[k]) for k in weights)
         assert not (tmp_path / str(kept) / "checkpoints/seed-0" / stage.BEST).exists()
+    # two phases: only the last one's steps are offered (steps 3 and 4 here, with a selection every step)
+    scripted[:], seen_before = [0.2, 0.1], len(seen)
+    phased = _tiny_params(tiny_base, tmp_path / "phased", select_every_steps=1, select_samples=2,
+                          curriculum=(PretrainPhase(steps=2, frames=1, objects=(2,)),
+                                      PretrainPhase(steps=2, frames=1, objects=(2,))))
+    assert train_seed(phased, 0, SIZE, SCALE)["kept_step"] == 3 and len(seen) - seen_before == 2 and not scripted
     folder = tmp_path / "record" / stage.BEST
     folder.mkdir(parents=True)
     (folder / "selection.json").write_text(json.dumps({"step": 4, "box_iou": 0.9, "on_target": 1.0}))
@@ -380,6 +387,7 @@ def test_the_pretrained_base_gets_the_grounding_rope_and_a_bad_section_is_named(
     ({"pretrain.curriculum": "[{steps: 6000, synth_share: 1.5}]"}, r"pretrain\.curriculum\[0\]\.synth_share"),
     ({"pretrain.seeds": "[0, 0]"}, r"pretrain\.seeds: must not repeat a seed"),
     ({"pretrain.micro_batches": "5"}, r"pretrain\.micro_batches: must divide batch_size \(32\)"),
+    ({"pretrain.select_samples": "100000"}, r"pretrain\.select_samples: at most 1024 held-out samples, got 100000"),
 ])
 def test_bad_params_are_one_line(overrides: dict, message: str) -> None:
     raw = read_params_file(PARAMS_YAML)
