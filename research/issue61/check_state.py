@@ -6,12 +6,13 @@ The stage checks a seed only when it ends. This loads `WORKTREE/<pretrain.checkp
 fp32 weights the stage saves every `save_every_steps`) into the stage's own `fresh_model` under WORKTREE's
 params.yaml, and scores greedy answers with the stage's `grounding_check` on two held-out sets of that run's frames
 (`synth.<synth.size>`): 96 one-frame shape scenes asked by colour and kind, all six colours (the first phase's
-task, on the shapes probe's held-out seed stream), and the stage's own check samples (the last phase). Appends one
-row per call to OUT.json.
+task, on the shapes probe's held-out seed stream; OBJ=k in the environment: k shapes per scene instead), and the
+stage's own check samples (the last phase). Appends one row per call to OUT.json.
 """
 
 import dataclasses
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -30,6 +31,7 @@ from stages.pretrain.stream import check_samples
 def main() -> None:
     worktree, seed, out = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
     torch.set_num_threads(1)
+    objects = int(os.environ.get("OBJ", "3"))
     params = load_params(worktree / "params.yaml")
     pre = params.pretrain
     size, scale = params.keyframes.train_size, params.synth.scale
@@ -38,9 +40,9 @@ def main() -> None:
     model, processor = fresh_model(dataclasses.replace(pre, base=str(worktree / pre.base)))
     model.load_state_dict(state["model"])
     shapes = [shape_sample(np.random.default_rng(derive_seed(7, "describe", "check", i)), f"check/{i}/shapes", 1, size,
-                           scale, (3,), PLAIN_COLOURS) for i in range(96)]
+                           scale, (objects,), PLAIN_COLOURS) for i in range(96)]
     started = time.time()
-    row = {"seed": seed, "step": int(state["step"]),
+    row = {"seed": seed, "step": int(state["step"]), "shapes_objects": objects,
            "shapes_1_frame": grounding_check(model, processor, shapes, pre.max_new_tokens),
            "stage_check": grounding_check(model, processor, check_samples(pre, size, scale), pre.max_new_tokens)}
     row["check_s"] = round(time.time() - started)
