@@ -58,6 +58,17 @@ class PretrainPhase:
             yield "objects", f"at most {len(PLAIN_COLOURS)} objects (one per colour), got {max(self.objects)}"
 
 
+@dataclass(frozen=True)
+class PretrainScreen:
+    """A bar a seed must clear to go on training: after optimizer step `step`, its greedy answers to `screen_samples`
+    held-out samples of the phase it is in (the colours asked so far) must reach `min_box_iou`. Whether a fresh tiny
+    model finds objects at all is a draw on its seed (docs/decisions/021: one shape per scene was found by step
+    1,000 in two seeds of six), so a seed that has not by then is stopped and its core goes to the next seed."""
+
+    step: Exp[PosInt] = 1000
+    min_box_iou: Exp[Fraction] = 0.2
+
+
 # The default curriculum (bench/probe_grounding.py's U1, then the evaluation's format): three rectangles in every frame,
 # red asked first and one more colour every 600 steps (all six from step 3,001), one frame; then six frames, half of
 # the samples synth frames.
@@ -88,6 +99,11 @@ class PretrainParams:
     # that found the shapes lost them by its end: docs/decisions/021); 0 = the last weights
     select_every_steps: Exp[NonNegInt] = 0
     select_samples: Exp[PosInt] = 48
+    # bars a seed must clear on its way (none: every seed trains to the end); a seed that misses one stops there, and
+    # the stage keeps the best of those that cleared them all (none did: it fails, keeping every seed's outcome, so
+    # that a rerun with more seeds trains only the new ones)
+    screen: Exp[tuple[PretrainScreen, ...]] = ()
+    screen_samples: Exp[PosInt] = 48  # held-out samples a screen asks (a stream apart), at most 1024 as check_samples
     save_every_steps: Exp[PosInt] = 200  # resumable-state interval (resume after a kill)
     parallel: Server[NonNegInt] = 0  # seeds trained at once: 0 = all on a GPU, one per core on the CPU
     loader_workers: Server[NonNegInt] = 0  # processes rendering batches ahead of the training (GPU: a few per seed)
@@ -110,7 +126,11 @@ class PretrainParams:
         if covered != self.steps:
             yield "curriculum", f"phases cover {covered} steps, pretrain.steps is {self.steps}: they must be equal"
         yield from seed_rules(self.seeds)
-        for name in ("check_samples", "select_samples"):  # each held in memory, rendered, for the whole run
+        steps = [bar.step for bar in self.screen]
+        if steps != sorted(set(steps)) or (steps and steps[-1] >= self.steps):
+            yield "screen", f"steps must rise, each below pretrain.steps ({self.steps}), got {steps}"
+        # each held in memory, rendered, for the whole run (a screen's only while it asks)
+        for name in ("check_samples", "select_samples", "screen_samples"):
             if getattr(self, name) > MAX_HELD_OUT:
                 yield name, f"at most {MAX_HELD_OUT} held-out samples, got {getattr(self, name)}"
         if self.batch_size % self.micro_batches:

@@ -14,8 +14,10 @@ ends with its held-out grounding check on the fixed check stream, measured on it
 through `stages.models.load_vlm` (as SFT and evaluation load them): parse rate, keyframe hits, box IoU of the answer
 against the targets, and — the binding measure — of the answers whose first box lands on an object (IoU > 0.3),
 the share on the asked one. With `select_every_steps` a seed ends with the weights of its best step of the last
-phase on a selection stream of its own (`Selection`), not only its last. The seed with the best (box IoU, share on
-target) is written to `out_dir` as a Qwen2.5-VL folder (bf16 safetensors, the pre-training rope in its config, the
+phase on a selection stream of its own (`Selection`), not only its last. With `screen`, a seed whose held-out box
+IoU misses a bar at a given step stops there (whether a fresh tiny model finds objects at all is a draw on its
+seed), and its core goes to the next seed. Of the seeds that cleared every bar, the one with the best (box IoU, share
+on target) is written to `out_dir` as a Qwen2.5-VL folder (bf16 safetensors, the pre-training rope in its config, the
 processor), with `seeds.json` (every seed's figures), lineage (device, steps, seeds, dtype) and the model card.
 
 A plain torch loop, not transformers' `Trainer`: the batch of a step must depend on the step alone (so a resume is
@@ -43,6 +45,7 @@ import numpy as np
 import torch
 
 from schemas.answer import parse_answer
+from stages.core.errors import OneLineError
 from stages.core.io import atomic_write_text, write_json
 from stages.core.lineage import write_lineage
 from stages.core.model_card import write_model_card
@@ -59,7 +62,7 @@ from stages.params.model import ModelParams
 from stages.params.pretrain import PretrainParams
 from stages.params.synth import SynthScale
 from stages.pretrain.scenes import GroundingSample
-from stages.pretrain.stream import StepBatches, chat, check_samples, encode, select_samples
+from stages.pretrain.stream import StepBatches, chat, check_samples, encode, screen_samples, select_samples
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +70,7 @@ MODEL = "model"  # a seed's bf16 Qwen2.5-VL folder in its checkpoint folder
 BEST = "best"  # its best step's bf16 folder so far (`select_every_steps`)
 STATE = "state.pt"  # a seed's resumable training state
 RESULT = "result.json"  # a finished seed's figures, kept until the stage publishes
+SCREENS = "screens.json"  # the screens a seed has been through (`pretrain.screen`)
 SEEDS = "seeds.json"  # every seed's figures and the one kept, in out_dir
 CURVE = "pretrain_curve.tsv"
 CURVE_KEYS = ("step", "loss", "lr")  # a curve row, as the saved state keeps it
@@ -97,6 +101,7 @@ def pretrain(params: PretrainParams, model: ModelParams, train_size: int, scale:
         FileNotFoundError: `pretrain.base` is not a model folder (one line, before anything is removed).
         ValueError: `pretrain.mrope_section` does not fit the base's head size.
         SeedFailed: a seed's process failed (it has printed why); finished seeds are kept for a rerun.
+        NoSeedPassed: every seed stopped at a `pretrain.screen` bar (before anything is removed).
     """
     out_dir = Path(out_dir)
     if skipped(params, model):
@@ -117,9 +122,25 @@ def pretrain(params: PretrainParams, model: ModelParams, train_size: int, scale:
                     time.perf_counter() - started)
 
 
+class NoSeedPassed(OneLineError, RuntimeError):
+    """Every seed missed a screen (`pretrain.screen`); their outcomes are kept for a rerun with more seeds."""
+
+
 def choose(results: dict[int, dict]) -> int:
-    """The seed kept: the best held-out box IoU, then the best share of landed boxes on the asked target."""
-    return best_seed(results, lambda figures: (figures["box_iou"], figures["on_target"]))
+    """The seed kept, among those that cleared every screen: the best held-out box IoU, then the best share of
+    landed boxes on the asked target.
+
+    Raises:
+        NoSeedPassed: every seed stopped at a screen.
+    """
+    finished = {seed: figures for seed, figures in results.items() if "screened_out_at" not in figures}
+    if not finished:
+        best = max((row for figures in results.values() for row in figures["screens"]), key=lambda r: r["box_iou"])
+        raise NoSeedPassed(
+            f"pretrain: every seed ({', '.join(map(str, sorted(results)))}) stopped at a pretrain.screen bar (best: "
+            f"box IoU {best['box_iou']} at step {best['step']}, bar {best['min_box_iou']}); add seeds to "
+            "pretrain.seeds: the stopped ones are not trained again")
+    return best_seed(finished, lambda figures: (figures["box_iou"], figures["on_target"]))
 
 
 def train_seed(params: PretrainParams, seed: int, train_size: int, scale: SynthScale) -> dict:
@@ -152,6 +173,8 @@ def train_seed(params: PretrainParams, seed: int, train_size: int, scale: SynthS
                           if params.select_every_steps else [], params.max_new_tokens)
     # its samples are the last phase's: the weights of earlier phases were never trained on their format
     select_from = params.steps - params.curriculum[-1].steps
+    bars = {bar.step: bar for bar in params.screen}
+    screens = _earlier_screens(seed_dir, start)
     steps = zip(range(start, params.steps), loader, strict=True)
     for step, micro in track(steps, total=params.steps - start, desc=f"pretrain seed {seed}"):
         loss = train_step(model, micro, device)
@@ -164,6 +187,12 @@ def train_seed(params: PretrainParams, seed: int, train_size: int, scale: SynthS
         if params.select_every_steps and step >= select_from and (
                 (step + 1) % params.select_every_steps == 0 or step + 1 == params.steps):
             selection.offer(step + 1, model, processor)
+        if step + 1 in bars:
+            screens.append(_screen(params, bars[step + 1], model, processor, train_size, scale, seed))
+            write_json(seed_dir / SCREENS, screens)  # read back on a resume from a later saved state
+            if not screens[-1]["passed"]:
+                return _screened_out(seed_dir, done, state_key, seed, params, screens, device,
+                                     earlier_s + time.perf_counter() - started)
         if (step + 1) % params.save_every_steps == 0 and step + 1 < params.steps:
             _save_state(state_path, state_key, step + 1, model, optimizer, scheduler, curve, CURVE_KEYS,
                         earlier_s + time.perf_counter() - started)
@@ -181,11 +210,42 @@ def train_seed(params: PretrainParams, seed: int, train_size: int, scale: SynthS
                "samples_per_s": round((params.steps - start) * params.batch_size / sitting_s, 2) if sitting_s > 0
                else 0.0,
                "final_loss": round(float(np.mean([c["loss"] for c in curve[-max(1, len(curve) // 10):]])), 4),
-               **grounding_check(saved, saved_processor, check, params.max_new_tokens)}
+               **grounding_check(saved, saved_processor, check, params.max_new_tokens), "screens": screens}
     _write_curve(seed_dir / CURVE, curve)
     write_json(done, {"fingerprint": state_key, "figures": figures})
     state_path.unlink(missing_ok=True)
     log.info(summary_line(f"pretrain seed {seed}", figures))
+    return figures
+
+
+def _earlier_screens(seed_dir: Path, resumed_at: int) -> list[dict]:
+    """The screens a resumed seed passed up to its saved state (a later record is asked again as the rerun passes
+    its step)."""
+    record = seed_dir / SCREENS
+    rows = json.loads(record.read_text()) if record.is_file() else []
+    return [row for row in rows if row["step"] <= resumed_at]
+
+
+def _screen(params: PretrainParams, bar, model, processor, train_size: int, scale: SynthScale, seed: int) -> dict:
+    """The seed's answers to the screen's held-out samples after `bar.step` steps, against its bar."""
+    figures = grounding_check(model, processor, screen_samples(params, bar.step, train_size, scale),
+                              params.max_new_tokens)
+    passed = figures["box_iou"] >= bar.min_box_iou
+    log.info("pretrain seed %d: screen at step %d: held-out box IoU %.4f (bar %.2f): %s", seed, bar.step,
+             figures["box_iou"], bar.min_box_iou, "goes on" if passed else "stopped")
+    return {"step": bar.step, "min_box_iou": bar.min_box_iou, "passed": passed, "box_iou": figures["box_iou"],
+            "landed": figures["landed"], "on_target": figures["on_target"], "mean_box_iou": figures["mean_box_iou"]}
+
+
+def _screened_out(seed_dir: Path, done: Path, state_key: str, seed: int, params: PretrainParams, screens: list[dict],
+                  device: str, train_s: float) -> dict:
+    """Finish a seed that missed a screen: its figures say where (`screened_out_at`), with no model to check; its
+    state goes, its outcome stays, so a rerun does not train it again."""
+    figures = {"seed": seed, "steps": params.steps, "screened_out_at": screens[-1]["step"],
+               "train_s": round(train_s, 1), "device": describe_device(device), "screens": screens}
+    write_json(done, {"fingerprint": state_key, "figures": figures})
+    (seed_dir / STATE).unlink(missing_ok=True)
+    shutil.rmtree(seed_dir / BEST, ignore_errors=True)
     return figures
 
 
@@ -365,12 +425,14 @@ def _publish(params: PretrainParams, model: ModelParams, train_size: int, scale:
     shutil.copyfile(seed_dir / CURVE, metrics_dir / CURVE)  # the kept seed's curve (seeds.json: every seed's ends)
     figures = results[chosen]
     device = figures["device"]
-    write_json(out_dir / SEEDS, {"chosen_seed": chosen, "chosen_by": "held-out box_iou, then on_target",
+    write_json(out_dir / SEEDS, {"chosen_seed": chosen,
+                                 "chosen_by": "held-out box_iou, then on_target, of seeds that cleared every screen",
                                  "device": device, "seeds": {str(seed): results[seed] for seed in sorted(results)}})
-    result = {**figures, "chosen_seed": chosen, "seeds": len(results),
-              "parallel": parallel, "wall_s": round(wall_s, 1),
-              **{f"box_iou_seed{seed}": results[seed]["box_iou"] for seed in sorted(results)},
-              **{f"on_target_seed{seed}": results[seed]["on_target"] for seed in sorted(results)}}
+    finished = sorted(seed for seed in results if "screened_out_at" not in results[seed])
+    result = {**{k: v for k, v in figures.items() if k != "screens"}, "chosen_seed": chosen, "seeds": len(results),
+              "screened_out": len(results) - len(finished), "parallel": parallel, "wall_s": round(wall_s, 1),
+              **{f"box_iou_seed{seed}": results[seed]["box_iou"] for seed in finished},
+              **{f"on_target_seed{seed}": results[seed]["on_target"] for seed in finished}}
     write_lineage(out_dir, "pretrain", {"pretrain": params, "model": model}, seed=chosen,
                   inputs={"base_model": Path(params.base)}, counts={"steps": params.steps, "seeds": len(results)},
                   code_modules=["stages.pretrain", "stages.synth", "stages.models", "stages.core.frame_spread",

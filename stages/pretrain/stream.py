@@ -79,10 +79,19 @@ def select_samples(params: PretrainParams, size: int, scale: SynthScale) -> list
     return _held_out(params, "select", params.select_samples, size, scale)
 
 
-def _held_out(params: PretrainParams, stream: str, count: int, size: int, scale: SynthScale) -> list[GroundingSample]:
-    phase = params.curriculum[-1]
+def screen_samples(params: PretrainParams, step: int, size: int, scale: SynthScale) -> list[GroundingSample]:
+    """The samples a screen after optimizer step `step` (1-based: the steps trained) asks: `screen_samples` of the
+    phase its last step was in, of the colours asked up to it, from a fixed stream of their own per screen step."""
+    phase, within = phase_at(params.curriculum, step - 1)
+    return _held_out(params, f"screen-{step}", params.screen_samples, size, scale, phase, colours_at(phase, within))
+
+
+def _held_out(params: PretrainParams, stream: str, count: int, size: int, scale: SynthScale,
+              phase: PretrainPhase | None = None, colours: tuple[str, ...] | None = None) -> list[GroundingSample]:
+    """`count` samples of `phase` (default: the last) asking `colours` (default: all the phase's), stream `stream`."""
+    phase = phase or params.curriculum[-1]
     return [replace(draw_sample(np.random.default_rng(derive_seed(CHECK_SEED, "pretrain", stream, i)), f"{stream}/{i}",
-                                phase, phase.colours, size, scale), think=params.think)
+                                phase, colours or phase.colours, size, scale), think=params.think)
             for i in range(count)]
 
 

@@ -18,13 +18,13 @@ from stages.core.report import SKIPPED
 from stages.models import load_vlm
 from stages.params import ParamsError, apply_overrides, read_params_file
 from stages.params.model import ModelParams
-from stages.params.pretrain import PLAIN_COLOURS, PretrainParams, PretrainPhase
+from stages.params.pretrain import PLAIN_COLOURS, PretrainParams, PretrainPhase, PretrainScreen
 from stages.params.synth import SynthScale
 from stages.params.tiny_models import TinyModelsParams
 from stages.pretrain import box_iou, choose, grounding_check, pretrain, score_answer, train_seed
 from stages.pretrain.plain import plain_sample
 from stages.pretrain.scenes import shape_sample, synth_sample
-from stages.pretrain.stream import check_samples, colours_at, phase_at, step_samples
+from stages.pretrain.stream import check_samples, colours_at, phase_at, screen_samples, step_samples
 from stages.synth.scene import COLOURS
 from stages.tiny_models.tiny_qwen import build_tiny_qwen
 
@@ -230,8 +230,9 @@ def test_a_resumed_seed_or_one_fed_by_loader_workers_ends_byte_identical(tiny_ba
 
     torch.set_num_threads(1)
 
-    def params_of(base, tmp, **changes):  # the tiny run, with selection as parametrised
-        return _tiny_params(base, tmp, select_every_steps=select_every, select_samples=2, **changes)
+    def params_of(base, tmp, **changes):  # the tiny run, with selection as parametrised, and a screen it clears
+        return _tiny_params(base, tmp, select_every_steps=select_every, select_samples=2, screen_samples=2,
+                            screen=(PretrainScreen(step=2, min_box_iou=0.0),), **changes)
 
     whole = params_of(tiny_base, tmp_path / "whole")
     figures = train_seed(whole, 0, SIZE, SCALE)
@@ -254,6 +255,7 @@ def test_a_resumed_seed_or_one_fed_by_loader_workers_ends_byte_identical(tiny_ba
     monkeypatch.setattr(stage, "_save_state", save)
     resumed = train_seed(stopped, 0, SIZE, SCALE)
     assert resumed["resumed_from_step"] == 2
+    assert [row["step"] for row in resumed["screens"]] == [2]  # the screen passed before the kill, not asked again
     # the training time counts the stopped sitting (its saved seconds) and the one that finished
     sitting = 2 * stopped.batch_size / resumed["samples_per_s"]
     assert earlier_s > 0 and resumed["train_s"] == pytest.approx(earlier_s + sitting, abs=0.1 + 0.02 * sitting)
@@ -316,6 +318,75 @@ def test_a_seed_keeps_its_best_selection_steps_weights_and_a_tie_keeps_the_later
     (folder / "selection.json").write_text(json.dumps({"step": 4, "box_iou": 0.9, "on_target": 1.0}))
     assert stage.Selection(folder, 4, [object()], 12).best["step"] == 4
     assert stage.Selection(folder, 2, [object()], 12).best is None and not folder.exists()
+
+
+def test_a_screen_asks_the_phase_its_step_ends_with_the_colours_asked_so_far() -> None:
+    params = replace(PretrainParams(), screen_samples=8, curriculum=(
+        PretrainPhase(steps=1000, frames=1, scene="shapes", objects=(1,)),
+        PretrainPhase(steps=3200, frames=1, scene="shapes", objects=(2, 3), grow_every=500),
+        PretrainPhase(steps=1800, frames=6, synth_share=0.5, scene="shapes")))
+    first = screen_samples(params, 1000, SIZE, SCALE)  # step 1,000 is the first phase's last
+    assert len(first) == 8 and all(len(s.images) == 1 and not s.distractors for s in first)
+    assert {s.expression.split()[1] for s in first} > {"red"}  # that phase asks every colour
+    early = screen_samples(params, 1800, SIZE, SCALE)  # 800 steps into the second phase: red and green so far
+    assert {s.expression.split()[1] for s in early} <= {"red", "green"}
+    assert all(len(s.images) == 1 for s in early) and any(s.distractors for s in early)  # two or three shapes
+    assert [s.expression for s in screen_samples(params, 1000, SIZE, SCALE)] == [s.expression for s in first]
+    assert {s.video.split("/")[0] for s in first} == {"screen-1000"}  # a stream apart from the check's
+
+
+def test_a_seed_missing_its_screen_stops_there_and_the_stage_keeps_one_that_cleared_it(
+        tiny_base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pretrain.screen: the screen's figures (scripted here: the tiny run scores 0 everywhere) stop seed 0 after
+    step 2 of 4 and let seed 1 go on; seed 1 is published; with every seed stopped the stage fails in one line
+    before anything is removed, and a rerun with one more seed trains only that one."""
+    import stages.pretrain as stage
+
+    torch.set_num_threads(1)
+    real_check, real_step = stage.grounding_check, stage.train_step
+    scripted: list[float] = []
+    trained: list[int] = []
+
+    def check(vlm, processor, samples, max_new_tokens, batch_size=16):
+        if not samples[0].video.startswith("screen-2/"):
+            return real_check(vlm, processor, samples, max_new_tokens, batch_size)
+        return {**real_check(vlm, processor, samples, max_new_tokens, batch_size), "box_iou": scripted.pop(0)}
+
+    def step(*args):
+        trained.append(1)
+        return real_step(*args)
+
+    monkeypatch.setattr(stage, "grounding_check", check)
+    monkeypatch.setattr(stage, "train_step", step)
+    params = _tiny_params(tiny_base, tmp_path, seeds=(0, 1), screen=(PretrainScreen(step=2, min_box_iou=0.3),),
+                          screen_samples=2)
+    out = Path(params.out_dir)
+    scripted[:] = [0.1, 0.3]  # seed 0 misses the bar, seed 1 meets it
+    report = pretrain(params, ModelParams(path=str(out)), SIZE, SCALE, out, tmp_path / "metrics")
+    assert not scripted and len(trained) == 2 + 4
+    seeds = json.loads((out / "seeds.json").read_text())
+    stopped, kept = seeds["seeds"]["0"], seeds["seeds"]["1"]
+    assert seeds["chosen_seed"] == report.metrics["chosen_seed"] == 1
+    assert stopped["screened_out_at"] == 2 and "box_iou" not in stopped
+    assert stopped["screens"] == [{"step": 2, "min_box_iou": 0.3, "passed": False, "box_iou": 0.1,
+                                   "landed": stopped["screens"][0]["landed"], "on_target": 0.0,
+                                   "mean_box_iou": stopped["screens"][0]["mean_box_iou"]}]
+    assert [row["passed"] for row in kept["screens"]] == [True] and "screened_out_at" not in kept
+    assert report.metrics["screened_out"] == 1 and "box_iou_seed0" not in report.metrics
+    assert report.metrics["box_iou_seed1"] == kept["box_iou"]
+    # every seed stopped: one line naming the setting, the published folder and the seeds' outcomes left as they were
+    everyone = replace(params, checkpoint_dir=str(tmp_path / "all"), screen=(PretrainScreen(step=2, min_box_iou=0.9),))
+    published = (out / "model.safetensors").read_bytes()
+    scripted[:], trained[:] = [0.1, 0.2], []
+    with pytest.raises(stage.NoSeedPassed, match=r"^pretrain: every seed \(0, 1\) stopped at a pretrain\.screen bar "
+                       r"\(best: box IoU 0\.2 at step 2, bar 0\.9\); add seeds to pretrain\.seeds"):
+        pretrain(everyone, ModelParams(path=str(out)), SIZE, SCALE, out, tmp_path / "metrics")
+    assert (out / "model.safetensors").read_bytes() == published and len(trained) == 4
+    assert sorted(p.parent.name for p in (tmp_path / "all").glob("seed-*/result.json")) == ["seed-0", "seed-1"]
+    scripted[:], trained[:] = [0.95], []  # seed 2 clears it; seeds 0 and 1 are not trained again
+    report = pretrain(replace(everyone, seeds=(0, 1, 2)), ModelParams(path=str(out)), SIZE, SCALE, out,
+                      tmp_path / "metrics")
+    assert report.metrics["chosen_seed"] == 2 and len(trained) == 4 and not scripted
 
 
 def test_the_stage_keeps_the_best_seed_in_bf16_with_figures_from_the_saved_weights(tiny_base: Path,
@@ -388,6 +459,11 @@ def test_the_pretrained_base_gets_the_grounding_rope_and_a_bad_section_is_named(
     ({"pretrain.seeds": "[0, 0]"}, r"pretrain\.seeds: must not repeat a seed"),
     ({"pretrain.micro_batches": "5"}, r"pretrain\.micro_batches: must divide batch_size \(32\)"),
     ({"pretrain.select_samples": "100000"}, r"pretrain\.select_samples: at most 1024 held-out samples, got 100000"),
+    ({"pretrain.screen_samples": "2000"}, r"pretrain\.screen_samples: at most 1024 held-out samples, got 2000"),
+    ({"pretrain.screen": "[{step: 2000}, {step: 1000}]"},
+     r"pretrain\.screen: steps must rise, each below pretrain\.steps \(6000\), got \[2000, 1000\]"),
+    ({"pretrain.screen": "[{step: 6000}]"}, r"pretrain\.screen: steps must rise, each below pretrain\.steps"),
+    ({"pretrain.screen": "[{step: 1000, min_box_iou: 1.5}]"}, r"pretrain\.screen\[0\]\.min_box_iou"),
 ])
 def test_bad_params_are_one_line(overrides: dict, message: str) -> None:
     raw = read_params_file(PARAMS_YAML)
