@@ -125,8 +125,11 @@ def run_seeds(stage: str, module: str, jobs: dict[int, dict[str, Any]], parallel
 def seed_process(stage: str, params_type: type, train: Callable[[Any, dict], dict],
                  argv: list[str] | None = None) -> None:
     """The `__main__` of a seed's process: read `--job JOB`, build the stage's params block (named `stage` in the
-    job) as `params_type`, train the seed (`train(params, job)`), write its figures where the job says."""
+    job) as `params_type`, train the seed (`train(params, job)`), write its figures where the job says. Its INFO
+    lines (a screen's outcome, a resume) go to stderr as the `vrsflow` command's do, so they reach the stage's log."""
     import argparse
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
     from stages.core.io import write_json
     from stages.core.typed_config import build

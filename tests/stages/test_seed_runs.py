@@ -62,3 +62,23 @@ def test_the_best_seed_compares_in_order_and_a_tie_keeps_the_lowest_seed() -> No
     assert best_seed(figures, lambda f: f) == 0
     with pytest.raises(ValueError, match="no seed"):
         best_seed({}, lambda f: f)
+
+
+def test_a_seed_process_logs_its_info_lines_to_the_stage(tmp_path: Path) -> None:
+    """seed_process configures logging as the vrsflow command does: a seed's INFO line (a screen's outcome) reaches
+    stderr, which the stage's log inherits."""
+    import subprocess
+    import sys
+
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"probe": {"steps": 3}, "seed": 5, "result": str(tmp_path / "result.json")}))
+    code = ("import logging\nfrom dataclasses import dataclass\nfrom stages.models.seed_runs import seed_process\n"
+            "@dataclass(frozen=True)\nclass Probe:\n    steps: int = 1\n"
+            "def train(params, job):\n"
+            "    logging.getLogger('stages.probe').info('seed %d: screen passed after %d steps', job['seed'], "
+            "params.steps)\n    return {'seed': job['seed']}\n"
+            "seed_process('probe', Probe, train, ['--job', " + repr(str(job)) + "])\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "stages.probe INFO seed 5: screen passed after 3 steps" in done.stderr
+    assert json.loads((tmp_path / "result.json").read_text()) == {"seed": 5}
