@@ -1,8 +1,10 @@
 """Study (issue 61): the pretrain stage's own train_seed, fed the shapes probe's exact samples (seed 0, OBJ=1, the
 sentence thought) in the probe's order with the probe's 1,500-step schedule: does it find the shape as the probe did?
 
-    python research/issue61/stage_on_probe_stream.py   (reads /work/wt/pt66's params.yaml and tiny base; edit the
-    paths to point elsewhere)
+    python research/issue61/stage_on_probe_stream.py WORKTREE OUT
+
+WORKTREE: a checkout whose params.yaml holds the run's settings (session 28: the pt66 branch's, plain look at object
+scale 1.4) and whose tiny_models stage has written `pretrain.base`; OUT: a folder for the seed's state and model.
 """
 
 import json
@@ -16,7 +18,7 @@ import numpy as np
 import torch
 
 os.environ.update(SCENE="shapes", OBJ="1", GROW="0")  # the probe reads its settings when imported
-sys.argv = ["probe"]
+ARGS, sys.argv = sys.argv, ["probe"]  # the probe reads no arguments when imported
 import research.issue61.probe_describe as pd  # noqa: E402
 import stages.pretrain as stage  # noqa: E402
 import stages.pretrain.stream as stream  # noqa: E402
@@ -33,15 +35,15 @@ def probe_samples(params, seed, step, size, scale):
 
 def main() -> None:
     stream.step_samples = probe_samples
-    p = load_params("/work/wt/pt66/params.yaml")
-    out = Path("/work/scratch/n65/stage-probe-stream")
-    params = replace(p.pretrain, base="/work/wt/pt66/models/tiny/qwen25vl", seeds=(0,), steps=1500, think="sentence",
+    worktree, out = Path(ARGS[1]), Path(ARGS[2])
+    p = load_params(worktree / "params.yaml")
+    params = replace(p.pretrain, base=str(worktree / p.pretrain.base), seeds=(0,), steps=1500, think="sentence",
                      curriculum=(PretrainPhase(steps=1500, frames=1, scene="shapes", objects=(1,)),),
                      checkpoint_dir=str(out / "ckpt"), out_dir=str(out / "model"), select_every_steps=0,
                      screen=(PretrainScreen(step=1000, min_box_iou=0.2),), max_new_tokens=48, check_samples=48)
     torch.set_num_threads(1)
     logging.basicConfig(level=logging.INFO)
-    print(json.dumps(stage.train_seed(params, 0, 112, p.synth.scale).get("screens")))
+    print(json.dumps(stage.train_seed(params, 0, p.keyframes.train_size, p.synth.scale).get("screens")))
 
 
 if __name__ == "__main__":
