@@ -161,9 +161,11 @@ def ray_head(world: dict):
     temp = Path(tempfile.mkdtemp(prefix="vrsray"))  # short: Ray's socket paths have a length limit
     port = _free_port()
     log = open(world["base"] / "ray_head.log", "w")  # noqa: SIM115 - closed at teardown
+    # the node advertises 127.0.0.1, the address the test connects to: by default it advertises the machine's
+    # own IP, and a CI sandbox that does not route it fails ray.init ("Failed to connect to Ray cluster at <IP>")
     head = subprocess.Popen(
-        [str(BIN / "ray"), "start", "--head", "--block", f"--port={port}", "--num-cpus=2", "--num-gpus=1",
-         "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}",
+        [str(BIN / "ray"), "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
+         "--num-cpus=2", "--num-gpus=1", "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}",
          f"--ray-client-server-port={_free_port()}", f"--dashboard-agent-listen-port={_free_port()}",
          f"--metrics-export-port={_free_port()}"],
         env=_env(**RAY_NODE_ENV), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -154,7 +154,10 @@ def bash(script: str, folder: Path, name: str, address: str) -> subprocess.Compl
 
 def _start_node(args: list[str], log_path: Path) -> subprocess.Popen:
     log = open(log_path, "w")  # noqa: SIM115 - closed with the process
-    process = subprocess.Popen([str(BIN / "ray"), "start", "--block", "--disable-usage-stats", *args],
+    # every node advertises 127.0.0.1, the address the test connects to, not the machine's IP (which a CI
+    # sandbox need not route: ray.init then fails to reach the GCS)
+    process = subprocess.Popen([str(BIN / "ray"), "start", "--block", "--disable-usage-stats",
+                                "--node-ip-address=127.0.0.1", *args],
                                env=_env(**RAY_NODE_ENV),
                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     process.log = log
