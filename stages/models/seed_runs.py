@@ -33,6 +33,9 @@ from stages.core.job_folders import JOB_PREFIX, remove_leftover_job_folders
 
 log = logging.getLogger(__name__)
 
+# processes a GPU run starts at once when `parallel` is 0 (all seeds at once up to it): the seed list is a run
+# parameter, and the processes it may start must not grow with it
+MAX_AT_ONCE = 8
 RESULT_KEY = "result"  # the job member naming the file the seed's process writes its figures to
 
 
@@ -41,11 +44,13 @@ class SeedFailed(OneLineError, RuntimeError):
 
 
 def parallel_seeds(requested: int, n_seeds: int, cuda: bool) -> int:
-    """How many seeds train at once: `requested` when > 0; else all of them on a GPU, one per core on the CPU."""
+    """How many seeds train at once: `requested` when > 0 (a server setting); else all of them on a GPU, up to
+    MAX_AT_ONCE, and one per core on the CPU. The seed list (a run parameter) may be longer: the rest wait their
+    turn, so that a run's seeds never decide how many processes it starts."""
     if requested > 0:
         return min(requested, n_seeds)
     if cuda:
-        return n_seeds
+        return min(n_seeds, MAX_AT_ONCE)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return min(n_seeds, cores)
 

@@ -16,16 +16,18 @@ from stages.core.typed_config import Exp, ExpPath, Server
 PLAIN_COLOURS = ("red", "green", "blue", "yellow", "orange", "white")
 
 
-MAX_SEEDS = 8  # seeds a pre-training stage trains (a process each; a UI run may not start more)
+# seeds a pre-training stage trains, one after another in at most stages.models.seed_runs.MAX_AT_ONCE processes at
+# once: a screened run (`screen`) draws many seeds and keeps those that find objects (decision 021)
+MAX_SEEDS = 64
 MAX_HELD_OUT = 1024  # held-out samples of a check or a selection (kept rendered in memory for the whole run)
 
 
 def seed_rules(seeds: tuple[int, ...]) -> Iterator[tuple[str, str]]:
-    """A pre-training stage's seeds: each once, at most MAX_SEEDS (a process each)."""
+    """A pre-training stage's seeds: each once, at most MAX_SEEDS."""
     if len(set(seeds)) != len(seeds):
         yield "seeds", f"must not repeat a seed, got {list(seeds)}"
     elif len(seeds) > MAX_SEEDS:
-        yield "seeds", f"at most {MAX_SEEDS} seeds (a process each), got {len(seeds)}"
+        yield "seeds", f"at most {MAX_SEEDS} seeds, got {len(seeds)}"
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,7 @@ class PretrainParams:
     screen: Exp[tuple[PretrainScreen, ...]] = ()
     screen_samples: Exp[PosInt] = 48  # held-out samples a screen asks (a stream apart), at most 1024 as check_samples
     save_every_steps: Exp[PosInt] = 200  # resumable-state interval (resume after a kill)
-    parallel: Server[NonNegInt] = 0  # seeds trained at once: 0 = all on a GPU, one per core on the CPU
+    parallel: Server[NonNegInt] = 0  # seeds trained at once: 0 = all on a GPU (up to 8), one per core on the CPU
     loader_workers: Server[NonNegInt] = 0  # processes rendering batches ahead of the training (GPU: a few per seed)
     cpu_threads: Exp[NonNegInt] = 1  # torch threads per seed on CPU; results depend on it; 0 = torch default
     # The language model's M-RoPE in the pre-trained base (rope has no weights: only the config changes). The random

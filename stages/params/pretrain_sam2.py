@@ -18,8 +18,8 @@ class PretrainSam2Params:
     # training seeds (initialisation order and clip stream); each trains apart and the one with the best held-out
     # tracking J is kept (at 1e-3, one seed of three did not learn)
     seeds: Exp[Annotated[tuple[Seed, ...], MinLen(1)]] = (0, 1, 2)
-    # seeds trained at once, a process each: 0 = all of them on a GPU, one per core on the CPU (fixed at serve time:
-    # it sets how many processes a run starts)
+    # seeds trained at once, a process each: 0 = all of them on a GPU (up to 8), one per core on the CPU (fixed at
+    # serve time: it sets how many processes a run starts)
     parallel: Server[NonNegInt] = 0
     base: ExpPath[str] = "models/tiny/sam2"  # folder of the random tiny SAM2 (model.pt + config.yaml; tiny_models)
     out_dir: ExpPath[str] = "models/pretrain_sam2"  # model.pt + config.yaml; runs only when sam2.checkpoint is in it

@@ -7,9 +7,10 @@ evaluation's question format (N frames, "the red rectangle", "the largest shape"
 each optimizer step's batch is generated for that step (`stages.pretrain.stream`) under a curriculum from flat
 rectangles on plain backgrounds, the colours asked for growing over the steps, to the synth frames.
 
-Several seeds train at once (`pretrain.seeds`; a process each through `stages.models.seed_runs`, on a GPU all
-sharing it, on the CPU one per core), each from its own initialisation (`torch.manual_seed(seed)` on the base's
-config: the probe's seeds differed in initialisation and batches, and bound a colour word in one of four). Each seed
+Several seeds train at once (`pretrain.seeds`; a process each through `stages.models.seed_runs`, on a GPU up to
+eight sharing it, on the CPU one per core, the rest in turn), each from its own initialisation
+(`torch.manual_seed(seed)` on the base's config: the probe's seeds differed in initialisation and batches, and bound
+a colour word in one of four). Each seed
 ends with its held-out grounding check on the fixed check stream, measured on its bf16 weights read back in fp32
 through `stages.models.load_vlm` (as SFT and evaluation load them): parse rate, keyframe hits, box IoU of the answer
 against the targets, and — the binding measure — of the answers whose first box lands on an object (IoU > 0.3),

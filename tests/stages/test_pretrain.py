@@ -457,6 +457,7 @@ def test_the_pretrained_base_gets_the_grounding_rope_and_a_bad_section_is_named(
      r"pretrain\.curriculum\[0\]\.colours: unknown colour\(s\) \['purple'\]"),
     ({"pretrain.curriculum": "[{steps: 6000, synth_share: 1.5}]"}, r"pretrain\.curriculum\[0\]\.synth_share"),
     ({"pretrain.seeds": "[0, 0]"}, r"pretrain\.seeds: must not repeat a seed"),
+    ({"pretrain.seeds": str(list(range(65)))}, r"pretrain\.seeds: at most 64 seeds, got 65"),
     ({"pretrain.micro_batches": "5"}, r"pretrain\.micro_batches: must divide batch_size \(32\)"),
     ({"pretrain.select_samples": "100000"}, r"pretrain\.select_samples: at most 1024 held-out samples, got 100000"),
     ({"pretrain.screen_samples": "2000"}, r"pretrain\.screen_samples: at most 1024 held-out samples, got 2000"),

@@ -12,7 +12,7 @@ import pytest
 
 from stages.core import lifeline
 from stages.core.errors import OneLineError
-from stages.models.seed_runs import SeedFailed, best_seed, parallel_seeds, run_seeds
+from stages.models.seed_runs import MAX_AT_ONCE, SeedFailed, best_seed, parallel_seeds, run_seeds
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,6 +51,8 @@ def test_a_failing_seed_is_named_in_one_line_and_stops_the_seed_still_running(
 def test_parallel_seeds_is_the_request_else_all_on_a_gpu_else_one_per_core() -> None:
     assert parallel_seeds(2, 5, cuda=False) == 2 and parallel_seeds(9, 3, cuda=True) == 3
     assert parallel_seeds(0, 5, cuda=True) == 5
+    # a long seed list (a screened run) takes turns: the processes at once stay bounded
+    assert parallel_seeds(0, 64, cuda=True) == MAX_AT_ONCE == 8 and parallel_seeds(12, 64, cuda=True) == 12
     cores = len(os.sched_getaffinity(0))
     assert parallel_seeds(0, 64, cuda=False) == cores and parallel_seeds(0, 1, cuda=False) == 1
 
