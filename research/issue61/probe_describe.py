@@ -17,7 +17,8 @@ with the same settings resumes there (every batch depends on (SEED, step) only).
 (16), LR (1e-3), EVERY (250), SEED (0), OBJ (3), NUMINIT (0: 1 gives number tokens Fourier-coded rows), SMOOTH (0:
 sigma in pixels of a Gaussian target over nearby numbers), AUX (0: the weight of a loss that names, at every image
 token an object covers, that object's colour word through lm_head), SCENE (rectangles | shapes: one synth frame drawn
-plain at object scale 1.4 with OBJ objects, asked "the <colour> <kind>"; DESCRIBE and AUX stay 0 with it).
+plain at object scale 1.4 with OBJ objects, asked "the <colour> <kind>"; DESCRIBE and AUX stay 0 with it), THINK
+(sentence | compact: with SCENE=shapes, the pretrain stage's compact thought, whose last step names the target's place).
 """
 
 import dataclasses
@@ -41,6 +42,7 @@ from stages.pretrain.stream import chat
 from stages.synth.render import background, render_frame
 from stages.synth.scene import COLOURS, simulate_video
 from stages.tasks import answer_text
+from stages.teacher.template_teacher import compact_trace
 
 DESCRIBE = os.environ.get("DESCRIBE", "0") == "1"
 STEPS, BS = int(os.environ.get("STEPS", "3000")), int(os.environ.get("BS", "16"))
@@ -51,6 +53,7 @@ NUMINIT = os.environ.get("NUMINIT", "0") == "1"  # number tokens' embedding and 
 AUX = float(os.environ.get("AUX", "0"))  # > 0: weight of a loss naming, at each image token, the colour seen there
 SMOOTH = float(os.environ.get("SMOOTH", "0"))  # > 0: a number label's target spread over nearby numbers (Gaussian, px)
 SCENE = os.environ.get("SCENE", "rectangles")  # rectangles | shapes: one synth frame drawn plain, "the red star" asked
+THINK = os.environ.get("THINK", "sentence")  # sentence | compact (shapes only: the pretrain stage's `think: compact`)
 SIZE, WARMUP, CHECK = 112, 50, 96
 ALL = ("red", "green", "blue", "yellow", "orange", "white")
 PALETTE = {name: np.array(rgb, dtype=float) for name, rgb in COLOURS.items()}
@@ -106,8 +109,9 @@ def sample(rng: np.random.Generator, name: str, step: int | None = None):
     asked_from = ALL if GROW == 0 or step is None else ALL[:1 + step // GROW]
     if SCENE == "shapes":
         s = shape_sample(rng, name, asked_from)
-        return s, answer_text(f"The target is clearest at {s.keyframe}s.",
-                              {"keyframe_timestamp": s.keyframe, "bbox_2d_list": s.boxes})
+        think = (compact_trace(s.timestamps, s.keyframe, s.boxes, SIZE, 1) if THINK == "compact"
+                 else f"The target is clearest at {s.keyframe}s.")
+        return s, answer_text(think, {"keyframe_timestamp": s.keyframe, "bbox_2d_list": s.boxes})
     s = plain_sample(rng, name, 1, SIZE, (OBJ,), asked_from, 0)
     asked = next(w for w in s.expression.split() if w in COLOURS)
     if DESCRIBE:
@@ -207,7 +211,7 @@ def check(model, processor, held: list) -> dict:
         texts = [processor.apply_chat_template(chat(s, False), tokenize=False, add_generation_prompt=True)
                  for s in batch]
         inputs = processor(text=texts, images=[s.images for s in batch], padding=True, return_tensors="pt")
-        out = model.generate(**inputs, max_new_tokens=96 if DESCRIBE else 48, do_sample=False)
+        out = model.generate(**inputs, max_new_tokens=96 if DESCRIBE or THINK == "compact" else 48, do_sample=False)
         answers = processor.batch_decode(out[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
         scores += [score_answer(a, s) for s, a in zip(batch, answers, strict=True)]
     processor.tokenizer.padding_side = "right"
@@ -241,6 +245,8 @@ def main() -> None:
         settings["aux"] = AUX
     if SCENE != "rectangles":
         settings["scene"] = SCENE
+    if THINK != "sentence":
+        settings["think"] = THINK
 
     def step_loss(step: int) -> torch.Tensor:
         drawn = [sample(np.random.default_rng(derive_seed(SEED, "describe", "train", step, i)), f"train/{step}/{i}",

@@ -37,8 +37,8 @@ def main() -> None:
     stream.step_samples = probe_samples
     worktree, out = Path(ARGS[1]), Path(ARGS[2])
     p = load_params(worktree / "params.yaml")
-    params = replace(p.pretrain, base=str(worktree / p.pretrain.base), seeds=(0,), steps=1500, think="sentence",
-                     curriculum=(PretrainPhase(steps=1500, frames=1, scene="shapes", objects=(1,)),),
+    params = replace(p.pretrain, base=str(worktree / p.pretrain.base), seeds=(0,), steps=1500,
+                     curriculum=(PretrainPhase(steps=1500, frames=1, scene="shapes", objects=(1,), think="sentence"),),
                      checkpoint_dir=str(out / "ckpt"), out_dir=str(out / "model"), select_every_steps=0,
                      screen=(PretrainScreen(step=1000, min_box_iou=0.2),), max_new_tokens=48, check_samples=48)
     torch.set_num_threads(1)

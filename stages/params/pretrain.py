@@ -49,6 +49,11 @@ class PretrainPhase:
     # 0: any of `colours` from the phase's first step; k: the first colour only, one more every k steps (the probe's
     # GROW: the one curriculum under which the tiny model bound a colour word to what it sees)
     grow_every: Exp[NonNegInt] = 0
+    # the thought before each answer: sentence ("The target is clearest at 4s.") | compact (the template teacher's
+    # three steps in a few words, the last the target's place: teacher.template_style compact writes the same for the
+    # SFT traces). A phase that must teach looking keeps sentence: with compact the box learns to follow the place
+    # words, which are given in training, and the place words alone must learn to look (docs/decisions/021)
+    think: Exp[Literal["sentence", "compact"]] = "sentence"
 
     def _rules(self) -> Iterator[tuple[str, str]]:
         unknown = [c for c in self.colours if c not in PLAIN_COLOURS]
@@ -116,10 +121,7 @@ class PretrainParams:
     # is. theta 3 with [2, 15, 15] gives rows and columns 0.3-0.9 rad per step (docs/architecture.md).
     rope_theta: Exp[PosFloat] = 3.0
     mrope_section: Exp[tuple[PosInt, ...]] = (2, 15, 15)
-    max_new_tokens: Exp[PosInt] = 48  # answer length of the grounding check
-    # the thought before each answer: sentence ("The target is clearest at 4s.") | compact (the template teacher's
-    # three steps in a few words: teacher.template_style compact writes the same for the SFT traces)
-    think: Exp[Literal["sentence", "compact"]] = "sentence"
+    max_new_tokens: Exp[PosInt] = 48  # answer length of the grounding check (a compact thought: 96)
 
     def _rules(self) -> Iterator[tuple[str, str]]:
         if len(self.mrope_section) != 3:

@@ -37,7 +37,7 @@ class TeacherParams:
     # how `thinking` is sent: ark = {"thinking": {"type": …}}; chat_template = chat_template_kwargs.enable_thinking
     thinking_switch: Server[Literal["ark", "chat_template"]] = "ark"
     # the template backend's Veason-R1 traces: full (three steps in sentences, ~175 tokens) | compact (three steps in
-    # a few words each, the pre-trained base's own thought: pretrain.think)
+    # a few words each, the pre-trained base's own thought: pretrain.curriculum[*].think)
     template_style: Exp[Literal["full", "compact"]] = "full"
 
     def _rules(self) -> Iterator[tuple[str, str]]:

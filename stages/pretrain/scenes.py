@@ -5,7 +5,7 @@ generator its caller gives (the pre-training's own seed stream), so no evaluatio
 A sample is one expression with a target, drawn from one simulated clip, in the evaluation's question format: N
 frames spread uniformly over the clip at the train size, the expression, and an answer naming the shown frame where
 the targets' visible area is largest and the targets' boxes there, in pixels of the train size. The think part is
-short (`pretrain.think`): one sentence, or the template teacher's compact three steps, the thought the default's
+short (the phase's `think`): one sentence, or the template teacher's compact three steps, the thought the default's
 SFT traces then keep (a grounding base writes no box after a thought it never saw).
 """
 
@@ -37,7 +37,7 @@ class GroundingSample:
     keyframe: int
     boxes: list[list[int]]  # [x1, y1, x2, y2] per target at the keyframe, train-size pixels, exclusive ends
     distractors: list[list[int]]  # the boxes of the other objects visible at the keyframe (is a box on the target?)
-    think: str = "sentence"  # the thought of its answer: `pretrain.think`
+    think: str = "sentence"  # the thought of its answer: its curriculum phase's `think`
 
     @property
     def response(self) -> str:

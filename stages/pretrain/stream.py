@@ -3,10 +3,10 @@
 Sample i of step s is drawn from its own generator, `derive_seed(seed, "pretrain", "train", s, i)`, under the
 curriculum phase that step falls in (`pretrain.curriculum`): which kinds of scene (synth frames with every kind of
 expression at `synth_share`, else plain rectangles or synth shapes named by colour and kind: `scene`), how many
-frames and objects and which colours may be asked (growing by `grow_every`). So a batch
-depends on (seed, step) only — never on what ran before it, how many loader processes render, or where a resumed run
-started — and no scene is shown twice. The held-out check draws from the fixed stream
-`derive_seed(CHECK_SEED, "pretrain", "check", i)` under the last phase with all its colours: the same samples for
+frames and objects, which colours may be asked (growing by `grow_every`) and the thought before the answer
+(`think`). So a batch depends on (seed, step) only — never on what ran before it, how many loader processes
+render, or where a resumed run started — and no scene is shown twice. The held-out check draws from the fixed
+stream `derive_seed(CHECK_SEED, "pretrain", "check", i)` under the last phase with all its colours: the same samples for
 every training seed (so that their figures compare), and apart from every training stream and from the synth
 stage's evaluation videos (seeded `derive_seed(synth.seed, "synth", key)`). Synth frames are drawn at the synth
 stage's own scale (`synth.<synth.size>`: frame size, clip length, objects, look), so the base learns the frames
@@ -64,7 +64,7 @@ def step_samples(params: PretrainParams, seed: int, step: int, size: int, scale:
     phase, within = phase_at(params.curriculum, step)
     colours = colours_at(phase, within)
     return [replace(draw_sample(np.random.default_rng(derive_seed(seed, "pretrain", "train", step, i)),
-                                f"train/{seed}/{step}/{i}", phase, colours, size, scale), think=params.think)
+                                f"train/{seed}/{step}/{i}", phase, colours, size, scale), think=phase.think)
             for i in range(params.batch_size)]
 
 
@@ -91,7 +91,7 @@ def _held_out(params: PretrainParams, stream: str, count: int, size: int, scale:
     """`count` samples of `phase` (default: the last) asking `colours` (default: all the phase's), stream `stream`."""
     phase = phase or params.curriculum[-1]
     return [replace(draw_sample(np.random.default_rng(derive_seed(CHECK_SEED, "pretrain", stream, i)), f"{stream}/{i}",
-                                phase, colours or phase.colours, size, scale), think=params.think)
+                                phase, colours or phase.colours, size, scale), think=phase.think)
             for i in range(count)]
 
 

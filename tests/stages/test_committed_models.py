@@ -68,9 +68,8 @@ def test_params_yaml_uses_the_committed_sam2_and_dvc_keeps_its_stages_frozen() -
 
 
 # pretrain settings (and pretrain.curriculum settings) the committed base's lineage predates, at their value then
-BASE_ADDED_LATER = {"think": "sentence", "select_every_steps": 0, "select_samples": 48, "screen": [],
-                    "screen_samples": 48}
-PHASE_ADDED_LATER = {"scene": "rectangles"}
+BASE_ADDED_LATER = {"select_every_steps": 0, "select_samples": 48, "screen": [], "screen_samples": 48}
+PHASE_ADDED_LATER = {"scene": "rectangles", "think": "sentence"}
 
 
 @pytest.mark.parametrize("stage", sorted(SAM2_STAGES))

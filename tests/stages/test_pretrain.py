@@ -171,19 +171,22 @@ def test_a_shapes_phase_draws_shape_scenes_beside_synth_frames() -> None:
 
 
 def test_a_compact_think_answers_after_the_template_teachers_three_steps() -> None:
-    """pretrain.think compact: every training and check sample's thought is the template teacher's compact trace of
-    its shown frames, keyframe and boxes (what the default's SFT traces then say), before the same answer."""
+    """A phase's think compact: every training sample of that phase and every check sample (the last phase's) has
+    the template teacher's compact trace of its shown frames, keyframe and boxes as its thought (what the default's
+    SFT traces then say), before the same answer; a phase with think sentence keeps the one sentence."""
     from stages.teacher.template_teacher import compact_trace
 
-    params = replace(PretrainParams(), batch_size=6, think="compact")
+    first, last = PretrainParams().curriculum
+    params = replace(PretrainParams(), batch_size=6, curriculum=(first, replace(last, think="compact")))
     for sample in [*step_samples(params, 0, 5000, SIZE, SCALE), *check_samples(replace(params, check_samples=4),
                                                                                SIZE, SCALE)]:
         thought = sample.response.split("<think>")[1].split("</think>")[0]
         assert thought == compact_trace(sample.timestamps, sample.keyframe, sample.boxes, SIZE, len(sample.boxes))
         assert thought.startswith(f"Step 1: {len(sample.timestamps)} frames")
         assert [list(map(int, b)) for b in parse_answer(sample.response).boxes] == sample.boxes
-    default = step_samples(replace(params, think="sentence"), 0, 5000, SIZE, SCALE)[0]
-    assert default.response.startswith(f"<think>The target is clearest at {default.keyframe}s.</think>")
+    for default in (step_samples(params, 0, 0, SIZE, SCALE)[0], step_samples(PretrainParams(), 0, 5000, SIZE,
+                                                                                SCALE)[0]):
+        assert default.response.startswith(f"<think>The target is clearest at {default.keyframe}s.</think>")
 
 
 def test_box_iou_and_where_an_answer_lands() -> None:
