@@ -10,16 +10,16 @@ rectangles on plain backgrounds, the colours asked for growing over the steps, t
 Several seeds train at once (`pretrain.seeds`; a process each through `stages.models.seed_runs`, on a GPU up to
 eight sharing it, on the CPU one per core, the rest in turn), each from its own initialisation
 (`torch.manual_seed(seed)` on the base's config: the probe's seeds differed in initialisation and batches, and bound
-a colour word in one of four). Each seed
-ends with its held-out grounding check on the fixed check stream, measured on its bf16 weights read back in fp32
-through `stages.models.load_vlm` (as SFT and evaluation load them): parse rate, keyframe hits, box IoU of the answer
-against the targets, and — the binding measure — of the answers whose first box lands on an object (IoU > 0.3),
-the share on the asked one. With `select_every_steps` a seed ends with the weights of its best step of the last
-phase on a selection stream of its own (`Selection`), not only its last. With `screen`, a seed whose held-out box
-IoU misses a bar at a given step stops there (whether a fresh tiny model finds objects at all is a draw on its
-seed), and its core goes to the next seed. Of the seeds that cleared every bar, the one with the best (box IoU, share
-on target) is written to `out_dir` as a Qwen2.5-VL folder (bf16 safetensors, the pre-training rope in its config, the
-processor), with `seeds.json` (every seed's figures), lineage (device, steps, seeds, dtype) and the model card.
+a colour word in one of four). Each seed ends with its held-out grounding check on the fixed check stream, measured
+on its bf16 weights read back in fp32 through `stages.models.load_vlm` (as SFT and evaluation load them): parse
+rate, keyframe hits, box IoU of the answer against the targets, and — the binding measure — of the answers whose
+first box lands on an object (IoU > 0.3), the share on the asked one. With `select_every_steps` a seed ends with the
+weights of its best step of the last phase on a selection stream of its own (`Selection`), not only its last. With
+`screen`, a seed whose held-out box IoU misses a bar at a given step stops there (whether a fresh tiny model finds
+objects at all is a draw on its seed), and its core goes to the next seed. Of the seeds that cleared every bar, the
+one with the best (box IoU, share on target) is written to `out_dir` as a Qwen2.5-VL folder (bf16 safetensors, the
+pre-training rope in its config, the processor), with `seeds.json` (every seed's figures), lineage (device, steps,
+seeds, dtype) and the model card.
 
 A plain torch loop, not transformers' `Trainer`: the batch of a step must depend on the step alone (so a resume is
 exact and no scene repeats), which a map over steps given to a `DataLoader` gives directly, with worker processes
