@@ -12,14 +12,14 @@ eight sharing it, on the CPU one per core, the rest in turn), each from its own 
 (`torch.manual_seed(seed)` on the base's config: the probe's seeds differed in initialisation and batches, and bound
 a colour word in one of four). Each seed ends with its held-out grounding check on the fixed check stream, measured
 on its bf16 weights read back in fp32 through `stages.models.load_vlm` (as SFT and evaluation load them): parse
-rate, keyframe hits, box IoU of the answer against the targets, and — the binding measure — of the answers whose
-first box lands on an object (IoU > 0.3), the share on the asked one. With `select_every_steps` a seed ends with the
-weights of its best step of the last phase on a selection stream of its own (`Selection`), not only its last. With
-`screen`, a seed whose held-out box IoU misses a bar at a given step stops there (whether a fresh tiny model finds
-objects at all is a draw on its seed), and its core goes to the next seed. Of the seeds that cleared every bar, the
-one with the best (box IoU, share on target) is written to `out_dir` as a Qwen2.5-VL folder (bf16 safetensors, the
-pre-training rope in its config, the processor), with `seeds.json` (every seed's figures), lineage (device, steps,
-seeds, dtype) and the model card.
+rate, keyframe hits, box IoU of the answer against the targets at the shown frame it names (as the evaluation scores
+it), and — the binding measure — of the answers whose first box lands on an object (IoU > 0.3), the share on the
+asked one. With `select_every_steps` a seed ends with the weights of its best step of the last phase on a selection
+stream of its own (`Selection`), not only its last. With `screen`, a seed whose held-out box IoU misses a bar at a
+given step stops there (whether a fresh tiny model finds objects at all is a draw on its seed), and its core goes to
+the next seed. Of the seeds that cleared every bar, the one with the best (box IoU, share on target) is written to
+`out_dir` as a Qwen2.5-VL folder (bf16 safetensors, the pre-training rope in its config, the processor), with
+`seeds.json` (every seed's figures), lineage (device, steps, seeds, dtype) and the model card.
 
 A plain torch loop, not transformers' `Trainer`: the batch of a step must depend on the step alone (so a resume is
 exact and no scene repeats), which a map over steps given to a `DataLoader` gives directly, with worker processes
@@ -332,19 +332,22 @@ def box_iou(a: list[float], b: list[float]) -> float:
 
 
 def score_answer(text: str, sample: GroundingSample) -> dict[str, float | bool | None]:
-    """One answer against its sample: parsed, keyframe hit, box IoU (each target's best answered box, averaged over
-    the targets; 0 when nothing parses), and where the first answered box lands: on the asked target (True), on
-    another object (False), or on none (None: IoU <= LANDED_IOU with every object at the keyframe)."""
+    """One answer against its sample, at the shown frame its keyframe names (the nearest shown one, as the evaluation
+    moves it): parsed, keyframe hit, box IoU (each target's best answered box, averaged over the sample's targets, 0
+    for a target not visible there; 0 when nothing parses), and where the first answered box lands there: on an asked
+    target (True), on another object (False), or on none (None: IoU <= LANDED_IOU with every object there)."""
     answer = parse_answer(text)
     if answer is None or not answer.boxes:
         return {"parsed": False, "keyframe_hit": False, "box_iou": 0.0, "on_target": None}
     boxes = [list(map(float, box)) for box in answer.boxes]
-    iou = float(np.mean([max(box_iou(box, target) for box in boxes) for target in sample.boxes]))
-    objects = [*sample.boxes, *sample.distractors]
-    overlaps = [box_iou(boxes[0], other) for other in objects]
-    landed = max(overlaps) > LANDED_IOU
-    return {"parsed": True, "keyframe_hit": answer.keyframe_timestamp == sample.keyframe, "box_iou": iou,
-            "on_target": bool(int(np.argmax(overlaps)) < len(sample.boxes)) if landed else None}
+    named = answer.keyframe_timestamp
+    targets, others = sample.boxes_at(sample.keyframe if named is None else named)  # no frame named: the keyframe
+    # the targets visible there may be more than at the sample's keyframe (one hidden there): a mean over the more
+    iou = sum(max(box_iou(box, target) for box in boxes) for target in targets) / max(len(targets), len(sample.boxes))
+    overlaps = [box_iou(boxes[0], other) for other in [*targets, *others]]
+    landed = bool(overlaps) and max(overlaps) > LANDED_IOU
+    return {"parsed": True, "keyframe_hit": answer.keyframe_timestamp == sample.keyframe, "box_iou": float(iou),
+            "on_target": bool(int(np.argmax(overlaps)) < len(targets)) if landed else None}
 
 
 @torch.no_grad()

@@ -68,11 +68,13 @@ def _draw(rng: np.random.Generator, name: str, frames: int, size: int, objects: 
         labels.append(label)
     areas = [int((label == target).sum()) for label in labels]
     key = int(np.argmax(areas))  # the first of equal areas
-    boxes = {k: _box(labels[key] == k) for k in range(n_objects) if (labels[key] == k).any()}
-    if target not in boxes:  # hidden in every shown frame: the few tries found no free path
+    if areas[key] == 0:  # hidden in every shown frame: the few tries found no free path
         return None
-    return GroundingSample(name, f"the {asked} rectangle", 0, list(shown), images, shown[key], [boxes[target]],
-                           [box for k, box in boxes.items() if k != target])
+    per_frame = [{k: _box(label == k) for k in range(n_objects) if (label == k).any()} for label in labels]
+    frame_boxes = tuple(([boxes[target]] if target in boxes else [],
+                         [box for k, box in boxes.items() if k != target]) for boxes in per_frame)
+    return GroundingSample(name, f"the {asked} rectangle", 0, list(shown), images, shown[key], *frame_boxes[key],
+                           frame_boxes=frame_boxes)
 
 
 def _place(rng: np.random.Generator, n: int, size: int, n_clip: int,

@@ -38,6 +38,17 @@ class GroundingSample:
     boxes: list[list[int]]  # [x1, y1, x2, y2] per target at the keyframe, train-size pixels, exclusive ends
     distractors: list[list[int]]  # the boxes of the other objects visible at the keyframe (is a box on the target?)
     think: str = "sentence"  # the thought of its answer: its curriculum phase's `think`
+    # per shown frame, in `timestamps` order: (the targets' boxes visible there, the other objects' boxes there), so
+    # that an answer naming another shown frame is scored there, as the evaluation scores it; () = the keyframe's only
+    frame_boxes: tuple[tuple[list[list[int]], list[list[int]]], ...] = ()
+
+    def boxes_at(self, timestamp: float) -> tuple[list[list[int]], list[list[int]]]:
+        """(targets, other objects) at the shown frame an answer's keyframe names: the nearest shown one, the
+        earlier on a tie (the evaluation's rule for a keyframe that was not shown)."""
+        if not self.frame_boxes:
+            return self.boxes, self.distractors
+        at = min(range(len(self.timestamps)), key=lambda k: (abs(self.timestamps[k] - timestamp), self.timestamps[k]))
+        return self.frame_boxes[at]
 
     @property
     def response(self) -> str:
@@ -85,11 +96,13 @@ def shape_sample(rng: np.random.Generator, name: str, n_frames: int, size: int, 
             break
     target = askable[int(rng.integers(len(askable)))]
     k = keys[target.obj_id]
-    boxes = {o: _train_size_box(box, video, size) for o, seen in rendered[k][1].items()
-             if (box := seen.box()) is not None}
+    per_frame = [{o: _train_size_box(box, video, size) for o, seen in visible.items()
+                  if (box := seen.box()) is not None} for _, visible in rendered]
+    frame_boxes = tuple(([boxes[target.obj_id]] if target.obj_id in boxes else [],
+                         [box for o, box in sorted(boxes.items()) if o != target.obj_id]) for boxes in per_frame)
     images = [Image.fromarray(image).resize((size, size), Image.Resampling.BICUBIC) for image, _ in rendered]
-    return GroundingSample(name, f"the {target.name}", 0, list(shown), images, shown[k], [boxes[target.obj_id]],
-                           [box for o, box in sorted(boxes.items()) if o != target.obj_id])
+    return GroundingSample(name, f"the {target.name}", 0, list(shown), images, shown[k], *frame_boxes[k],
+                           frame_boxes=frame_boxes)
 
 
 def _clip_samples(rng: np.random.Generator, name: str, n_frames: int, size: int,
@@ -117,6 +130,8 @@ def _clip_samples(rng: np.random.Generator, name: str, n_frames: int, size: int,
     expressions = generate_expressions(video, Facts(visible_area, full_area, centroids, shape_area, hidden_by), rng)
     shown = spread_frames(n_t, n_frames)
     images = [Image.fromarray(frames[t]).resize((size, size), Image.Resampling.BICUBIC) for t in shown]
+    scaled = {t: {o: _train_size_box(box, video, size) for (at, o), box in sorted(boxes.items()) if at == t}
+              for t in shown}
     out = []
     for expression in expressions:
         if expression.type_id == NO_TARGET:
@@ -124,12 +139,12 @@ def _clip_samples(rng: np.random.Generator, name: str, n_frames: int, size: int,
         areas = [int(visible_area[t, list(expression.obj_ids)].sum()) for t in shown]
         if max(areas) == 0:
             continue
-        key = shown[int(np.argmax(areas))]  # the first of equal areas
-        scaled = {o: _train_size_box(box, video, size) for (t, o), box in boxes.items() if t == key}
-        targets = [scaled[o] for o in expression.obj_ids if o in scaled]
-        others = [box for o, box in sorted(scaled.items()) if o not in expression.obj_ids]
-        out.append(GroundingSample(name, expression.text, expression.type_id, list(shown), images, key, targets,
-                                   others))
+        key = int(np.argmax(areas))  # the first of equal areas
+        frame_boxes = tuple(([at[o] for o in expression.obj_ids if o in at],
+                             [box for o, box in sorted(at.items()) if o not in expression.obj_ids])
+                            for at in (scaled[t] for t in shown))
+        out.append(GroundingSample(name, expression.text, expression.type_id, list(shown), images, shown[key],
+                                   *frame_boxes[key], frame_boxes=frame_boxes))
     return out
 
 

@@ -208,6 +208,42 @@ def test_box_iou_and_where_an_answer_lands() -> None:
                                                  "on_target": None}
 
 
+def test_an_answer_is_scored_at_the_shown_frame_its_keyframe_names() -> None:
+    """Six moving rectangles' frames: an answer naming another shown frame is scored against the boxes there (the
+    evaluation's rule: a frame not shown moves to the nearest shown one, the earlier on a tie), and its box drawn
+    from the rendered pixels there scores 1.0; the keyframe's boxes are the frame boxes at the keyframe."""
+    def pixel_box(image, rgb) -> list[int]:  # oracle: the rectangle's pixels in the rendered frame
+        ys, xs = np.nonzero(np.all(np.asarray(image) == rgb, axis=-1))
+        return [int(xs.min()), int(ys.min()), int(xs.max()) + 1, int(ys.max()) + 1]
+
+    checked = 0
+    for i in range(40):
+        sample = plain_sample(np.random.default_rng(i), "x", 6, SIZE, (1,), ("red",), 4)
+        at_key = sample.timestamps.index(sample.keyframe)
+        assert sample.frame_boxes[at_key] == (sample.boxes, sample.distractors)
+        for k, t in enumerate(sample.timestamps):
+            if k == at_key or not sample.frame_boxes[k][0]:
+                continue
+            truth = pixel_box(sample.images[k], COLOURS["red"])
+            if truth == sample.boxes[0]:
+                continue  # a frame where it has not moved says nothing
+            checked += 1
+            named = f'<answer>{{"keyframe_timestamp": {t}, "bbox_2d_list": [{truth}]}}</answer>'
+            assert score_answer(named, sample)["box_iou"] == 1.0
+            assert score_answer(named, sample)["keyframe_hit"] is False
+            at_key_named = f'<answer>{{"keyframe_timestamp": {sample.keyframe}, "bbox_2d_list": [{truth}]}}</answer>'
+            assert score_answer(at_key_named, sample)["box_iou"] == pytest.approx(box_iou(truth, sample.boxes[0]))
+            for u in (t - 1, t + 1):  # a frame not shown: moved to the nearest shown one, the earlier on a tie
+                if u in sample.timestamps:
+                    continue
+                gaps = sorted((abs(v - u), v) for v in sample.timestamps)
+                targets_there = sample.frame_boxes[sample.timestamps.index(gaps[0][1])][0]
+                expected = box_iou(truth, targets_there[0]) if targets_there else 0.0
+                moved = f'<answer>{{"keyframe_timestamp": {u}, "bbox_2d_list": [{truth}]}}</answer>'
+                assert score_answer(moved, sample)["box_iou"] == pytest.approx(expected)
+    assert checked >= 20
+
+
 def test_the_best_seed_is_the_best_box_iou_then_the_share_on_target() -> None:
     results = {0: {"box_iou": 0.2, "on_target": 0.4}, 1: {"box_iou": 0.2, "on_target": 0.9},
                2: {"box_iou": 0.1, "on_target": 1.0}}
