@@ -18,7 +18,8 @@ with the same settings resumes there (every batch depends on (SEED, step) only).
 sigma in pixels of a Gaussian target over nearby numbers), AUX (0: the weight of a loss that names, at every image
 token an object covers, that object's colour word through lm_head), SCENE (rectangles | shapes: one synth frame drawn
 plain at object scale 1.4 with OBJ objects, asked "the <colour> <kind>"; DESCRIBE and AUX stay 0 with it), THINK
-(sentence | compact: with SCENE=shapes, the pretrain stage's compact thought, whose last step names the target's place).
+(sentence | compact: with SCENE=shapes, the pretrain stage's compact thought, whose last step names the target's place),
+HEADS (the language model's attention heads: `wide_model`), INIT (the initialisation's torch seed, default SEED).
 """
 
 import dataclasses
@@ -53,6 +54,11 @@ NUMINIT = os.environ.get("NUMINIT", "0") == "1"  # number tokens' embedding and 
 AUX = float(os.environ.get("AUX", "0"))  # > 0: weight of a loss naming, at each image token, the colour seen there
 SMOOTH = float(os.environ.get("SMOOTH", "0"))  # > 0: a number label's target spread over nearby numbers (Gaussian, px)
 SCENE = os.environ.get("SCENE", "rectangles")  # rectangles | shapes: one synth frame drawn plain, "the red star" asked
+# > 0: the language model's attention heads (the base has 4: head size 64); the head size is hidden / HEADS, the M-RoPE
+# sections scaled to its pairs (time 2, the rest split between rows and columns), the rope theta the stage's
+HEADS = int(os.environ.get("HEADS", "0"))
+# the torch seed of the initialisation (default: SEED, as the stage), apart from the stream's SEED
+INIT = int(os.environ.get("INIT", os.environ.get("SEED", "0")))
 THINK = os.environ.get("THINK", "sentence")  # sentence | compact (shapes only: the pretrain stage's `think: compact`)
 SIZE, WARMUP, CHECK = 112, 50, 96
 ALL = ("red", "green", "blue", "yellow", "orange", "white")
@@ -120,6 +126,20 @@ def sample(rng: np.random.Generator, name: str, step: int | None = None):
     else:
         think = f"The target is clearest at {s.keyframe}s."
     return s, answer_text(think, {"keyframe_timestamp": s.keyframe, "bbox_2d_list": s.boxes})
+
+
+def wide_model(params):
+    """`fresh_model` with HEADS attention heads in the language model (key/value heads: half of them)."""
+    from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
+
+    config = AutoConfig.from_pretrained(params.base, local_files_only=True)
+    text = config.text_config
+    pairs = text.hidden_size // HEADS // 2
+    text.num_attention_heads, text.num_key_value_heads = HEADS, max(1, HEADS // 2)
+    text.rope_parameters = {**text.rope_parameters, "rope_theta": params.rope_theta,
+                            "mrope_section": [2, (pairs - 2) // 2, pairs - 2 - (pairs - 2) // 2]}
+    processor = AutoProcessor.from_pretrained(params.base, local_files_only=True)
+    return AutoModelForImageTextToText.from_config(config, dtype=torch.float32), processor
 
 
 def encode(processor, s, response: str) -> dict:
@@ -227,8 +247,8 @@ def main() -> None:
     torch.set_num_threads(1)
     params = load_params("params.yaml").pretrain
     params = dataclasses.replace(params, base=base)
-    torch.manual_seed(SEED)
-    model, processor = fresh_model(params)
+    torch.manual_seed(INIT)
+    model, processor = wide_model(params) if HEADS else fresh_model(params)
     model.train()
     numbers = number_tokens(processor.tokenizer)
     if NUMINIT:
@@ -247,6 +267,10 @@ def main() -> None:
         settings["scene"] = SCENE
     if THINK != "sentence":
         settings["think"] = THINK
+    if HEADS:
+        settings["heads"] = HEADS
+    if INIT != SEED:
+        settings["init"] = INIT
 
     def step_loss(step: int) -> torch.Tensor:
         drawn = [sample(np.random.default_rng(derive_seed(SEED, "describe", "train", step, i)), f"train/{step}/{i}",
