@@ -1,7 +1,10 @@
-"""The frames the evaluation shows: N spread evenly over a video. One rule for the evaluation, the pre-training's
-clips and `keyframes.frames: uniform`, kept in `core` so that the stages using it depend on nothing but it."""
+"""The frames the evaluation shows: N spread evenly over a video, and which of them a named keyframe means. One rule
+for the evaluation, the pre-training's clips and checks and `keyframes.frames: uniform`, kept in `core` so that the
+stages using it depend on nothing but it."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -19,3 +22,9 @@ def spread_frames(n_video_frames: int, n_frames: int) -> list[int]:
         return list(range(n_video_frames))
     # T > N makes the spacing (T−1)/(N−1) > 1, so the rounded points are distinct: N of them
     return [int(i) for i in np.round(np.linspace(0, n_video_frames - 1, n_frames)).astype(int)]
+
+
+def nearest_shown(shown: Sequence[int], timestamp: float) -> int:
+    """The shown timestamp an answer's keyframe means: itself when shown, else the nearest shown one, the earlier on a
+    tie (the model's choice kept as close as possible)."""
+    return min(shown, key=lambda t: (abs(t - timestamp), t))

@@ -32,7 +32,7 @@ from schemas.answer import DEGENERATE_BOXES, NO_BOXES, parse_answer
 from schemas.evaluate import ANSWER_STATUSES, ExpressionScoresSchema, InferenceSchema
 from schemas.sample import KeyframesSchema
 from stages.core import mask_table, revos
-from stages.core.frame_spread import spread_frames
+from stages.core.frame_spread import nearest_shown, spread_frames
 from stages.core.io import read_table, write_table
 from stages.core.lineage import write_lineage
 from stages.core.model_card import write_model_card
@@ -461,7 +461,7 @@ def select_prompt(reply: Reply, shown_idx: list[int], size: int, width: int, hei
     key = answer.keyframe_timestamp
     status = "ok"
     if key not in shown_idx:  # timestamps are frame positions; keep the model's choice as close as possible
-        key = min(shown_idx, key=lambda t: (abs(t - key), t))
+        key = nearest_shown(shown_idx, key)
         status = "keyframe_not_shown"
     sx, sy = width / size, height / size
     boxes = []

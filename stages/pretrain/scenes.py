@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from PIL import Image
 
-from stages.core.frame_spread import spread_frames
+from stages.core.frame_spread import nearest_shown, spread_frames
 from stages.params.synth import SynthScale
 from stages.synth.expressions import NO_TARGET, Facts, generate_expressions
 from stages.synth.render import background, full_shape_area, render_frame
@@ -47,8 +47,7 @@ class GroundingSample:
         earlier on a tie (the evaluation's rule for a keyframe that was not shown)."""
         if not self.frame_boxes:
             return self.boxes, self.distractors
-        at = min(range(len(self.timestamps)), key=lambda k: (abs(self.timestamps[k] - timestamp), self.timestamps[k]))
-        return self.frame_boxes[at]
+        return self.frame_boxes[self.timestamps.index(nearest_shown(self.timestamps, timestamp))]
 
     @property
     def response(self) -> str:
