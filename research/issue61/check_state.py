@@ -28,21 +28,28 @@ from stages.pretrain.scenes import shape_sample
 from stages.pretrain.stream import check_samples
 
 
-def main() -> None:
-    worktree, seed, out = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
-    torch.set_num_threads(1)
-    objects = int(os.environ.get("OBJ", "3"))
+def saved_seed(worktree: Path, seed: int):
+    """(WORKTREE's params, the seed's saved step, its model with the saved fp32 weights, the processor)."""
     params = load_params(worktree / "params.yaml")
     pre = params.pretrain
-    size, scale = params.keyframes.train_size, params.synth.scale
     state = torch.load(worktree / pre.checkpoint_dir / f"seed-{seed}" / "state.pt", map_location="cpu",
                        weights_only=True)
     model, processor = fresh_model(dataclasses.replace(pre, base=str(worktree / pre.base)))
     model.load_state_dict(state["model"])
+    return params, int(state["step"]), model, processor
+
+
+def main() -> None:
+    worktree, seed, out = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
+    torch.set_num_threads(1)
+    objects = int(os.environ.get("OBJ", "3"))
+    params, step, model, processor = saved_seed(worktree, seed)
+    pre = params.pretrain
+    size, scale = params.keyframes.train_size, params.synth.scale
     shapes = [shape_sample(np.random.default_rng(derive_seed(7, "describe", "check", i)), f"check/{i}/shapes", 1, size,
                            scale, (objects,), PLAIN_COLOURS) for i in range(96)]
     started = time.time()
-    row = {"seed": seed, "step": int(state["step"]), "shapes_objects": objects,
+    row = {"seed": seed, "step": step, "shapes_objects": objects,
            "shapes_1_frame": grounding_check(model, processor, shapes, pre.max_new_tokens),
            "stage_check": grounding_check(model, processor, check_samples(pre, size, scale), pre.max_new_tokens)}
     row["check_s"] = round(time.time() - started)

@@ -6,7 +6,7 @@ A phase's `think: compact` puts the target's place in words ("Step 3: It is near
 training those words are the ground truth's (teacher forcing), so the box tokens can learn to follow the words, an
 easy text-to-number map, and leave the looking to the place words alone, a nine-way guess with a much weaker signal.
 This loads a pretrain stage seed's saved state (`WORKTREE/<pretrain.checkpoint_dir>/seed-SEED/state.pt`, as
-`check_state.py`) and answers 96 held-out one-frame shape scenes (OBJ shapes each, all six colours; the shapes
+`check_state.saved_seed`) and answers 96 held-out one-frame shape scenes (OBJ shapes each, all six colours; the shapes
 probe's held-out seed stream) greedily three ways:
 - own: the model writes its thought and box; reported: box IoU, how often its place words are the target's, how
   often its box lies where its own words say (`location_phrase` of the box), and where the target is;
@@ -27,11 +27,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from research.issue61.check_state import saved_seed
 from schemas.answer import parse_answer
 from stages.core.io import derive_seed
-from stages.params import load_params
 from stages.params.pretrain import PLAIN_COLOURS
-from stages.pretrain import fresh_model, score_answer
+from stages.pretrain import score_answer
 from stages.pretrain.scenes import shape_sample
 from stages.pretrain.stream import chat
 from stages.teacher.template_teacher import compact_trace, location_phrase
@@ -63,13 +63,8 @@ def main() -> None:
     worktree, seed, out = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
     torch.set_num_threads(1)
     objects = int(os.environ.get("OBJ", "3"))
-    params = load_params(worktree / "params.yaml")
-    pre = params.pretrain
+    params, step, model, processor = saved_seed(worktree, seed)
     size, scale = params.keyframes.train_size, params.synth.scale
-    state = torch.load(worktree / pre.checkpoint_dir / f"seed-{seed}" / "state.pt", map_location="cpu",
-                       weights_only=True)
-    model, processor = fresh_model(dataclasses.replace(pre, base=str(worktree / pre.base)))
-    model.load_state_dict(state["model"])
     model.eval()
     samples = [dataclasses.replace(shape_sample(np.random.default_rng(derive_seed(7, "describe", "check", i)),
                                                 f"check/{i}/shapes", 1, size, scale, (objects,), PLAIN_COLOURS),
@@ -102,7 +97,7 @@ def main() -> None:
         rows[name] = {"box_iou": round(float(np.mean(every)), 4), "box_iou_off_centre": round(float(np.mean(part)), 4)}
     rows["own"]["box_iou_off_centre"] = round(float(np.mean([scores[i]["box_iou"] for i in off_centre])), 4)
     result = {"what": __doc__.split("\n")[0], "worktree_branch": os.environ.get("BRANCH", ""), "seed": seed,
-              "step": int(state["step"]), "objects": objects, "samples": len(samples), "off_centre": len(off_centre),
+              "step": step, "objects": objects, "samples": len(samples), "off_centre": len(off_centre),
               "command": f"OBJ={objects} python research/issue61/think_shortcut.py WORKTREE {seed} OUT.json",
               "rows": rows, "example_own": own[-1]}
     out.write_text(json.dumps(result, indent=1) + "\n")
