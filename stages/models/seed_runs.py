@@ -18,6 +18,7 @@ import contextvars
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -53,6 +54,15 @@ def parallel_seeds(requested: int, n_seeds: int, cuda: bool) -> int:
         return min(n_seeds, MAX_AT_ONCE)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return min(n_seeds, cores)
+
+
+def drop_seed_folders(checkpoint_dir: Path, seeds: Sequence[int]) -> None:
+    """A finished stage's cleanup: the listed seeds' folders (`seed-<k>`) go, and `checkpoint_dir` when nothing else
+    is left in it. A seed dropped from the list before it ended is another run's resumable work, and stays."""
+    for seed in seeds:
+        shutil.rmtree(checkpoint_dir / f"seed-{seed}", ignore_errors=True)
+    with contextlib.suppress(OSError):
+        checkpoint_dir.rmdir()
 
 
 def describe_device(device: str) -> str:

@@ -89,8 +89,9 @@ class PretrainParams:
     seeds: Exp[Annotated[tuple[Seed, ...], MinLen(1)]] = (0, 1, 2)
     base: ExpPath[str] = "models/tiny/qwen25vl"  # the tiny model's config and processor (tiny_models writes it)
     out_dir: ExpPath[str] = "models/pretrain"  # the pre-trained Qwen2.5-VL folder; runs only when model.path is this
-    # resumable training state, one folder per seed, removed when a run ends: fixed at serve time, since the stage
-    # deletes it and it is no DVC output that DVC would guard
+    # resumable training state, one folder per seed, a listed seed's removed when the stage publishes (an unlisted
+    # seed's stays, to resume when it is listed again): fixed at serve time, since the stage deletes in it and it is
+    # no DVC output that DVC would guard
     checkpoint_dir: Server[str] = "models/checkpoints/pretrain"
     steps: Exp[PosInt] = 6000  # optimizer steps per seed; every sample is generated for its step (never one twice)
     curriculum: Exp[Annotated[tuple[PretrainPhase, ...], MinLen(1)]] = DEFAULT_CURRICULUM

@@ -23,8 +23,8 @@ class PretrainSam2Params:
     parallel: Server[NonNegInt] = 0
     base: ExpPath[str] = "models/tiny/sam2"  # folder of the random tiny SAM2 (model.pt + config.yaml; tiny_models)
     out_dir: ExpPath[str] = "models/pretrain_sam2"  # model.pt + config.yaml; runs only when sam2.checkpoint is in it
-    # resumable training state, kept across runs and removed when a run ends: fixed at serve time, since the stage
-    # deletes it and it is no DVC output that DVC would guard
+    # resumable training state, one folder per seed, kept across runs and a listed seed's removed when the stage
+    # publishes: fixed at serve time, since the stage deletes in it and it is no DVC output that DVC would guard
     checkpoint_dir: Server[str] = "models/checkpoints/pretrain_sam2"
     steps: Exp[PosInt] = 600  # optimizer steps, clips_per_step generated clips each
     # clips per optimizer step, the visible objects of all of them one SAM2 batch. One clip's step is a chain of

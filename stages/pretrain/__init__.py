@@ -55,7 +55,7 @@ from stages.core.report import StageReport, curves_markdown, skipped_report, sum
 from stages.core.typed_config import to_dict
 from stages.models import load_vlm
 from stages.models.batches import PadCollator
-from stages.models.seed_runs import best_seed, describe_device, parallel_seeds, run_seeds
+from stages.models.seed_runs import best_seed, describe_device, drop_seed_folders, parallel_seeds, run_seeds
 from stages.models.train_state import fingerprint, load_state, warmup_cosine
 from stages.models.train_state import save_state as _save_state  # a module name: tests stop a run after it
 from stages.params import default_params
@@ -420,7 +420,7 @@ def _mean(values: list) -> float:
 def _publish(params: PretrainParams, model: ModelParams, train_size: int, scale: SynthScale, results: dict[int, dict],
              out_dir: Path,
              metrics_dir: Path, parallel: int, wall_s: float) -> StageReport:
-    """Write the chosen seed's folder, seeds.json, lineage and card; then drop the checkpoint folder."""
+    """Write the chosen seed's folder, seeds.json, lineage and card; then drop the listed seeds' checkpoint folders."""
     chosen = choose(results)
     seed_dir = Path(params.checkpoint_dir) / f"seed-{chosen}"
     shutil.rmtree(out_dir, ignore_errors=True)
@@ -446,7 +446,7 @@ def _publish(params: PretrainParams, model: ModelParams, train_size: int, scale:
                          "fingerprint": _fingerprint(params, chosen, train_size, scale)})
     write_model_card(out_dir, "vrsflow tiny Qwen2.5-VL pre-trained on synthetic grounding", default_params(),
                      metrics={"pretrain": result})
-    shutil.rmtree(params.checkpoint_dir, ignore_errors=True)  # finished: a rerun is DVC's cache hit, not a resume
+    drop_seed_folders(Path(params.checkpoint_dir), params.seeds)  # finished: a rerun is DVC's cache hit, not a resume
     log.info(summary_line("pretrain", result))
     return StageReport("pretrain", metrics=result, markdown=_curves(metrics_dir))
 

@@ -40,7 +40,7 @@ from stages.core.model_card import write_model_card
 from stages.core.progress import track
 from stages.core.report import StageReport, curves_markdown, skipped_report, summary_line
 from stages.core.typed_config import to_dict
-from stages.models.seed_runs import best_seed, describe_device, parallel_seeds, run_seeds
+from stages.models.seed_runs import best_seed, describe_device, drop_seed_folders, parallel_seeds, run_seeds
 from stages.models.train_state import fingerprint, load_state, warmup_cosine
 from stages.models.train_state import save_state as _save_state
 from stages.params import default_params
@@ -141,7 +141,7 @@ def _publish(stage: str, params: PretrainSam2Params, results: dict[int, dict], o
              parallel: int, wall_s: float, *, title: str, code_modules: list[str],
              architecture: tuple[str, ...] = ()) -> StageReport:
     """Write the chosen seed's checkpoint and config (the base's, with the stage's overrides), seeds.json, lineage
-    and card; then drop the states."""
+    and card; then drop the listed seeds' states."""
     chosen = choose(results)
     seed_dir = _seed_dir(params, chosen)
     curve = curve_file(stage)
@@ -165,7 +165,7 @@ def _publish(stage: str, params: PretrainSam2Params, results: dict[int, dict], o
                   extra={"device": device, "steps": params.steps, "seeds": list(params.seeds), "chosen_seed": chosen,
                          "dtype": "bfloat16", "fingerprint": _fingerprint(params, chosen, architecture)})
     write_model_card(out_dir, title, default_params(), metrics={stage: result})
-    shutil.rmtree(params.checkpoint_dir, ignore_errors=True)  # finished: a rerun is DVC's cache hit, not a resume
+    drop_seed_folders(Path(params.checkpoint_dir), params.seeds)  # finished: a rerun is DVC's cache hit, not a resume
     log.info(summary_line(stage, result))
     return StageReport(stage, metrics=result, markdown=_curves(metrics_dir / curve, stage))
 

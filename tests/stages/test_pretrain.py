@@ -413,6 +413,7 @@ def test_a_seed_missing_its_screen_stops_there_and_the_stage_keeps_one_that_clea
     assert [row["passed"] for row in kept["screens"]] == [True] and "screened_out_at" not in kept
     assert report.metrics["screened_out"] == 1 and "box_iou_seed0" not in report.metrics
     assert report.metrics["box_iou_seed1"] == kept["box_iou"]
+    assert not Path(params.checkpoint_dir).exists()  # every seed's folder went, and then the emptied folder
     # every seed stopped: one line naming the setting, the published folder and the seeds' outcomes left as they were
     everyone = replace(params, checkpoint_dir=str(tmp_path / "all"), screen=(PretrainScreen(step=2, min_box_iou=0.9),))
     published = (out / "model.safetensors").read_bytes()
@@ -433,6 +434,9 @@ def test_the_stage_keeps_the_best_seed_in_bf16_with_figures_from_the_saved_weigh
     torch.set_num_threads(1)
     params = _tiny_params(tiny_base, tmp_path, seeds=(0, 1))
     out = Path(params.out_dir)
+    unlisted = Path(params.checkpoint_dir) / "seed-7" / "state.pt"  # another run's seed, dropped from the list
+    unlisted.parent.mkdir(parents=True)
+    unlisted.write_bytes(b"a resumable state")
     report = pretrain(params, ModelParams(path=str(out)), SIZE, SCALE, out, tmp_path / "metrics")
     seeds = json.loads((out / "seeds.json").read_text())
     results = {int(k): v for k, v in seeds["seeds"].items()}
@@ -454,7 +458,9 @@ def test_the_stage_keeps_the_best_seed_in_bf16_with_figures_from_the_saved_weigh
     assert report.metrics["samples_per_s"] > 0 and report.metrics["device"].startswith("cpu")
     curve = (tmp_path / "metrics" / "pretrain_curve.tsv").read_text().splitlines()
     assert len(curve) == params.steps + 1
-    assert not Path(params.checkpoint_dir).exists()
+    # the listed seeds' folders go; a seed not listed keeps its state for when it is listed again
+    assert [p.name for p in Path(params.checkpoint_dir).iterdir()] == ["seed-7"]
+    assert unlisted.read_bytes() == b"a resumable state"
 
 
 @pytest.mark.slow  # two seed processes, each importing torch and transformers: ~30 s on 2 loaded cores

@@ -12,7 +12,7 @@ import pytest
 
 from stages.core import lifeline
 from stages.core.errors import OneLineError
-from stages.models.seed_runs import MAX_AT_ONCE, SeedFailed, best_seed, parallel_seeds, run_seeds
+from stages.models.seed_runs import MAX_AT_ONCE, SeedFailed, best_seed, drop_seed_folders, parallel_seeds, run_seeds
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -84,3 +84,18 @@ def test_a_seed_process_logs_its_info_lines_to_the_stage(tmp_path: Path) -> None
     assert done.returncode == 0, done.stderr
     assert "stages.probe INFO seed 5: screen passed after 3 steps" in done.stderr
     assert json.loads((tmp_path / "result.json").read_text()) == {"seed": 5}
+
+
+def test_a_finished_stage_drops_only_its_listed_seeds_folders(tmp_path: Path) -> None:
+    """Shortening the seed list and publishing must not delete another seed's resumable state (a lost state is hours
+    of CPU training); the folder itself goes once nothing is left in it."""
+    states = tmp_path / "checkpoints"
+    for seed in (0, 1, 26):
+        (states / f"seed-{seed}").mkdir(parents=True)
+        (states / f"seed-{seed}" / "state.pt").write_bytes(b"state %d" % seed)
+    drop_seed_folders(states, (0, 1))
+    assert [p.name for p in states.iterdir()] == ["seed-26"]
+    assert (states / "seed-26" / "state.pt").read_bytes() == b"state 26"
+    drop_seed_folders(states, (26,))
+    assert not states.exists()
+    drop_seed_folders(states, (0,))  # nothing there: nothing to do
