@@ -78,7 +78,7 @@ def main() -> None:
                    "wall_s": round(time.time() - started)}
             model.train()
             rows.append(row)
-            out.write_text(json.dumps({"what": __doc__.split("\n")[0], "worktree": str(worktree), "seed": seed,
+            out.write_text(json.dumps({"what": __doc__.split("\n")[0], "branch": worktree.name, "seed": seed,
                                        "rows": rows}, indent=1) + "\n")
             print(json.dumps({"step": row["step"], "loss": row["loss"],
                               "last_phase_box_iou": row["last_phase"]["box_iou"],
