@@ -56,13 +56,18 @@ def parallel_seeds(requested: int, n_seeds: int, cuda: bool) -> int:
     return min(n_seeds, cores)
 
 
-def drop_seed_folders(checkpoint_dir: Path, seeds: Sequence[int]) -> None:
-    """A finished stage's cleanup: the listed seeds' folders (`seed-<k>`) go, and `checkpoint_dir` when nothing else
-    is left in it. A seed dropped from the list before it ended is another run's resumable work, and stays."""
+def seed_folder(checkpoint_dir: str | Path, seed: int) -> Path:
+    """Where a seed's resumable state, figures and weights live while its stage runs."""
+    return Path(checkpoint_dir) / f"seed-{seed}"
+
+
+def drop_seed_folders(checkpoint_dir: str | Path, seeds: Sequence[int]) -> None:
+    """A finished stage's cleanup: the listed seeds' folders go, and `checkpoint_dir` when nothing else is left in
+    it. A seed dropped from the list before it ended is another run's resumable work, and stays."""
     for seed in seeds:
-        shutil.rmtree(checkpoint_dir / f"seed-{seed}", ignore_errors=True)
+        shutil.rmtree(seed_folder(checkpoint_dir, seed), ignore_errors=True)
     with contextlib.suppress(OSError):
-        checkpoint_dir.rmdir()
+        Path(checkpoint_dir).rmdir()
 
 
 def describe_device(device: str) -> str:

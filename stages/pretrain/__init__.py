@@ -55,7 +55,14 @@ from stages.core.report import StageReport, curves_markdown, skipped_report, sum
 from stages.core.typed_config import to_dict
 from stages.models import load_vlm
 from stages.models.batches import PadCollator
-from stages.models.seed_runs import best_seed, describe_device, drop_seed_folders, parallel_seeds, run_seeds
+from stages.models.seed_runs import (
+    best_seed,
+    describe_device,
+    drop_seed_folders,
+    parallel_seeds,
+    run_seeds,
+    seed_folder,
+)
 from stages.models.train_state import fingerprint, load_state, warmup_cosine
 from stages.models.train_state import save_state as _save_state  # a module name: tests stop a run after it
 from stages.params import default_params
@@ -147,7 +154,7 @@ def choose(results: dict[int, dict]) -> int:
 def train_seed(params: PretrainParams, seed: int, train_size: int, scale: SynthScale) -> dict:
     """Train one seed to `params.steps` (resuming its saved state); return its figures, measured on its bf16 model
     read back in fp32. A seed that finished earlier under the same settings is not trained again."""
-    seed_dir = Path(params.checkpoint_dir) / f"seed-{seed}"
+    seed_dir = seed_folder(params.checkpoint_dir, seed)
     state_key = _fingerprint(params, seed, train_size, scale)
     done = seed_dir / RESULT
     if done.is_file() and (record := json.loads(done.read_text())).get("fingerprint") == state_key:
@@ -422,7 +429,7 @@ def _publish(params: PretrainParams, model: ModelParams, train_size: int, scale:
              metrics_dir: Path, parallel: int, wall_s: float) -> StageReport:
     """Write the chosen seed's folder, seeds.json, lineage and card; then drop the listed seeds' checkpoint folders."""
     chosen = choose(results)
-    seed_dir = Path(params.checkpoint_dir) / f"seed-{chosen}"
+    seed_dir = seed_folder(params.checkpoint_dir, chosen)
     shutil.rmtree(out_dir, ignore_errors=True)
     shutil.copytree(seed_dir / MODEL, out_dir)
     metrics_dir.mkdir(parents=True, exist_ok=True)
@@ -446,7 +453,7 @@ def _publish(params: PretrainParams, model: ModelParams, train_size: int, scale:
                          "fingerprint": _fingerprint(params, chosen, train_size, scale)})
     write_model_card(out_dir, "vrsflow tiny Qwen2.5-VL pre-trained on synthetic grounding", default_params(),
                      metrics={"pretrain": result})
-    drop_seed_folders(Path(params.checkpoint_dir), params.seeds)  # finished: a rerun is DVC's cache hit, not a resume
+    drop_seed_folders(params.checkpoint_dir, params.seeds)  # finished: a rerun is DVC's cache hit, not a resume
     log.info(summary_line("pretrain", result))
     return StageReport("pretrain", metrics=result, markdown=_curves(metrics_dir))
 

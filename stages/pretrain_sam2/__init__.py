@@ -40,7 +40,14 @@ from stages.core.model_card import write_model_card
 from stages.core.progress import track
 from stages.core.report import StageReport, curves_markdown, skipped_report, summary_line
 from stages.core.typed_config import to_dict
-from stages.models.seed_runs import best_seed, describe_device, drop_seed_folders, parallel_seeds, run_seeds
+from stages.models.seed_runs import (
+    best_seed,
+    describe_device,
+    drop_seed_folders,
+    parallel_seeds,
+    run_seeds,
+    seed_folder,
+)
 from stages.models.train_state import fingerprint, load_state, warmup_cosine
 from stages.models.train_state import save_state as _save_state
 from stages.params import default_params
@@ -143,7 +150,7 @@ def _publish(stage: str, params: PretrainSam2Params, results: dict[int, dict], o
     """Write the chosen seed's checkpoint and config (the base's, with the stage's overrides), seeds.json, lineage
     and card; then drop the listed seeds' states."""
     chosen = choose(results)
-    seed_dir = _seed_dir(params, chosen)
+    seed_dir = seed_folder(params.checkpoint_dir, chosen)
     curve = curve_file(stage)
     shutil.rmtree(out_dir, ignore_errors=True)
     out_dir.mkdir(parents=True)
@@ -165,7 +172,7 @@ def _publish(stage: str, params: PretrainSam2Params, results: dict[int, dict], o
                   extra={"device": device, "steps": params.steps, "seeds": list(params.seeds), "chosen_seed": chosen,
                          "dtype": "bfloat16", "fingerprint": _fingerprint(params, chosen, architecture)})
     write_model_card(out_dir, title, default_params(), metrics={stage: result})
-    drop_seed_folders(Path(params.checkpoint_dir), params.seeds)  # finished: a rerun is DVC's cache hit, not a resume
+    drop_seed_folders(params.checkpoint_dir, params.seeds)  # finished: a rerun is DVC's cache hit, not a resume
     log.info(summary_line(stage, result))
     return StageReport(stage, metrics=result, markdown=_curves(metrics_dir / curve, stage))
 
@@ -178,7 +185,7 @@ def train_seed(params: PretrainSam2Params, seed: int, stage: str = "pretrain_sam
     (`training_config`: the seed folder's config.yaml, published with the weights)."""
     from stages.sam2_wrapper import load_video_predictor, pick_device
 
-    seed_dir = _seed_dir(params, seed)
+    seed_dir = seed_folder(params.checkpoint_dir, seed)
     state_key = _fingerprint(params, seed, architecture)
     training_config(Path(params.base) / CONFIG, architecture, seed_dir / CONFIG)
     done = seed_dir / RESULT
@@ -272,10 +279,6 @@ def _save_bf16(model, path: Path) -> None:
     partial = path.with_suffix(".partial")
     torch.save({"model": state}, partial)
     partial.replace(path)
-
-
-def _seed_dir(params: PretrainSam2Params, seed: int) -> Path:
-    return Path(params.checkpoint_dir) / f"seed-{seed}"
 
 
 def prompt_kind(seed: int, step: int, point_prompt_share: float) -> str:
