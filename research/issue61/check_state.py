@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from stages.core.io import derive_seed
+from stages.models.seed_runs import seed_folder
 from stages.params import load_params
 from stages.params.pretrain import PLAIN_COLOURS
 from stages.pretrain import fresh_model, grounding_check
@@ -32,11 +33,18 @@ def saved_seed(worktree: Path, seed: int):
     """(WORKTREE's params, the seed's saved step, its model with the saved fp32 weights, the processor)."""
     params = load_params(worktree / "params.yaml")
     pre = params.pretrain
-    state = torch.load(worktree / pre.checkpoint_dir / f"seed-{seed}" / "state.pt", map_location="cpu",
+    state = torch.load(seed_folder(worktree / pre.checkpoint_dir, seed) / "state.pt", map_location="cpu",
                        weights_only=True)
     model, processor = fresh_model(dataclasses.replace(pre, base=str(worktree / pre.base)))
     model.load_state_dict(state["model"])
     return params, int(state["step"]), model, processor
+
+
+def shape_scenes(size: int, scale, objects: int, count: int = 96) -> list:
+    """The shapes probe's held-out one-frame scenes: `objects` shapes each, asked by colour and kind, all six
+    colours (the probe's check stream, so every study's figures are on the same scenes)."""
+    return [shape_sample(np.random.default_rng(derive_seed(7, "describe", "check", i)), f"check/{i}/shapes", 1, size,
+                         scale, (objects,), PLAIN_COLOURS) for i in range(count)]
 
 
 def main() -> None:
@@ -46,8 +54,7 @@ def main() -> None:
     params, step, model, processor = saved_seed(worktree, seed)
     pre = params.pretrain
     size, scale = params.keyframes.train_size, params.synth.scale
-    shapes = [shape_sample(np.random.default_rng(derive_seed(7, "describe", "check", i)), f"check/{i}/shapes", 1, size,
-                           scale, (objects,), PLAIN_COLOURS) for i in range(96)]
+    shapes = shape_scenes(size, scale, objects)
     started = time.time()
     row = {"seed": seed, "step": step, "shapes_objects": objects,
            "shapes_1_frame": grounding_check(model, processor, shapes, pre.max_new_tokens),

@@ -22,12 +22,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from stages.core.io import derive_seed
-from stages.models.train_state import warmup_cosine
+from research.issue61.check_state import shape_scenes
+from stages.models.train_state import load_state, warmup_cosine
 from stages.params import load_params
-from stages.params.pretrain import PLAIN_COLOURS
-from stages.pretrain import fresh_model, grounding_check, train_step
-from stages.pretrain.scenes import shape_sample
+from stages.pretrain import CURVE_KEYS, fresh_model, grounding_check, train_step
 from stages.pretrain.stream import StepBatches, select_samples
 
 
@@ -45,21 +43,16 @@ def main() -> None:
     pre = dataclasses.replace(pre, base=str(worktree / pre.base), curriculum=(*pre.curriculum[:-1], changed))
     size, scale = params.keyframes.train_size, params.synth.scale
 
-    state = torch.load(state_path, map_location="cpu", weights_only=False)
     model, processor = fresh_model(pre)
-    model.load_state_dict(state["model"])
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=pre.learning_rate, weight_decay=pre.weight_decay)
-    optimizer.load_state_dict(state["optimizer"])
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_cosine(s, pre.warmup_steps, pre.steps))
-    scheduler.load_state_dict(state["scheduler"])
-    torch.set_rng_state(state["torch_rng"])
-    start = int(state["step"])
+    # the stage's own resume (weights, AdamW, schedule, RNG); the state's fingerprint is its own run's, read lazily
+    own = torch.load(state_path, map_location="cpu", weights_only=True, mmap=True)["fingerprint"]
+    start, _, _ = load_state(state_path, own, model, optimizer, scheduler, CURVE_KEYS)
 
     held_out = select_samples(pre, size, scale)
-    shapes = [shape_sample(np.random.default_rng(derive_seed(7, "describe", "check", i)), f"check/{i}/shapes", 1, size,
-                           scale, (3,), PLAIN_COLOURS) for i in range(96)]
-    shapes = [dataclasses.replace(s, think=changed.think) for s in shapes]
+    shapes = [dataclasses.replace(s, think=changed.think) for s in shape_scenes(size, scale, 3)]
     batches = StepBatches(pre, seed, size, scale, processor)
     rows = json.loads(out.read_text())["rows"] if out.is_file() else []
     started, losses = time.time(), []
